@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Starts what the tests need when it is not running, installing it from Debian's packages
+# where it is missing: MariaDB (the machine's own service when it is up), ZooKeeper on a
+# loopback port with its own data folder. Creates the `leaf` database and user.
+# Idempotent: run it as often as you like.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STATE_DIR="${LEAF_TEST_STATE_DIR:-$PWD/.test-services}"
+ZK_PORT="${LEAF_TEST_ZK_PORT:-2181}"
+mkdir -p "$STATE_DIR"
+
+log() { printf '[services] %s\n' "$*"; }
+
+apt_updated=0
+apt_install() {
+  if [ "$(id -u)" != 0 ]; then log "need root to install $*"; exit 1; fi
+  if [ "$apt_updated" = 0 ]; then apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+wait_for() { # description, seconds, command...
+  local what=$1 seconds=$2; shift 2
+  for _ in $(seq $((seconds * 10))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  log "$what did not come up within ${seconds}s"; return 1
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# --- MariaDB ---------------------------------------------------------------
+if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ]; then
+  log "installing MariaDB"
+  apt_install mariadb-server mariadb-client
+fi
+if ! mariadb-admin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping >/dev/null 2>&1; then
+  log "starting MariaDB"
+  mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+  wait_for MariaDB 60 mariadb-admin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping
+fi
+mariadb --protocol=tcp -h127.0.0.1 -P3306 -uroot <<'SQL'
+CREATE DATABASE IF NOT EXISTS leaf;
+CREATE USER IF NOT EXISTS 'leaf'@'%' IDENTIFIED BY 'leaf';
+CREATE USER IF NOT EXISTS 'leaf'@'localhost' IDENTIFIED BY 'leaf';
+GRANT ALL PRIVILEGES ON `leaf%`.* TO 'leaf'@'%';
+GRANT ALL PRIVILEGES ON `leaf%`.* TO 'leaf'@'localhost';
+FLUSH PRIVILEGES;
+SQL
+mariadb --protocol=tcp -h127.0.0.1 -P3306 -uleaf -pleaf leaf < sql/leaf_alloc.sql
+log "MariaDB ready on 127.0.0.1:3306 (database leaf, user leaf/leaf)"
+
+# --- ZooKeeper -------------------------------------------------------------
+if [ ! -d /usr/share/zookeeper ] && ! ls /usr/share/java/zookeeper*.jar >/dev/null 2>&1; then
+  log "installing ZooKeeper"
+  apt_install zookeeper
+fi
+if ! command -v java >/dev/null; then apt_install default-jre-headless; fi
+if ! port_open "$ZK_PORT"; then
+  log "starting ZooKeeper on 127.0.0.1:$ZK_PORT"
+  ZK_DIR="$STATE_DIR/zookeeper-$ZK_PORT"
+  mkdir -p "$ZK_DIR/data"
+  cat > "$ZK_DIR/zoo.cfg" <<CFG
+tickTime=500
+initLimit=10
+syncLimit=5
+dataDir=$ZK_DIR/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+maxSessionTimeout=60000
+minSessionTimeout=1000
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat
+CFG
+  cat > "$ZK_DIR/log4j.properties" <<'CFG'
+log4j.rootLogger=WARN, CONSOLE
+log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
+log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
+log4j.appender.CONSOLE.layout.ConversionPattern=%d %-5p %m%n
+CFG
+  nohup java -Dzookeeper.log.dir="$ZK_DIR" -Dlog4j.configuration="file:$ZK_DIR/log4j.properties" \
+    -cp "/etc/zookeeper/conf:/usr/share/java/*" org.apache.zookeeper.server.quorum.QuorumPeerMain "$ZK_DIR/zoo.cfg" \
+    > "$ZK_DIR/zookeeper.out" 2>&1 &
+  echo $! > "$ZK_DIR/pid"
+  wait_for ZooKeeper 30 port_open "$ZK_PORT"
+fi
+log "ZooKeeper ready on 127.0.0.1:$ZK_PORT"

@@ -1,0 +1,105 @@
+// The configuration keys, their defaults and how a raw string becomes a value.
+// One table drives the file, environment and command-line sources and the README's
+// configuration table (checked by test/config.test.ts).
+
+export class ConfigError extends Error {
+  readonly key: string
+  constructor (key: string, problem: string) {
+    super(`${key}: ${problem}`)
+    this.name = 'ConfigError'
+    this.key = key
+  }
+}
+
+type Parser<T> = (raw: string, key: string) => T
+
+const text: Parser<string> = (raw) => raw.trim()
+
+const bool: Parser<boolean> = (raw, key) => {
+  const v = raw.trim().toLowerCase()
+  if (v === 'true') return true
+  if (v === 'false' || v === '') return false
+  throw new ConfigError(key, `"${raw}" is not true or false`)
+}
+
+function int (min: number, max: number): Parser<number> {
+  return (raw, key) => {
+    const v = raw.trim()
+    if (!/^-?\d+$/.test(v)) throw new ConfigError(key, `"${raw}" is not an integer`)
+    const n = Number(v)
+    if (n < min || n > max) throw new ConfigError(key, `${v} is out of range [${min}, ${max}]`)
+    return n
+  }
+}
+
+// An empty value means "not set" for optional integers (e.g. `leaf.snowflake.port=`).
+function optionalInt (min: number, max: number): Parser<number | undefined> {
+  const parse = int(min, max)
+  return (raw, key) => raw.trim() === '' ? undefined : parse(raw, key)
+}
+
+const port = int(0, 65535)
+
+const logLevel: Parser<string> = (raw, key) => {
+  const v = raw.trim()
+  if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(v)) {
+    throw new ConfigError(key, `"${raw}" is not a pino log level`)
+  }
+  return v
+}
+
+interface KeySpec<T> {
+  default: string
+  parse: Parser<T>
+  doc: string
+}
+
+function key<T> (defaultValue: string, parse: Parser<T>, doc: string): KeySpec<T> {
+  return { default: defaultValue, parse, doc }
+}
+
+export const KEYS = {
+  'leaf.name': key('leaf', text, 'Service name; part of the ZooKeeper paths and of the worker-id cache path.'),
+  'server.host': key('0.0.0.0', text, 'Address the HTTP server listens on.'),
+  'server.port': key('8080', port, 'HTTP port.'),
+  'log.level': key('info', logLevel, 'pino log level (also `LOG_LEVEL`).'),
+
+  'leaf.segment.enable': key('false', bool, 'Serve segment IDs.'),
+  'leaf.jdbc.url': key('', text, '`jdbc:mysql://host:3306/db?...`, `mysql://user:pass@host:3306/db` or `sqlite:PATH`; empty: the embedded SQLite store at `./data/leaf.db`.'),
+  'leaf.jdbc.username': key('', text, 'Database user (when the URL carries none).'),
+  'leaf.jdbc.password': key('', text, 'Database password (when the URL carries none); never logged.'),
+  'leaf.jdbc.connect-timeout-ms': key('2000', int(100, 60_000), 'How long opening one MySQL connection may take.'),
+  'leaf.jdbc.pool-size': key('10', int(1, 1000), 'MySQL connection pool size.'),
+  'leaf.segment.wait-timeout-ms': key('3000', int(1, 600_000), 'How long a request waits for a segment load before `SEGMENTS_NOT_READY`.'),
+  'leaf.segment.refresh-interval-ms': key('60000', int(10, 86_400_000), 'How often the tag list is re-read from the table.'),
+  'leaf.batch.max': key('10000', int(1, 1_000_000), 'Largest `count` a batch request may ask for.'),
+
+  'leaf.snowflake.enable': key('false', bool, 'Serve snowflake IDs.'),
+  'leaf.snowflake.zk.address': key('', text, 'ZooKeeper connect string (`host:port,host:port`); empty: no ZooKeeper, the worker id comes from `leaf.snowflake.worker.id`.'),
+  'leaf.snowflake.port': key('', optionalInt(1, 65535), 'Port this instance registers under in ZooKeeper; empty: `server.port`.'),
+  'leaf.snowflake.ip': key('', text, 'IP this instance registers under; empty: the first non-loopback IPv4 address.'),
+  'leaf.snowflake.worker.id': key('0', int(0, 1023), 'Worker id when no ZooKeeper is configured; must be unique per instance.'),
+  'leaf.snowflake.twepoch': key('1288834974657', int(0, Number.MAX_SAFE_INTEGER), 'Epoch of the timestamp bits, in ms.'),
+  'leaf.snowflake.cache.dir': key('', text, 'Folder of the worker-id cache file; empty: `<tmpdir>/<leaf.name>/leafconf/<port>`, as Java Leaf.'),
+  'leaf.snowflake.max-clock-drift-ms': key('5000', int(0, 3_600_000), 'A new instance refuses to start when its clock differs from its live peers\' average by more than this.'),
+  'leaf.snowflake.heartbeat-interval-ms': key('3000', int(100, 600_000), 'How often the worker node\'s timestamp is refreshed in ZooKeeper.'),
+  'leaf.snowflake.zk.connect-timeout-ms': key('5000', int(100, 600_000), 'How long the start waits for ZooKeeper before using the cached worker id.'),
+  'leaf.snowflake.zk.session-timeout-ms': key('10000', int(1000, 600_000), 'ZooKeeper session timeout.'),
+
+  'leaf.admin.token': key('', text, 'Bearer token that protects the admin views and enables tag management; empty: views open, management off.'),
+} as const
+
+export type ConfigKey = keyof typeof KEYS
+export type RawConfig = Record<ConfigKey, string>
+export type ParsedConfig = { [K in ConfigKey]: ReturnType<(typeof KEYS)[K]['parse']> }
+
+/** Spring Boot's relaxed binding: `leaf.jdbc.url` -> `LEAF_JDBC_URL`. */
+export function envName (key: string): string {
+  return key.toUpperCase().replace(/[.-]/g, '_')
+}
+
+export const CONFIG_KEYS = Object.keys(KEYS) as ConfigKey[]
+
+export function isConfigKey (key: string): key is ConfigKey {
+  return Object.hasOwn(KEYS, key)
+}

@@ -1,0 +1,143 @@
+import { readFileSync } from 'node:fs'
+import { resolve } from 'node:path'
+import { parse as parseProperties } from 'dot-properties'
+import { CONFIG_KEYS, ConfigError, KEYS, envName, isConfigKey, type ConfigKey, type ParsedConfig, type RawConfig } from './keys.js'
+import { parseJdbcUrl, type StoreConfig } from './jdbc-url.js'
+
+export { ConfigError } from './keys.js'
+export type { StoreConfig } from './jdbc-url.js'
+
+export const DEFAULT_CONFIG_PATH = 'config/leaf.properties'
+
+export interface Config {
+  name: string
+  server: { host: string, port: number }
+  logLevel: string
+  batchMax: number
+  adminToken: string
+  segment: {
+    enabled: boolean
+    store: StoreConfig
+    connectTimeoutMs: number
+    poolSize: number
+    waitTimeoutMs: number
+    refreshIntervalMs: number
+  }
+  snowflake: {
+    enabled: boolean
+    zkAddress: string
+    ip: string
+    port: number
+    workerId: number
+    twepoch: number
+    cacheDir: string
+    maxClockDriftMs: number
+    heartbeatIntervalMs: number
+    zkConnectTimeoutMs: number
+    zkSessionTimeoutMs: number
+  }
+}
+
+export interface LoadedConfig {
+  config: Config
+  /** Where the file came from, or undefined when none was read. */
+  file: string | undefined
+  /** Things worth a log line that do not stop the start (unknown keys, ...). */
+  warnings: string[]
+}
+
+export interface LoadOptions {
+  argv?: string[]
+  env?: Record<string, string | undefined>
+  cwd?: string
+}
+
+/**
+ * Builds the configuration: built-in defaults < properties file < environment < command line.
+ * Throws ConfigError naming the key on the first bad value.
+ */
+export function loadConfig ({ argv = [], env = {}, cwd = process.cwd() }: LoadOptions = {}): LoadedConfig {
+  const warnings: string[] = []
+  const cli = parseArgv(argv)
+  const explicitPath = cli.configPath ?? env.LEAF_CONFIG
+  const file = readPropertiesFile(resolve(cwd, explicitPath || DEFAULT_CONFIG_PATH), Boolean(explicitPath))
+
+  const raw = Object.fromEntries(CONFIG_KEYS.map((k) => [k, KEYS[k].default])) as RawConfig
+  for (const [k, v] of Object.entries(file?.values ?? {})) {
+    if (isConfigKey(k)) raw[k] = v
+    else warnings.push(`${file?.path}: unknown key ${k} ignored`)
+  }
+  for (const k of CONFIG_KEYS) {
+    const v = env[envName(k)]
+    if (v !== undefined) raw[k] = v // an empty variable overrides the file with an empty value
+  }
+  Object.assign(raw, cli.values)
+
+  const parsed = {} as Record<ConfigKey, unknown>
+  for (const k of CONFIG_KEYS) parsed[k] = KEYS[k].parse(raw[k], k)
+  return { config: toConfig(parsed as ParsedConfig), file: file?.path, warnings }
+}
+
+function toConfig (p: ParsedConfig): Config {
+  return {
+    name: p['leaf.name'],
+    server: { host: p['server.host'], port: p['server.port'] },
+    logLevel: p['log.level'],
+    batchMax: p['leaf.batch.max'],
+    adminToken: p['leaf.admin.token'],
+    segment: {
+      enabled: p['leaf.segment.enable'],
+      store: parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password']),
+      connectTimeoutMs: p['leaf.jdbc.connect-timeout-ms'],
+      poolSize: p['leaf.jdbc.pool-size'],
+      waitTimeoutMs: p['leaf.segment.wait-timeout-ms'],
+      refreshIntervalMs: p['leaf.segment.refresh-interval-ms'],
+    },
+    snowflake: {
+      enabled: p['leaf.snowflake.enable'],
+      zkAddress: p['leaf.snowflake.zk.address'],
+      ip: p['leaf.snowflake.ip'],
+      port: p['leaf.snowflake.port'] ?? p['server.port'],
+      workerId: p['leaf.snowflake.worker.id'],
+      twepoch: p['leaf.snowflake.twepoch'],
+      cacheDir: p['leaf.snowflake.cache.dir'],
+      maxClockDriftMs: p['leaf.snowflake.max-clock-drift-ms'],
+      heartbeatIntervalMs: p['leaf.snowflake.heartbeat-interval-ms'],
+      zkConnectTimeoutMs: p['leaf.snowflake.zk.connect-timeout-ms'],
+      zkSessionTimeoutMs: p['leaf.snowflake.zk.session-timeout-ms'],
+    },
+  }
+}
+
+function readPropertiesFile (path: string, required: boolean): { path: string, values: Record<string, string> } | undefined {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    if (!required && code === 'ENOENT') return undefined
+    throw new ConfigError('--config', `cannot read ${path} (${code ?? 'error'})`)
+  }
+  return { path, values: parseProperties(text) as Record<string, string> }
+}
+
+/** `--config PATH`, and any key as `--key=value` or `--key value` (Spring Boot style). */
+function parseArgv (argv: string[]): { configPath: string | undefined, values: Partial<RawConfig> } {
+  const values: Partial<RawConfig> = {}
+  let configPath: string | undefined
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string
+    if (!arg.startsWith('--')) throw new ConfigError('command line', `unexpected argument "${arg}"`)
+    const eq = arg.indexOf('=')
+    const name = eq === -1 ? arg.slice(2) : arg.slice(2, eq)
+    let value: string | undefined = eq === -1 ? undefined : arg.slice(eq + 1)
+    if (value === undefined) {
+      value = argv[++i]
+      if (value === undefined) throw new ConfigError(name, 'has no value on the command line')
+    }
+    if (name === 'config') configPath = value
+    else if (isConfigKey(name)) values[name] = value
+    else throw new ConfigError(name, 'is not a configuration key')
+  }
+  return { configPath, values }
+}

@@ -1,0 +1,37 @@
+// Every error a client can see, with its HTTP status. The README's error table is
+// checked against this one by test/errors.test.ts.
+export const ERRORS = {
+  INVALID_KEY: { status: 400, message: 'The key must be 1 to 128 characters long.' },
+  INVALID_COUNT: { status: 400, message: 'count must be an integer from 1 to the configured batch maximum.' },
+  INVALID_ID: { status: 400, message: 'The value is not a decimal 64-bit integer.' },
+  UNAUTHORIZED: { status: 401, message: 'This route needs an Authorization: Bearer token.' },
+  KEY_NOT_FOUND: { status: 404, message: 'The key is not in the leaf_alloc table.' },
+  NOT_FOUND: { status: 404, message: 'No such route.' },
+  METHOD_NOT_ALLOWED: { status: 405, message: 'This route does not accept that method.' },
+  PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The request body has an unsupported content type.' },
+  MODE_DISABLED: { status: 503, message: 'This ID mode is disabled on this instance.' },
+  NOT_READY: { status: 503, message: 'The generator is not initialised yet.' },
+  SEGMENTS_NOT_READY: { status: 503, message: 'Both segments are used up and the database did not answer in time.' },
+  CLOCK_BACKWARDS: { status: 503, message: 'The clock moved backwards; no ID is issued until it catches up.' },
+  BAD_REQUEST: { status: 400, message: 'The request is malformed.' },
+  INTERNAL: { status: 500, message: 'Internal error.' },
+} as const satisfies Record<string, { status: number, message: string }>
+
+export type ErrorCode = keyof typeof ERRORS
+
+export class LeafError extends Error {
+  readonly code: ErrorCode
+  readonly statusCode: number
+
+  constructor (code: ErrorCode, message: string = ERRORS[code].message, options?: ErrorOptions) {
+    super(message, options)
+    this.name = 'LeafError'
+    this.code = code
+    this.statusCode = ERRORS[code].status
+  }
+}
+
+export function isLeafError (err: unknown): err is LeafError {
+  return err instanceof LeafError
+}

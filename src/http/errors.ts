@@ -1,0 +1,47 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { ERRORS, LeafError, isLeafError, type ErrorCode } from '../errors.js'
+
+const CODE_BY_STATUS: Record<number, ErrorCode> = {
+  400: 'BAD_REQUEST',
+  401: 'UNAUTHORIZED',
+  404: 'NOT_FOUND',
+  405: 'METHOD_NOT_ALLOWED',
+  413: 'PAYLOAD_TOO_LARGE',
+  415: 'UNSUPPORTED_MEDIA_TYPE',
+}
+
+export function sendError (reply: FastifyReply, err: LeafError): FastifyReply {
+  return reply.code(err.statusCode).type('application/json; charset=utf-8').send({ error: err.code, message: err.message })
+}
+
+/**
+ * One place turns every failure into `{"error": CODE, "message": "..."}` with the status of
+ * the errors table; nothing else (no stack, no driver message) reaches the client.
+ */
+export function registerErrorHandling (app: FastifyInstance): void {
+  app.setErrorHandler((err: FastifyError, request, reply) => {
+    if (isLeafError(err)) {
+      if (err.statusCode >= 500) request.log.error({ code: err.code, cause: err.cause, url: request.url }, err.message)
+      return sendError(reply, err)
+    }
+    const status = err.statusCode ?? 500
+    const code = CODE_BY_STATUS[status]
+    if (status < 500 && code !== undefined) {
+      return sendError(reply, new LeafError(code, err.validation ? err.message : ERRORS[code].message))
+    }
+    request.log.error({ err, url: request.url }, 'request failed')
+    return sendError(reply, new LeafError('INTERNAL'))
+  })
+
+  app.setNotFoundHandler((request, reply) => sendError(reply, new LeafError('NOT_FOUND', `No route ${request.method} ${truncate(request.url)}.`)))
+}
+
+/** For Fastify's `frameworkErrors` option: a malformed URL answers in the same shape. */
+export function frameworkErrors (err: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
+  const status = err.statusCode ?? 400
+  sendError(reply, new LeafError(CODE_BY_STATUS[status] ?? 'BAD_REQUEST', status === 400 ? 'The URL is malformed.' : undefined))
+}
+
+function truncate (s: string): string {
+  return s.length > 200 ? `${s.slice(0, 200)}...` : s
+}

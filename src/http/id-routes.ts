@@ -1,0 +1,83 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { LeafError } from '../errors.js'
+import type { Id } from '../segment/segment-buffer.js'
+
+/** What both generators offer the routes. */
+export interface IdSource {
+  next (key: string): Id | Promise<Id>
+  nextBatch (key: string, count: number): Id[] | Promise<Id[]>
+}
+
+export interface IdRouteOptions {
+  /** `segment` or `snowflake`: the route is `/api/<mode>/get/:key`. */
+  mode: 'segment' | 'snowflake'
+  /** Undefined when the mode is disabled: the route answers 503 MODE_DISABLED, never ID 0. */
+  source: IdSource | undefined
+  batchMax: number
+  /** Told of every ID handed out, for the metrics. */
+  onIssued?: (key: string, count: number) => void
+}
+
+export const MAX_KEY_LENGTH = 128
+
+const TEXT = 'text/plain; charset=utf-8'
+const JSON_TYPE = 'application/json; charset=utf-8'
+
+interface IdRequest {
+  Params: { key: string }
+  Querystring: { count?: string | string[] }
+}
+
+/** `GET /api/<mode>/get/:key[?count=N]`: Leaf's plain-text contract, JSON on request. */
+export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax, onIssued }: IdRouteOptions): void {
+  app.get<IdRequest>(`/api/${mode}/get/:key`, async (request, reply) => {
+    const key = validKey(request.params.key)
+    const rawCount = request.query.count
+    const count = rawCount === undefined ? undefined : validCount(rawCount, batchMax)
+    if (source === undefined) throw new LeafError('MODE_DISABLED', `${mode} mode is disabled on this instance.`)
+
+    if (count === undefined) {
+      const id = await source.next(key)
+      onIssued?.(key, 1)
+      return wantsJson(request) ? sendJson(reply, `{"id":"${id}"}`) : reply.type(TEXT).send(String(id))
+    }
+    const ids = await source.nextBatch(key, count)
+    onIssued?.(key, ids.length)
+    return wantsJson(request) ? sendJson(reply, `{"ids":["${ids.join('","')}"]}`) : reply.type(TEXT).send(ids.join('\n'))
+  })
+}
+
+/** Keys are 1 to 128 characters (code points, as MySQL's varchar(128) counts them). */
+export function validKey (key: string | undefined): string {
+  if (key === undefined || key.length === 0 || (key.length > MAX_KEY_LENGTH && codePoints(key) > MAX_KEY_LENGTH)) {
+    throw new LeafError('INVALID_KEY')
+  }
+  return key
+}
+
+export function validCount (raw: string | string[], batchMax: number): number {
+  if (typeof raw !== 'string' || !/^[0-9]{1,9}$/.test(raw)) throw invalidCount(batchMax)
+  const n = Number(raw)
+  if (n < 1 || n > batchMax) throw invalidCount(batchMax)
+  return n
+}
+
+function invalidCount (batchMax: number): LeafError {
+  return new LeafError('INVALID_COUNT', `count must be an integer from 1 to ${batchMax}.`)
+}
+
+function codePoints (s: string): number {
+  let n = 0
+  for (const _ of s) n++
+  return n
+}
+
+function wantsJson (request: FastifyRequest): boolean {
+  const accept = request.headers.accept
+  return accept !== undefined && accept.includes('application/json')
+}
+
+// IDs are decimal digits: the JSON is built as text, with no serializer pass per ID.
+function sendJson (reply: FastifyReply, body: string): FastifyReply {
+  return reply.type(JSON_TYPE).send(body)
+}

@@ -1,0 +1,36 @@
+// What the segment generator needs from a database. The generator does not know
+// which store is behind it: MySQL/MariaDB (mysql-store.ts) or SQLite (sqlite-store.ts).
+
+/** A `leaf_alloc` row after `max_id` was moved: the segment is `[maxId - step, maxId)`. */
+export interface Allocation {
+  key: string
+  maxId: bigint
+  /** The table's `step` column (Java Leaf's `LeafAlloc.step`). */
+  step: number
+}
+
+/** A whole `leaf_alloc` row, for the admin views. */
+export interface LeafAllocRow {
+  key: string
+  maxId: bigint
+  step: number
+  description: string | null
+  updateTime: Date
+}
+
+export interface SegmentStore {
+  /** `SELECT biz_tag FROM leaf_alloc` */
+  getAllTags (): Promise<string[]>
+  /**
+   * Moves `max_id` by `step` (the table's own step when omitted) and reads the row back,
+   * atomically. Resolves undefined when the tag is not in the table.
+   */
+  allocate (key: string, step?: number): Promise<Allocation | undefined>
+  /** All rows, for the `/db` views. */
+  getAllRows (): Promise<LeafAllocRow[]>
+  /** Checks the connection and the table; rejects with the cause. */
+  ping (): Promise<void>
+  close (): Promise<void>
+}
+
+export const LEAF_ALLOC_COLUMNS = 'biz_tag, max_id, step, description, update_time'

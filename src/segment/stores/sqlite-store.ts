@@ -1,0 +1,88 @@
+import { mkdirSync } from 'node:fs'
+import { dirname } from 'node:path'
+import Database from 'better-sqlite3'
+import type { Allocation, LeafAllocRow, SegmentStore } from '../store.js'
+
+const INT64_MAX = 2n ** 63n - 1n
+
+// The same table as Java Leaf's (sql/leaf_alloc.sql), in SQLite's dialect. SQLite has no
+// ON UPDATE, so the statements below set update_time themselves.
+const SCHEMA = `
+CREATE TABLE leaf_alloc (
+  biz_tag     VARCHAR(128) NOT NULL DEFAULT '' PRIMARY KEY,
+  max_id      BIGINT       NOT NULL DEFAULT 1,
+  step        INT          NOT NULL,
+  description VARCHAR(256)          DEFAULT NULL,
+  update_time TIMESTAMP    NOT NULL DEFAULT CURRENT_TIMESTAMP
+)`
+
+export const SEED_ROWS = [
+  { key: 'order', maxId: 1n, step: 2000, description: 'Orders' },
+  { key: 'leaf-segment-test', maxId: 1n, step: 1000, description: 'Test leaf Segment Mode Get Id' },
+] as const
+
+interface RowRecord { biz_tag: string, max_id: bigint, step: bigint, description: string | null, update_time: string }
+
+/**
+ * The embedded store: one SQLite file, created with the schema and seed rows on first
+ * open. Several processes may share the file: writes run in IMMEDIATE transactions.
+ */
+export function createSqliteStore (path: string): SegmentStore {
+  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
+  const db = new Database(path)
+  db.pragma('journal_mode = WAL')
+  db.pragma('busy_timeout = 5000')
+  db.defaultSafeIntegers(true) // BIGINTs as BigInt: max_id is exact over the whole 64-bit range
+
+  db.transaction(() => {
+    const exists = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leaf_alloc'").get()
+    if (exists) return
+    db.exec(SCHEMA)
+    const insert = db.prepare('INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)')
+    for (const row of SEED_ROWS) insert.run(row.key, row.maxId, row.step, row.description)
+  }).immediate()
+
+  const selectTags = db.prepare('SELECT biz_tag FROM leaf_alloc').pluck()
+  const selectRow = db.prepare<[string], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc WHERE biz_tag = ?')
+  const selectRows = db.prepare<[], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc')
+  const updateMaxId = db.prepare('UPDATE leaf_alloc SET max_id = ?, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ?')
+
+  // SQLite would turn an overflowing max_id + step into a REAL; compute it exactly instead,
+  // inside the write transaction so no other process moves max_id in between.
+  const allocateTx = db.transaction((key: string, step: number | undefined): Allocation | undefined => {
+    const row = selectRow.get(key)
+    if (row === undefined) return undefined
+    const next = row.max_id + BigInt(step ?? row.step)
+    if (next > INT64_MAX) throw new RangeError(`max_id of ${key} would pass 2^63 - 1`)
+    updateMaxId.run(next, key)
+    return { key: row.biz_tag, maxId: next, step: Number(row.step) }
+  })
+
+  return {
+    async getAllTags () {
+      return selectTags.all() as string[]
+    },
+    async allocate (key, step) {
+      return allocateTx.immediate(key, step)
+    },
+    async getAllRows () {
+      return selectRows.all().map(toRow)
+    },
+    async ping () {
+      selectTags.get()
+    },
+    async close () {
+      db.close()
+    },
+  }
+}
+
+function toRow (r: RowRecord): LeafAllocRow {
+  return {
+    key: r.biz_tag,
+    maxId: r.max_id,
+    step: Number(r.step),
+    description: r.description,
+    updateTime: new Date(r.update_time.replace(' ', 'T') + 'Z'), // CURRENT_TIMESTAMP is UTC
+  }
+}

@@ -1,0 +1,38 @@
+import closeWithGrace from 'close-with-grace'
+import pino from 'pino'
+import { buildApp } from './app.js'
+import { ConfigError, loadConfig, type LoadedConfig } from './config/load-config.js'
+
+// Entry point: read the config, build the app, listen, and drain on SIGTERM/SIGINT.
+let loaded: LoadedConfig
+try {
+  loaded = loadConfig({ argv: process.argv.slice(2), env: process.env })
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err
+  process.stderr.write(`leaf-ts: configuration error: ${err.message}\n`)
+  process.exit(1)
+}
+const { config, file, warnings } = loaded
+
+const logger = pino({
+  level: config.logLevel,
+  transport: process.stdout.isTTY ? { target: 'pino-pretty' } : undefined,
+})
+for (const warning of warnings) logger.warn(warning)
+logger.info({ file: file ?? '(none: built-in defaults)' }, 'configuration loaded')
+
+let app
+try {
+  app = await buildApp(config, { logger })
+  await app.listen({ host: config.server.host, port: config.server.port })
+} catch (err) {
+  logger.fatal({ err }, 'start failed')
+  await app?.close()
+  process.exit(1)
+}
+
+closeWithGrace({ delay: 10_000, logger }, async ({ signal, err }) => {
+  if (err !== undefined) logger.error({ err }, 'closing after an error')
+  else logger.info({ signal }, 'closing: finishing requests in flight')
+  await app.close()
+})

@@ -1,0 +1,52 @@
+import type { Allocation, LeafAllocRow, SegmentStore } from '../../src/segment/store.js'
+
+interface Row { maxId: bigint, step: number, description: string | null, updateTime: Date }
+
+/**
+ * An in-memory leaf_alloc for unit tests of the generator. `failing` makes every call
+ * reject, `delayMs` delays every answer, `calls` records each allocate.
+ */
+export class FakeStore implements SegmentStore {
+  rows = new Map<string, Row>()
+  failing = false
+  delayMs = 0
+  calls: { key: string, step: number | undefined }[] = []
+
+  constructor (rows: Record<string, { maxId?: bigint, step: number }> = {}) {
+    for (const [key, row] of Object.entries(rows)) this.add(key, row.step, row.maxId)
+  }
+
+  add (key: string, step: number, maxId = 1n): void {
+    this.rows.set(key, { maxId, step, description: null, updateTime: new Date() })
+  }
+
+  private async answer<T> (fn: () => T): Promise<T> {
+    if (this.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.delayMs))
+    if (this.failing) throw new Error('store down')
+    return fn()
+  }
+
+  getAllTags (): Promise<string[]> {
+    return this.answer(() => [...this.rows.keys()])
+  }
+
+  allocate (key: string, step?: number): Promise<Allocation | undefined> {
+    this.calls.push({ key, step })
+    return this.answer(() => {
+      const row = this.rows.get(key)
+      if (row === undefined) return undefined
+      row.maxId += BigInt(step ?? row.step)
+      return { key, maxId: row.maxId, step: row.step }
+    })
+  }
+
+  getAllRows (): Promise<LeafAllocRow[]> {
+    return this.answer(() => [...this.rows].map(([key, r]) => ({ key, ...r })))
+  }
+
+  ping (): Promise<void> {
+    return this.answer(() => undefined)
+  }
+
+  async close (): Promise<void> {}
+}

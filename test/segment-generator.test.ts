@@ -1,0 +1,212 @@
+import t from 'tap'
+import { LeafError } from '../src/errors.js'
+import { MAX_STEP, adaptStep, createSegmentGenerator, type Id, type SegmentGeneratorOptions } from '../src/segment/segment-generator.js'
+import { FakeStore } from './helpers/fake-store.js'
+import { silentLogger } from './helpers/logger.js'
+
+const MINUTE = 60_000
+
+function setup (store: FakeStore, options: Partial<SegmentGeneratorOptions> = {}) {
+  const clock = { now: 1_700_000_000_000 }
+  const generator = createSegmentGenerator({
+    store,
+    logger: silentLogger,
+    clock: () => clock.now,
+    waitTimeoutMs: 1000,
+    refreshIntervalMs: 60_000,
+    retryMinMs: 10,
+    retryMaxMs: 40,
+    ...options,
+  })
+  return { generator, clock }
+}
+
+async function takeN (next: () => Id | Promise<Id>, n: number): Promise<bigint[]> {
+  const ids: bigint[] = []
+  for (let i = 0; i < n; i++) ids.push(BigInt(await next()))
+  return ids
+}
+
+const settle = () => new Promise((resolve) => setTimeout(resolve, 5))
+
+t.test('hands out [max_id, max_id + step) of the first segment, in order', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const { generator } = setup(store)
+  t.equal(await generator.init(), true)
+  const ids = await takeN(() => generator.next('order'), 10)
+  t.same(ids, [1n, 2n, 3n, 4n, 5n, 6n, 7n, 8n, 9n, 10n])
+  t.equal(typeof generator.next('order'), 'object', 'a promise once the first segment is used up')
+})
+
+t.test('preloads the next segment once more than 10% of the current is used, once', async (t) => {
+  const store = new FakeStore({ order: { step: 100 } })
+  const { generator } = setup(store)
+  await generator.init()
+  await takeN(() => generator.next('order'), 10)
+  t.equal(store.calls.length, 1, 'exactly 10% used: no preload yet')
+  await takeN(() => generator.next('order'), 1)
+  await takeN(() => generator.next('order'), 5)
+  t.equal(store.calls.length, 2, 'one preload started, not one per ID')
+  await settle()
+  t.equal(generator.views()[0]?.nextReady, true)
+  const rest = await takeN(() => generator.next('order'), 84 + 100)
+  t.equal(rest.at(-1), 200n, 'the next segment follows after the switch')
+})
+
+t.test('step: DB step for two loads, then doubles within 15 min, keeps to 30, halves after', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const { generator, clock } = setup(store)
+  await generator.init()
+  const drain = async () => {
+    await takeN(() => generator.next('order'), generator.views()[0]?.step || 10)
+    await settle()
+  }
+  await takeN(() => generator.next('order'), 10) // load 1 (init), preload = load 2
+  await settle()
+  t.same(store.calls.map((c) => c.step), [undefined, undefined])
+  clock.now += MINUTE
+  await drain() // uses load 2, preloads load 3: doubled
+  t.equal(store.calls[2]?.step, 20)
+  clock.now += 20 * MINUTE
+  await drain()
+  t.equal(store.calls[3]?.step, 20, '15 to 30 minutes: kept')
+  clock.now += 31 * MINUTE
+  await drain()
+  t.equal(store.calls[4]?.step, 10, 'over 30 minutes: halved')
+  clock.now += 31 * MINUTE
+  await drain()
+  t.equal(store.calls[5]?.step, 10, 'never below the table step')
+})
+
+t.test('adaptStep caps at MAX_STEP', async (t) => {
+  t.equal(adaptStep(MAX_STEP / 2, 10, 0), MAX_STEP)
+  t.equal(adaptStep(MAX_STEP / 2 + 1, 10, 0), MAX_STEP / 2 + 1, 'doubling would pass the cap: kept')
+  t.equal(adaptStep(100, 10, 15 * MINUTE), 100)
+  t.equal(adaptStep(100, 10, 30 * MINUTE), 50)
+  t.equal(adaptStep(15, 10, 30 * MINUTE), 10)
+})
+
+t.test('1,000 concurrent callers on a step of 10 all get unique IDs by waiting for loads', async (t) => {
+  const store = new FakeStore({ tiny: { step: 10 } })
+  store.delayMs = 2
+  const { generator } = setup(store, { waitTimeoutMs: 3000 })
+  await generator.init()
+  const results = await Promise.allSettled(Array.from({ length: 1000 }, () => generator.next('tiny')))
+  const ids = results.flatMap((r) => r.status === 'fulfilled' ? [BigInt(r.value)] : [])
+  t.equal(ids.length, 1000, 'no caller failed')
+  t.equal(new Set(ids).size, 1000, 'no duplicate')
+})
+
+t.test('a batch crosses segments and stays increasing', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const { generator } = setup(store)
+  await generator.init()
+  const ids = (await generator.nextBatch('order', 35)).map(BigInt)
+  t.equal(ids.length, 35)
+  t.ok(ids.every((id, i) => i === 0 || id > (ids[i - 1] as bigint)), 'strictly increasing')
+  t.same([ids[0], ids.at(-1)], [1n, 35n])
+})
+
+t.test('DB down: buffered IDs keep flowing, then SEGMENTS_NOT_READY in time, then recovery', async (t) => {
+  const store = new FakeStore({ order: { step: 100 } })
+  const { generator } = setup(store, { waitTimeoutMs: 200 })
+  await generator.init()
+  await generator.next('order')
+  store.failing = true
+  const buffered = await takeN(() => generator.next('order'), 99)
+  t.equal(buffered.at(-1), 100n, 'the whole current segment is served while the store fails')
+  const started = Date.now()
+  await t.rejects(Promise.resolve().then(() => generator.next('order')), { code: 'SEGMENTS_NOT_READY' })
+  const waited = Date.now() - started
+  t.ok(waited >= 190 && waited < 1000, `waited about the timeout (${waited} ms)`)
+  store.failing = false
+  const after = BigInt(await generator.next('order'))
+  t.ok(after > 100n, 'recovers by itself once the store answers')
+})
+
+t.test('a caller waiting while the store fails gets the ID once it comes back', async (t) => {
+  const store = new FakeStore({ order: { step: 5 } })
+  const { generator } = setup(store, { waitTimeoutMs: 2000 })
+  await generator.init()
+  await takeN(() => generator.next('order'), 5)
+  store.failing = true
+  const pending = Promise.resolve(generator.next('order'))
+  setTimeout(() => { store.failing = false }, 100)
+  t.equal(BigInt(await pending), 6n)
+})
+
+t.test('a store that hangs past the load timeout counts as failed; its late answer is never used', async (t) => {
+  const store = new FakeStore({ order: { step: 5 } })
+  const { generator } = setup(store, { waitTimeoutMs: 500, loadTimeoutMs: 50 })
+  await generator.init()
+  await takeN(() => generator.next('order'), 5)
+  await settle() // the preload of [6, 11) landed
+  store.delayMs = 150
+  await takeN(() => generator.next('order'), 5) // its preload now hangs
+  await t.rejects(Promise.resolve().then(() => generator.next('order')), { code: 'SEGMENTS_NOT_READY' })
+  store.delayMs = 0
+  await new Promise((resolve) => setTimeout(resolve, 200)) // the late answers land and are dropped
+  const ids = await takeN(() => generator.next('order'), 10)
+  const maxInStore = store.rows.get('order')?.maxId as bigint
+  t.ok(ids.every((id) => id > 10n && id < maxInStore), 'only ranges the store reserved for us, after the old ones')
+  t.equal(new Set(ids).size, 10)
+})
+
+t.test('unknown keys: NOT_READY before the tags are loaded, KEY_NOT_FOUND after', async (t) => {
+  const store = new FakeStore({ order: { step: 5 } })
+  store.failing = true
+  const { generator } = setup(store, { refreshIntervalMs: 20 })
+  t.teardown(() => generator.close())
+  t.equal(await generator.init(), false)
+  t.throws(() => generator.next('order'), { code: 'NOT_READY' })
+  store.failing = false
+  await new Promise((resolve) => setTimeout(resolve, 100)) // the background retry loads them
+  t.equal(generator.initialized, true)
+  t.throws(() => generator.next('nope'), new LeafError('KEY_NOT_FOUND', 'Tag "nope" is not in the leaf_alloc table.'))
+  t.equal(BigInt(await generator.next('order')), 1n)
+})
+
+t.test('tags added and removed in the store are picked up by a refresh', async (t) => {
+  const store = new FakeStore({ a: { step: 5 } })
+  const { generator } = setup(store)
+  await generator.init()
+  store.add('b', 5, 100n)
+  store.rows.delete('a')
+  await generator.refreshTags()
+  t.equal(BigInt(await generator.next('b')), 100n)
+  t.throws(() => generator.next('a'), { code: 'KEY_NOT_FOUND' })
+})
+
+t.test('a tag deleted between refreshes answers KEY_NOT_FOUND on its next load', async (t) => {
+  const store = new FakeStore({ a: { step: 5 } })
+  const { generator } = setup(store)
+  await generator.init()
+  store.rows.delete('a')
+  await t.rejects(Promise.resolve().then(() => generator.next('a')), { code: 'KEY_NOT_FOUND' })
+  t.equal(generator.has('a'), false)
+})
+
+t.test('IDs are exact past 2^53', async (t) => {
+  const start = 2n ** 53n - 3n
+  const store = new FakeStore({ big: { step: 5, maxId: start } })
+  const { generator } = setup(store)
+  await generator.init()
+  const ids = await takeN(() => generator.next('big'), 10)
+  t.same(ids, Array.from({ length: 10 }, (_, i) => start + BigInt(i)))
+  t.equal(typeof (await generator.nextBatch('big', 1))[0], 'bigint', 'beyond 2^53 as bigint')
+})
+
+t.test('views report Leaf\'s fields', async (t) => {
+  const store = new FakeStore({ order: { step: 10, maxId: 1000n } })
+  const { generator, clock } = setup(store)
+  await generator.init()
+  await takeN(() => generator.next('order'), 1)
+  t.match(generator.views(), [{ key: 'order', initOk: true, nextReady: false, pos: 0, value0: 1001n, max0: 1010n, step0: 10, step: 10, minStep: 10 }])
+  await takeN(() => generator.next('order'), 2)
+  await settle()
+  t.same(generator.views(), [{
+    key: 'order', initOk: true, nextReady: true, pos: 0,
+    value0: 1003n, max0: 1010n, step0: 10, value1: 1010n, max1: 1020n, step1: 10,
+    step: 10, minStep: 10, updateTimestamp: clock.now,
+  }])
+})
