@@ -205,8 +205,18 @@ t.test('views report Leaf\'s fields', async (t) => {
   await takeN(() => generator.next('order'), 2)
   await settle()
   t.same(generator.views(), [{
-    key: 'order', initOk: true, nextReady: true, pos: 0,
-    value0: 1003n, max0: 1010n, step0: 10, value1: 1010n, max1: 1020n, step1: 10,
-    step: 10, minStep: 10, updateTimestamp: clock.now,
+    key: 'order',
+    initOk: true,
+    nextReady: true,
+    pos: 0,
+    value0: 1003n,
+    max0: 1010n,
+    step0: 10,
+    value1: 1010n,
+    max1: 1020n,
+    step1: 10,
+    step: 10,
+    minStep: 10,
+    updateTimestamp: clock.now,
   }])
 })

@@ -67,9 +67,7 @@ function invalidCount (batchMax: number): LeafError {
 }
 
 function codePoints (s: string): number {
-  let n = 0
-  for (const _ of s) n++
-  return n
+  return Array.from(s).length
 }
 
 function wantsJson (request: FastifyRequest): boolean {

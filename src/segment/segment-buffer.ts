@@ -35,7 +35,7 @@ export class Segment {
   take (): Id {
     const offset = this.pos++
     const b = this.baseNumber
-    return b === b ? b + offset : this.base + BigInt(offset) // b === b: not NaN
+    return Number.isNaN(b) ? this.base + BigInt(offset) : b + offset
   }
 
   /** Java Leaf's `value`: the next ID this segment would hand out. */

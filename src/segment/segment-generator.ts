@@ -169,7 +169,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         buf.retryAt = Date.now() + buf.backoffMs
         onLoad?.(buf.key, (performance.now() - started) / 1000, false)
         logger.warn({ key: buf.key, err, retryInMs: buf.backoffMs }, 'segment load failed')
-      },
+      }
     ).finally(() => {
       if (buf.loading === load) buf.loading = undefined
     })
@@ -242,7 +242,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         (err: unknown) => {
           logger.warn({ err }, 'segment tag refresh failed')
           scheduleRefresh(initialized ? refreshIntervalMs : Math.min(refreshIntervalMs, 1000))
-        },
+        }
       )
     }, delayMs)
     refreshTimer.unref()

@@ -1,0 +1,19 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { loadConfig, type Config } from '../../src/config/load-config.js'
+
+/** A fresh folder under the OS temp dir. */
+export function tempDir (prefix = 'leaf-test-'): string {
+  return mkdtempSync(join(tmpdir(), prefix))
+}
+
+/**
+ * A config built the way the server builds it, from `key: value` pairs (as on the command
+ * line), with no file and an embedded store in a fresh folder unless a URL is given.
+ */
+export function testConfig (values: Record<string, string | number | boolean> = {}): Config {
+  const dir = tempDir()
+  const all = { 'leaf.jdbc.url': `sqlite:${join(dir, 'leaf.db')}`, 'server.host': '127.0.0.1', 'server.port': 0, ...values }
+  return loadConfig({ cwd: dir, argv: Object.entries(all).map(([k, v]) => `--${k}=${v}`) }).config
+}

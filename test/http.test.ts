@@ -1,0 +1,91 @@
+import t from 'tap'
+import { buildApp } from '../src/app.js'
+import { testConfig } from './helpers/config.js'
+import { silentLogger } from './helpers/logger.js'
+
+async function app (values: Record<string, string | number | boolean> = { 'leaf.segment.enable': true }) {
+  const instance = await buildApp(testConfig(values), { logger: silentLogger })
+  t.teardown(() => instance.close())
+  return instance
+}
+
+t.test('GET /api/segment/get/:key answers the ID as plain text', async (t) => {
+  const server = await app()
+  const first = await server.inject('/api/segment/get/order')
+  t.equal(first.statusCode, 200)
+  t.match(first.headers['content-type'], /^text\/plain/)
+  t.equal(first.body, '1')
+  t.equal((await server.inject('/api/segment/get/order')).body, '2')
+  t.equal((await server.inject('/api/segment/get/leaf-segment-test')).body, '1')
+})
+
+t.test('?count=N answers N increasing IDs, one per line', async (t) => {
+  const server = await app()
+  const res = await server.inject('/api/segment/get/order?count=5000')
+  t.equal(res.statusCode, 200)
+  const ids = res.body.split('\n').map(BigInt)
+  t.equal(ids.length, 5000, 'crosses into further segments (step 2000)')
+  t.ok(ids.every((id, i) => i === 0 || id > (ids[i - 1] as bigint)))
+  t.equal(ids[0], 1n)
+})
+
+t.test('Accept: application/json answers {"id"} or {"ids"} with string IDs', async (t) => {
+  const server = await app()
+  const one = await server.inject({ url: '/api/segment/get/order', headers: { accept: 'application/json' } })
+  t.match(one.headers['content-type'], /^application\/json/)
+  t.same(one.json(), { id: '1' })
+  const many = await server.inject({ url: '/api/segment/get/order?count=3', headers: { accept: 'application/json' } })
+  t.same(many.json(), { ids: ['2', '3', '4'] })
+})
+
+t.test('a disabled mode answers 503 MODE_DISABLED, never ID 0', async (t) => {
+  const server = await app({ 'leaf.segment.enable': false })
+  for (const mode of ['segment', 'snowflake']) {
+    const res = await server.inject(`/api/${mode}/get/order`)
+    t.equal(res.statusCode, 503)
+    t.same(res.json(), { error: 'MODE_DISABLED', message: `${mode} mode is disabled on this instance.` })
+  }
+})
+
+t.test('bad input gets its documented status and JSON body, and the server stays up', async (t) => {
+  const server = await app()
+  const cases: [string, number, string][] = [
+    ['/api/segment/get/', 400, 'INVALID_KEY'],
+    [`/api/segment/get/${'k'.repeat(129)}`, 400, 'INVALID_KEY'],
+    [`/api/segment/get/${'k'.repeat(4096)}`, 400, 'INVALID_KEY'],
+    [`/api/segment/get/${'é'.repeat(128)}`, 404, 'KEY_NOT_FOUND'],
+    [`/api/segment/get/${encodeURIComponent('😀'.repeat(128))}`, 404, 'KEY_NOT_FOUND'],
+    [`/api/segment/get/${encodeURIComponent('😀'.repeat(129))}`, 400, 'INVALID_KEY'],
+    ['/api/segment/get/a/b', 404, 'NOT_FOUND'],
+    ['/api/segment/get/a%2Fb', 404, 'KEY_NOT_FOUND'],
+    ['/api/segment/get/%00', 404, 'KEY_NOT_FOUND'],
+    ['/api/segment/get/%zz', 400, 'BAD_REQUEST'],
+    ['/api/segment/get/..', 404, 'NOT_FOUND'], // the URL resolves to /api/segment/
+    ['/api/segment/get/%2E%2E', 404, 'KEY_NOT_FOUND'],
+    [`/api/segment/get/${encodeURIComponent("o' OR '1'='1")}`, 404, 'KEY_NOT_FOUND'],
+    [`/api/segment/get/${encodeURIComponent('order"; DROP TABLE leaf_alloc; --')}`, 404, 'KEY_NOT_FOUND'],
+    ['/api/segment/get/order?count=0', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=-1', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=1.5', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=10001', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=abc', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=1&count=2', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=99999999999999999999', 400, 'INVALID_COUNT'],
+    ['/no/such/route', 404, 'NOT_FOUND'],
+  ]
+  for (const [url, status, code] of cases) {
+    const res = await server.inject(url)
+    t.equal(res.statusCode, status, `${url.slice(0, 60)} -> ${status}`)
+    t.match(res.headers['content-type'], /^application\/json/)
+    const body = res.json()
+    t.equal(body.error, code, `${url.slice(0, 60)} -> ${code}`)
+    t.type(body.message, 'string')
+    t.notMatch(res.body, /at .*\.(js|ts):\d+/, 'no stack trace')
+  }
+  const post = await server.inject({ method: 'POST', url: '/api/segment/get/order' })
+  t.equal(post.statusCode, 404)
+  t.equal(post.json().error, 'NOT_FOUND')
+  t.equal((await server.inject('/api/segment/get/order?count=10000')).body.split('\n').length, 10000, 'count at the maximum is fine')
+  t.equal((await server.inject('/api/segment/get/order')).statusCode, 200, 'still serving')
+})
