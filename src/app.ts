@@ -1,11 +1,11 @@
-import Fastify, { LogController, type FastifyInstance, type FastifyBaseLogger } from 'fastify'
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Config } from './config/load-config.js'
-import type { Logger } from './logger.js'
+import { registerDecodeRoutes } from './http/decode-routes.js'
 import { frameworkErrors, registerErrorHandling } from './http/errors.js'
 import { registerIdRoute } from './http/id-routes.js'
-import { createSegmentGenerator, type SegmentGenerator } from './segment/segment-generator.js'
-import { createStore, describeStore } from './segment/stores/create-store.js'
-import type { SegmentStore } from './segment/store.js'
+import type { Logger } from './logger.js'
+import { startSegmentMode, type SegmentMode } from './modes/segment-mode.js'
+import { startSnowflakeMode, type SnowflakeMode } from './modes/snowflake-mode.js'
 
 export interface AppOptions {
   logger: FastifyBaseLogger & Logger
@@ -17,14 +17,15 @@ declare module 'fastify' {
   interface FastifyInstance {
     leaf: {
       config: Config
-      segment: { store: SegmentStore, generator: SegmentGenerator } | undefined
+      segment: SegmentMode | undefined
+      snowflake: SnowflakeMode | undefined
     }
   }
 }
 
 /**
- * Builds the service from a config object: the generators of the enabled modes, their
- * routes, and their clean-up on close. Listening is the caller's business (server.ts).
+ * Builds the service from a config object: the enabled modes, their routes, and their
+ * clean-up on close. Listening is the caller's business (server.ts).
  */
 export async function buildApp (config: Config, { logger, clock }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
@@ -45,27 +46,21 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
     })
   }
 
-  let segment: FastifyInstance['leaf']['segment']
-  if (config.segment.enabled) {
-    const store = createStore(config.segment.store, config.segment)
-    const generator = createSegmentGenerator({
-      store,
-      logger,
-      clock,
-      waitTimeoutMs: config.segment.waitTimeoutMs,
-      refreshIntervalMs: config.segment.refreshIntervalMs,
-    })
-    segment = { store, generator }
-    app.addHook('onClose', async () => {
-      generator.close()
-      await store.close()
-    })
-    const ok = await generator.init()
-    logger.info({ store: describeStore(config.segment.store), ready: ok }, 'segment mode enabled')
+  const leaf: FastifyInstance['leaf'] = { config, segment: undefined, snowflake: undefined }
+  app.decorate('leaf', leaf)
+  app.addHook('onClose', async () => {
+    await Promise.all([leaf.segment?.close(), leaf.snowflake?.close()])
+  })
+  try {
+    if (config.segment.enabled) leaf.segment = await startSegmentMode(config, logger, { clock })
+    if (config.snowflake.enabled) leaf.snowflake = await startSnowflakeMode(config, logger, { clock })
+  } catch (err) {
+    await app.close()
+    throw err
   }
-  app.decorate('leaf', { config, segment })
 
-  registerIdRoute(app, { mode: 'segment', source: segment?.generator, batchMax: config.batchMax })
-  registerIdRoute(app, { mode: 'snowflake', source: undefined, batchMax: config.batchMax })
+  registerIdRoute(app, { mode: 'segment', source: leaf.segment?.generator, batchMax: config.batchMax })
+  registerIdRoute(app, { mode: 'snowflake', source: leaf.snowflake?.generator, batchMax: config.batchMax })
+  registerDecodeRoutes(app, config.snowflake.twepoch)
   return app
 }

@@ -7,7 +7,6 @@ export const ERRORS = {
   UNAUTHORIZED: { status: 401, message: 'This route needs an Authorization: Bearer token.' },
   KEY_NOT_FOUND: { status: 404, message: 'The key is not in the leaf_alloc table.' },
   NOT_FOUND: { status: 404, message: 'No such route.' },
-  METHOD_NOT_ALLOWED: { status: 405, message: 'This route does not accept that method.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The request body has an unsupported content type.' },
   MODE_DISABLED: { status: 503, message: 'This ID mode is disabled on this instance.' },

@@ -2,6 +2,7 @@ import closeWithGrace from 'close-with-grace'
 import pino from 'pino'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig, type LoadedConfig } from './config/load-config.js'
+import { LeaseRefused } from './snowflake/worker-id/worker-lease.js'
 
 // Entry point: read the config, build the app, listen, and drain on SIGTERM/SIGINT.
 let loaded: LoadedConfig
@@ -26,7 +27,8 @@ try {
   app = await buildApp(config, { logger })
   await app.listen({ host: config.server.host, port: config.server.port })
 } catch (err) {
-  logger.fatal({ err }, 'start failed')
+  if (err instanceof LeaseRefused) logger.fatal(`start refused: ${err.message}`)
+  else logger.fatal({ err }, 'start failed')
   await app?.close()
   process.exit(1)
 }

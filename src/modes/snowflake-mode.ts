@@ -1,0 +1,38 @@
+import type { Config } from '../config/load-config.js'
+import type { Logger } from '../logger.js'
+import { createSnowflakeGenerator, type SnowflakeGenerator, type SnowflakeGeneratorOptions } from '../snowflake/snowflake-generator.js'
+import { acquireWorkerLease, type WorkerLease } from '../snowflake/worker-id/worker-lease.js'
+
+export interface SnowflakeMode {
+  lease: WorkerLease
+  generator: SnowflakeGenerator
+  close (): Promise<void>
+}
+
+/** Leases the worker id (refusing to start when IDs could repeat) and builds the generator. */
+export async function startSnowflakeMode (
+  config: Config,
+  logger: Logger,
+  extra: Pick<SnowflakeGeneratorOptions, 'clock' | 'onClockBackwards'> = {}
+): Promise<SnowflakeMode> {
+  const s = config.snowflake
+  const clock = extra.clock ?? Date.now
+  const lease = await acquireWorkerLease({
+    name: config.name,
+    zkAddress: s.zkAddress,
+    ip: s.ip,
+    port: s.port,
+    staticWorkerId: s.workerId,
+    cacheDir: s.cacheDir,
+    heartbeatIntervalMs: s.heartbeatIntervalMs,
+    maxClockDriftMs: s.maxClockDriftMs,
+    zkConnectTimeoutMs: s.zkConnectTimeoutMs,
+    zkSessionTimeoutMs: s.zkSessionTimeoutMs,
+    clock,
+    logger,
+  })
+  const generator = createSnowflakeGenerator({ workerId: lease.workerId, twepoch: s.twepoch, notBefore: lease.notBefore, ...extra, clock })
+  const waitMs = Math.max(0, lease.notBefore - clock())
+  logger.info({ workerId: lease.workerId, source: lease.status().source, restartWindowMs: waitMs }, 'snowflake mode enabled')
+  return { lease, generator, close: () => lease.close() }
+}

@@ -1,0 +1,143 @@
+import { LeafError } from '../errors.js'
+
+// Java Leaf's layout: 41 bits of milliseconds since twepoch, 10 bits of worker id,
+// 12 bits of sequence.
+export const WORKER_ID_BITS = 10
+export const SEQUENCE_BITS = 12
+export const MAX_WORKER_ID = (1 << WORKER_ID_BITS) - 1 // 1023
+export const SEQUENCE_MASK = (1 << SEQUENCE_BITS) - 1 // 4095
+const WORKER_SHIFT = BigInt(SEQUENCE_BITS)
+const TIMESTAMP_SHIFT = BigInt(WORKER_ID_BITS + SEQUENCE_BITS)
+/** 2010-11-04 09:42:54.657 +08:00, Java Leaf's epoch. */
+export const DEFAULT_TWEPOCH = 1288834974657
+/** A new millisecond starts its sequence at a random value below this, as Leaf does. */
+export const SEQUENCE_START_SPREAD = 100
+/** A clock this far behind (ms) is waited out (twice the offset); further behind fails. */
+export const MAX_BACKWARDS_WAIT_MS = 5
+
+export interface SnowflakeGeneratorOptions {
+  workerId: number
+  twepoch?: number
+  clock?: () => number
+  /** Resolves after `ms`; injectable for tests. */
+  sleep?: (ms: number) => Promise<void>
+  /** An integer in [0, n). */
+  random?: (n: number) => number
+  /** No ID is issued for a millisecond before this one (the restart window). */
+  notBefore?: number
+  /** Told each time the clock is found behind the last ID's millisecond. */
+  onClockBackwards?: (offsetMs: number) => void
+}
+
+export interface SnowflakeParts {
+  timestamp: number
+  workerId: number
+  sequence: number
+}
+
+export interface SnowflakeGenerator {
+  readonly workerId: number
+  readonly twepoch: number
+  /** Synchronous except while the clock is waited out. */
+  next (key?: string): bigint | Promise<bigint>
+  nextBatch (key: string, count: number): bigint[] | Promise<bigint[]>
+  decode (id: bigint): SnowflakeParts
+}
+
+export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): SnowflakeGenerator {
+  const {
+    workerId,
+    twepoch = DEFAULT_TWEPOCH,
+    clock = Date.now,
+    sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+    random = (n) => Math.floor(Math.random() * n),
+    notBefore = 0,
+    onClockBackwards,
+  } = options
+  if (!Number.isInteger(workerId) || workerId < 0 || workerId > MAX_WORKER_ID) {
+    throw new RangeError(`worker id ${workerId} is outside [0, ${MAX_WORKER_ID}]`)
+  }
+  let lastTimestamp = -1
+  let sequence = 0
+  // The high bits of every ID of the current millisecond, built once per millisecond.
+  let msBits = 0n
+
+  function beginMillisecond (ts: number, seq: number): void {
+    lastTimestamp = ts
+    sequence = seq
+    msBits = (BigInt(ts - twepoch) << TIMESTAMP_SHIFT) | (BigInt(workerId) << WORKER_SHIFT)
+  }
+
+  /** One ID now, or undefined when the clock is behind (the caller decides how to wait). */
+  function tryNext (): bigint | undefined {
+    let ts = clock()
+    if (ts === lastTimestamp) {
+      sequence = (sequence + 1) & SEQUENCE_MASK
+      if (sequence === 0) {
+        // 4,096 IDs in this millisecond: spin to the next one, as Leaf does (at most 1 ms).
+        while (ts <= lastTimestamp) ts = clock()
+        beginMillisecond(ts, random(SEQUENCE_START_SPREAD))
+      }
+    } else if (ts > lastTimestamp && ts >= notBefore) {
+      beginMillisecond(ts, random(SEQUENCE_START_SPREAD))
+    } else {
+      return undefined
+    }
+    return msBits | BigInt(sequence)
+  }
+
+  /** The clock is behind the last ID (or inside the restart window): wait or refuse. */
+  async function nextAfterWait (): Promise<bigint> {
+    const now = clock()
+    if (now < notBefore) {
+      await sleep(notBefore - now)
+    } else {
+      const offset = lastTimestamp - now
+      onClockBackwards?.(offset)
+      if (offset > MAX_BACKWARDS_WAIT_MS) throw clockBackwards(offset)
+      await sleep(offset * 2)
+    }
+    const id = tryNext()
+    if (id === undefined) throw clockBackwards(lastTimestamp - clock())
+    return id
+  }
+
+  function next (): bigint | Promise<bigint> {
+    return tryNext() ?? nextAfterWait()
+  }
+
+  async function nextBatchAsync (ids: bigint[], count: number): Promise<bigint[]> {
+    while (ids.length < count) ids.push(tryNext() ?? await nextAfterWait())
+    return ids
+  }
+
+  function nextBatch (_key: string, count: number): bigint[] | Promise<bigint[]> {
+    const ids: bigint[] = []
+    while (ids.length < count) {
+      const id = tryNext()
+      if (id === undefined) return nextBatchAsync(ids, count)
+      ids.push(id)
+    }
+    return ids
+  }
+
+  return {
+    workerId,
+    twepoch,
+    next,
+    nextBatch,
+    decode: (id) => decodeSnowflakeId(id, twepoch),
+  }
+}
+
+function clockBackwards (offsetMs: number): LeafError {
+  return new LeafError('CLOCK_BACKWARDS', `The clock is ${offsetMs} ms behind the last ID issued; no ID until it catches up.`)
+}
+
+export function decodeSnowflakeId (id: bigint, twepoch = DEFAULT_TWEPOCH): SnowflakeParts {
+  return {
+    timestamp: Number(id >> TIMESTAMP_SHIFT) + twepoch,
+    workerId: Number((id >> WORKER_SHIFT) & BigInt(MAX_WORKER_ID)),
+    sequence: Number(id & BigInt(SEQUENCE_MASK)),
+  }
+}

@@ -1,0 +1,11 @@
+import { networkInterfaces } from 'node:os'
+
+/** Java Leaf's identity address: the first non-loopback IPv4 address of the machine. */
+export function firstNonLoopbackIPv4 (): string | undefined {
+  for (const addresses of Object.values(networkInterfaces())) {
+    for (const a of addresses ?? []) {
+      if (a.family === 'IPv4' && !a.internal) return a.address
+    }
+  }
+  return undefined
+}

@@ -1,0 +1,69 @@
+import { spawnSync } from 'node:child_process'
+import { join } from 'node:path'
+import t from 'tap'
+import { tempDir } from './helpers/config.js'
+import { createTestDatabase } from './helpers/mysql.js'
+import { ROOT, SERVER_JS, get, pool, startServer } from './helpers/server-process.js'
+
+t.test('a bad configuration stops the start with exit 1 and one line naming the key', async (t) => {
+  const cases: [string[], Record<string, string>, RegExp][] = [
+    [['--server.port=abc'], {}, /server\.port: "abc" is not an integer/],
+    [[], { LEAF_JDBC_URL: 'oracle:thin:@x' }, /leaf\.jdbc\.url: unknown scheme "oracle"/],
+    [['--config', '/nonexistent.properties'], {}, /--config: cannot read \/nonexistent\.properties/],
+  ]
+  for (const [args, env, line] of cases) {
+    const run = spawnSync(process.execPath, [SERVER_JS, ...args], { cwd: tempDir(), env: { PATH: process.env.PATH, ...env }, encoding: 'utf8' })
+    t.equal(run.status, 1, `${args.join(' ')}${JSON.stringify(env)}: exit 1`)
+    const lines = run.stderr.trim().split('\n')
+    t.equal(lines.length, 1, 'one line')
+    t.match(lines[0], line)
+    t.notMatch(run.stderr + run.stdout, /\n\s+at /, 'no stack trace')
+    t.equal(run.stdout, '', 'nothing started')
+  }
+})
+
+t.test('the shipped config serves segment IDs from the embedded store', async (t) => {
+  const cwd = tempDir()
+  const server = await startServer({ cwd, args: ['--config', join(ROOT, 'config/leaf.properties'), '--server.port=0'] })
+  t.teardown(() => server.stop())
+  t.match(await get(`${server.url}/api/segment/get/order`), { status: 200, body: '1' })
+})
+
+t.test('three instances on one MariaDB hand out 30,000 IDs with no duplicate', async (t) => {
+  const db = await createTestDatabase()
+  t.teardown(() => db.drop())
+  await db.query("INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('e2e', 100, 'e2e test')")
+  const servers = await Promise.all([0, 1, 2].map(() => startServer({
+    args: ['--server.port=0', '--leaf.segment.enable=true', '--leaf.snowflake.enable=false'],
+    env: { LEAF_JDBC_URL: db.jdbc.url, LEAF_JDBC_USERNAME: db.jdbc.username, LEAF_JDBC_PASSWORD: db.jdbc.password },
+  })))
+  t.teardown(() => Promise.all(servers.map((s) => s.stop())))
+
+  const perServer = await Promise.all(servers.map(async (server) => {
+    // 4,000 single IDs and 60 batches of 100, 16 requests at a time, interleaved.
+    const answers = await pool(4060, 16, (i) => get(i % 67 === 0 && i < 60 * 67
+      ? `${server.url}/api/segment/get/e2e?count=100`
+      : `${server.url}/api/segment/get/e2e`))
+    return answers
+  }))
+  const all: bigint[] = []
+  let failed = 0
+  for (const answers of perServer) {
+    for (const a of answers) {
+      if (a.status !== 200) failed++
+      else all.push(...a.body.split('\n').map(BigInt))
+    }
+  }
+  t.equal(failed, 0, 'no failed request')
+  t.equal(all.length, 30_000)
+  t.equal(new Set(all).size, all.length, 'no duplicate ID')
+  const [row] = await db.query<{ max_id: string }[]>("SELECT max_id FROM leaf_alloc WHERE biz_tag = 'e2e'")
+  const maxId = BigInt(row?.max_id ?? 0)
+  t.ok(all.every((id) => id >= 1n && id < maxId), 'every ID inside a reserved range')
+})
+
+t.test('SIGTERM drains and exits 0', async (t) => {
+  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true'] })
+  t.equal((await get(`${server.url}/api/segment/get/order`)).status, 200)
+  t.equal(await server.stop('SIGTERM'), 0)
+})

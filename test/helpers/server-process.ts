@@ -1,0 +1,101 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { Agent, request } from 'node:http'
+import { fileURLToPath } from 'node:url'
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url))
+export const SERVER_JS = fileURLToPath(new URL('../../dist/server.js', import.meta.url))
+
+export interface ServerProcess {
+  url: string
+  port: number
+  proc: ChildProcess
+  /** Every line the process wrote to stdout and stderr so far. */
+  output: string[]
+  /** Sends the signal and resolves with the exit code. */
+  stop (signal?: NodeJS.Signals): Promise<number | null>
+  exited: Promise<number | null>
+}
+
+export interface StartOptions {
+  args?: string[]
+  env?: Record<string, string>
+  cwd?: string
+  /** How long to wait for "Server listening". */
+  timeoutMs?: number
+}
+
+/** Runs the built server (`node dist/server.js`) and waits until it listens on 127.0.0.1. */
+export function startServer ({ args = [], env = {}, cwd = ROOT, timeoutMs = 20_000 }: StartOptions = {}): Promise<ServerProcess> {
+  const proc = spawn(process.execPath, [SERVER_JS, '--server.host=127.0.0.1', ...args], {
+    cwd,
+    env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  const output: string[] = []
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)))
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`server did not listen in time:\n${output.join('\n')}`)) }, timeoutMs)
+    const onLine = (line: string) => {
+      output.push(line)
+      const m = /Server listening at http:\/\/127\.0\.0\.1:(\d+)/.exec(line)
+      if (m !== null) {
+        clearTimeout(timer)
+        const port = Number(m[1])
+        resolve({
+          url: `http://127.0.0.1:${port}`,
+          port,
+          proc,
+          output,
+          exited,
+          async stop (signal = 'SIGTERM') {
+            if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal)
+            return exited
+          },
+        })
+      }
+    }
+    for (const stream of [proc.stdout, proc.stderr]) {
+      let buffered = ''
+      stream.setEncoding('utf8')
+      stream.on('data', (chunk: string) => {
+        buffered += chunk
+        const lines = buffered.split('\n')
+        buffered = lines.pop() ?? ''
+        lines.forEach(onLine)
+      })
+    }
+    exited.then((code) => { clearTimeout(timer); reject(new Error(`server exited with ${code} before listening:\n${output.join('\n')}`)) }, reject)
+  })
+}
+
+const agent = new Agent({ keepAlive: true, maxSockets: 64 })
+
+export interface Answer { status: number, body: string, headers: Record<string, string | string[] | undefined> }
+
+/** A GET over a keep-alive connection. */
+export function get (url: string, headers: Record<string, string> = {}): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { agent, headers }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (c: string) => { body += c })
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers }))
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+/** Runs `task` for i in [0, total) with at most `concurrency` at once. */
+export async function pool<T> (total: number, concurrency: number, task: (i: number) => Promise<T>): Promise<T[]> {
+  const results: T[] = new Array(total)
+  let next = 0
+  await Promise.all(Array.from({ length: Math.min(concurrency, total) }, async () => {
+    while (next < total) {
+      const i = next++
+      results[i] = await task(i)
+    }
+  }))
+  return results
+}

@@ -1,0 +1,28 @@
+import { randomBytes } from 'node:crypto'
+import { connectZookeeper, zk, type Client } from '../../src/snowflake/worker-id/zookeeper.js'
+
+/** The ZooKeeper that scripts/test-services.sh starts; override with LEAF_TEST_ZK. */
+export const TEST_ZK = process.env.LEAF_TEST_ZK ?? '127.0.0.1:2181'
+
+/** A leaf.name of its own, so each test has its own /snowflake/<name> tree. */
+export function uniqueName (): string {
+  return `leaf-test-${randomBytes(4).toString('hex')}`
+}
+
+export async function inspector (): Promise<Client & { data (path: string): Promise<Record<string, unknown>>, children (path: string): Promise<string[]> }> {
+  const client = await connectZookeeper(TEST_ZK, 10_000, 5000)
+  return Object.assign(client, {
+    async data (path: string) {
+      return JSON.parse(String(await zk.getData(client, path))) as Record<string, unknown>
+    },
+    async children (path: string) {
+      try {
+        return (await zk.getChildren(client, path)).sort()
+      } catch {
+        return []
+      }
+    },
+  })
+}
+
+export { zk }

@@ -1,0 +1,107 @@
+import t from 'tap'
+import { LeafError } from '../src/errors.js'
+import { DEFAULT_TWEPOCH, MAX_WORKER_ID, createSnowflakeGenerator, decodeSnowflakeId, type SnowflakeGeneratorOptions } from '../src/snowflake/snowflake-generator.js'
+
+const T0 = 1_790_000_000_000
+
+/** A clock tests move by hand; `sleep` moves it too, so waits cost no real time. */
+function fakeTime (start = T0) {
+  const time = { now: start, slept: [] as number[] }
+  return {
+    time,
+    clock: () => time.now,
+    sleep: async (ms: number) => { time.slept.push(ms); time.now += ms },
+  }
+}
+
+function generator (overrides: Partial<SnowflakeGeneratorOptions> = {}) {
+  const f = fakeTime()
+  const gen = createSnowflakeGenerator({ workerId: 7, clock: f.clock, sleep: f.sleep, random: () => 42, ...overrides })
+  return { gen, ...f }
+}
+
+t.test('layout: (timestamp - twepoch) << 22 | workerId << 12 | sequence, and decode round-trips', async (t) => {
+  const { gen } = generator()
+  const id = gen.next() as bigint
+  t.equal(id, (BigInt(T0 - DEFAULT_TWEPOCH) << 22n) | (7n << 12n) | 42n)
+  t.same(decodeSnowflakeId(id), { timestamp: T0, workerId: 7, sequence: 42 })
+  t.same(gen.decode(gen.next() as bigint), { timestamp: T0, workerId: 7, sequence: 43 })
+  const custom = createSnowflakeGenerator({ workerId: MAX_WORKER_ID, twepoch: 0, clock: () => 5, random: () => 0 })
+  t.same(custom.decode(custom.next() as bigint), { timestamp: 5, workerId: 1023, sequence: 0 })
+})
+
+t.test('a new millisecond starts its sequence at a random value below 100', async (t) => {
+  const seen: number[] = []
+  const f = fakeTime()
+  const gen = createSnowflakeGenerator({ workerId: 1, clock: f.clock, random: (n) => { seen.push(n); return 99 } })
+  t.equal(gen.decode(gen.next() as bigint).sequence, 99)
+  f.time.now++
+  t.equal(gen.decode(gen.next() as bigint).sequence, 99)
+  t.same(seen, [100, 100])
+  const real = createSnowflakeGenerator({ workerId: 1, clock: f.clock })
+  for (let i = 0; i < 50; i++) {
+    f.time.now++
+    const seq = real.decode(real.next() as bigint).sequence
+    t.ok(seq >= 0 && seq < 100, `sequence ${seq} in [0, 100)`)
+  }
+})
+
+t.test('the sequence wraps: waits for the next millisecond, IDs stay increasing', async (t) => {
+  let calls = 0
+  const time = { now: T0 }
+  // The clock moves on one millisecond after 5,000 reads.
+  const gen = createSnowflakeGenerator({ workerId: 3, clock: () => (++calls % 5000 === 0 ? ++time.now : time.now), random: () => 0 })
+  const ids = gen.nextBatch('k', 4097) as bigint[]
+  t.equal(ids.length, 4097)
+  t.ok(ids.every((id, i) => i === 0 || id > (ids[i - 1] as bigint)), 'strictly increasing')
+  t.same(gen.decode(ids[4095] as bigint), { timestamp: T0, workerId: 3, sequence: 4095 })
+  t.same(gen.decode(ids[4096] as bigint), { timestamp: T0 + 1, workerId: 3, sequence: 0 })
+})
+
+t.test('clock behind by up to 5 ms: waits twice the offset, then serves', async (t) => {
+  const { gen, time } = generator()
+  gen.next()
+  time.now -= 3
+  const id = await gen.next()
+  t.same(time.slept, [6])
+  t.same(gen.decode(id), { timestamp: T0 + 3, workerId: 7, sequence: 42 })
+})
+
+t.test('clock still behind after the wait: CLOCK_BACKWARDS', async (t) => {
+  const { gen, time } = generator({ sleep: async () => {} }) // sleeping does not move this clock
+  gen.next()
+  time.now -= 2
+  await t.rejects(Promise.resolve(gen.next()), new LeafError('CLOCK_BACKWARDS', 'The clock is 2 ms behind the last ID issued; no ID until it catches up.'))
+})
+
+t.test('clock behind by more than 5 ms: CLOCK_BACKWARDS at once, and reported', async (t) => {
+  const offsets: number[] = []
+  const { gen, time } = generator({ onClockBackwards: (ms) => offsets.push(ms) })
+  gen.next()
+  time.now -= 6
+  await t.rejects(Promise.resolve(gen.next()), { code: 'CLOCK_BACKWARDS' })
+  t.same(time.slept, [], 'no wait')
+  t.same(offsets, [6])
+  time.now += 6
+  t.type(gen.next(), 'bigint', 'serves again once the clock is back')
+})
+
+t.test('restart window: no ID for a millisecond before notBefore; callers wait', async (t) => {
+  const { gen, time } = generator({ notBefore: T0 + 2500 })
+  const id = await gen.next()
+  t.same(time.slept, [2500])
+  t.equal(gen.decode(id).timestamp, T0 + 2500)
+  const batch = await generator({ notBefore: T0 + 10 }).gen.nextBatch('k', 3)
+  t.equal(batch.length, 3)
+})
+
+t.test('worker ids outside [0, 1023] are refused', async (t) => {
+  t.throws(() => createSnowflakeGenerator({ workerId: 1024 }), RangeError)
+  t.throws(() => createSnowflakeGenerator({ workerId: -1 }), RangeError)
+})
+
+t.test('a real clock: 100,000 IDs, all unique and increasing', async (t) => {
+  const gen = createSnowflakeGenerator({ workerId: 5 })
+  const ids = await gen.nextBatch('k', 100_000)
+  t.ok(ids.every((id, i) => i === 0 || id > (ids[i - 1] as bigint)))
+})
