@@ -1,6 +1,7 @@
 import t from 'tap'
 import { buildApp } from '../src/app.js'
-import { testConfig } from './helpers/config.js'
+import { formatLocal } from '../src/http/decode-routes.js'
+import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 
 async function app (values: Record<string, string | number | boolean> = { 'leaf.segment.enable': true }) {
@@ -87,4 +88,37 @@ t.test('bad input gets its documented status and JSON body, and the server stays
   t.equal(post.json().error, 'NOT_FOUND')
   t.equal((await server.inject('/api/segment/get/order?count=10000')).body.split('\n').length, 10000, 'count at the maximum is fine')
   t.equal((await server.inject('/api/segment/get/order')).statusCode, 200, 'still serving')
+})
+
+t.test('snowflake: the same contract as segment; any valid key', async (t) => {
+  const server = await app({ 'leaf.snowflake.enable': true, 'leaf.snowflake.worker.id': 5, 'leaf.snowflake.cache.dir': tempDir() })
+  const res = await server.inject('/api/snowflake/get/anything')
+  t.equal(res.statusCode, 200)
+  t.match(res.headers['content-type'], /^text\/plain/)
+  t.match(res.body, /^\d{18,19}$/)
+  const json = await server.inject({ url: '/api/snowflake/get/x?count=3', headers: { accept: 'application/json' } })
+  t.equal(json.json().ids.length, 3)
+  t.equal((await server.inject(`/api/snowflake/get/${'k'.repeat(129)}`)).json().error, 'INVALID_KEY')
+  t.equal((await server.inject('/api/snowflake/get/x?count=0')).json().error, 'INVALID_COUNT')
+  t.equal((await server.inject('/api/segment/get/order')).json().error, 'MODE_DISABLED')
+})
+
+t.test('decode routes: Leaf\'s strings in the server\'s zone, and the JSON form', async (t) => {
+  const server = await app({ 'leaf.snowflake.enable': true, 'leaf.snowflake.cache.dir': tempDir() })
+  // Leaf's README example: worker 39, sequence 3448 at 1567733700834.
+  const id = ((1567733700834n - 1288834974657n) << 22n) | (39n << 12n) | 3448n
+  const leaf = await server.inject(`/decodeSnowflakeId?snowflakeId=${id}`)
+  t.equal(leaf.statusCode, 200)
+  t.same(leaf.json(), { timestamp: `1567733700834(${formatLocal(1567733700834)})`, sequenceId: '3448', workerId: '39' })
+  t.match(formatLocal(1567733700834), /^2019-09-0[56] \d\d:\d\d:00\.834$/)
+  const ours = await server.inject(`/api/snowflake/decode/${id}`)
+  t.same(ours.json(), { id: String(id), timestamp: 1567733700834, time: '2019-09-06T01:35:00.834Z', workerId: 39, sequence: 3448 })
+  for (const bad of ['abc', '', '1.5', '9223372036854775808', '99999999999999999999', '0x10']) {
+    const a = await server.inject(`/decodeSnowflakeId?snowflakeId=${encodeURIComponent(bad)}`)
+    t.equal(a.statusCode, 400, `decodeSnowflakeId ${bad || '(empty)'} -> 400`)
+    t.match(a.json(), { error: 'INVALID_ID', errorMsg: String })
+    if (bad !== '') t.equal((await server.inject(`/api/snowflake/decode/${encodeURIComponent(bad)}`)).statusCode, 400)
+  }
+  t.equal((await server.inject('/decodeSnowflakeId')).statusCode, 400, 'missing parameter')
+  t.equal((await server.inject('/api/snowflake/decode/9223372036854775807')).statusCode, 200, 'the largest int64 decodes')
 })
