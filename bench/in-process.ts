@@ -3,6 +3,7 @@ import { Snowflake } from '@sapphire/snowflake'
 import { createSegmentGenerator, type Id } from '../src/segment/segment-generator.js'
 import { createSnowflakeGenerator, DEFAULT_TWEPOCH } from '../src/snowflake/snowflake-generator.js'
 import type { SegmentStore } from '../src/segment/store.js'
+import { FakeStore } from '../test/helpers/fake-store.js'
 
 // In-process generator throughput: each figure is IDs per second over `seconds` after a
 // warm-up, checked in blocks so the clock is read rarely.
@@ -28,15 +29,7 @@ function measure (seconds: number, fn: () => unknown): number {
 
 /** A store with ranges large enough that no load happens while measuring. */
 function memoryStore (): SegmentStore {
-  let maxId = 1n
-  const step = 1_000_000_000
-  return {
-    getAllTags: async () => ['bench'],
-    allocate: async (key) => { maxId += BigInt(step); return { key, maxId, step } },
-    getAllRows: async () => [],
-    ping: async () => {},
-    close: async () => {},
-  }
+  return new FakeStore({ bench: { step: 1_000_000_000 } })
 }
 
 export async function runInProcess (seconds = 3): Promise<InProcessRow[]> {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts what the tests need when it is not running, installing it from Debian's packages
 # where it is missing: MariaDB (the machine's own service when it is up), ZooKeeper on a
-# loopback port with its own data folder. Creates the `leaf` database and user.
+# loopback port with its own data folder, Chromium (the /cache page test) and promtool (the
+# metrics lint). Creates the `leaf` database and user.
 # Idempotent: run it as often as you like.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,15 @@ wait_for() { # description, seconds, command...
 }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# --- Tools the tests call ------------------------------------------------------
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+command -v promtool >/dev/null || missing+=(prometheus)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  apt_install "${missing[@]}"
+fi
 
 # --- MariaDB ---------------------------------------------------------------
 if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ]; then

@@ -1,9 +1,12 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Config } from './config/load-config.js'
+import { registerAdminRoutes } from './http/admin-routes.js'
 import { registerDecodeRoutes } from './http/decode-routes.js'
 import { frameworkErrors, registerErrorHandling } from './http/errors.js'
+import { registerHealthRoutes } from './http/health-routes.js'
 import { registerIdRoute } from './http/id-routes.js'
 import type { Logger } from './logger.js'
+import { createMetrics, type Metrics } from './metrics/metrics.js'
 import { startSegmentMode, type SegmentMode } from './modes/segment-mode.js'
 import { startSnowflakeMode, type SnowflakeMode } from './modes/snowflake-mode.js'
 
@@ -17,15 +20,19 @@ declare module 'fastify' {
   interface FastifyInstance {
     leaf: {
       config: Config
+      metrics: Metrics
       segment: SegmentMode | undefined
       snowflake: SnowflakeMode | undefined
     }
   }
 }
 
+/** Route label for requests that matched no route: raw URLs never become label values. */
+const UNMATCHED_ROUTE = 'not_found'
+
 /**
- * Builds the service from a config object: the enabled modes, their routes, and their
- * clean-up on close. Listening is the caller's business (server.ts).
+ * Builds the service from a config object: the enabled modes, their routes, metrics and
+ * views, and their clean-up on close. Listening is the caller's business (server.ts).
  */
 export async function buildApp (config: Config, { logger, clock }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
@@ -40,27 +47,39 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
     },
   })
   registerErrorHandling(app)
-  if (logger.level === 'debug' || logger.level === 'trace') {
-    app.addHook('onResponse', async (request, reply) => {
-      request.log.debug({ method: request.method, route: request.routeOptions.url, status: reply.statusCode, ms: reply.elapsedTime }, 'request')
-    })
-  }
 
-  const leaf: FastifyInstance['leaf'] = { config, segment: undefined, snowflake: undefined }
+  const metrics = createMetrics()
+  const debug = logger.level === 'debug' || logger.level === 'trace'
+  app.addHook('onResponse', (request, reply, done) => {
+    const route = request.routeOptions.url ?? UNMATCHED_ROUTE
+    metrics.request(request.method, route, reply.statusCode, reply.elapsedTime / 1000)
+    if (debug) request.log.debug({ method: request.method, route, status: reply.statusCode, ms: reply.elapsedTime }, 'request')
+    done()
+  })
+
+  const leaf: FastifyInstance['leaf'] = { config, metrics, segment: undefined, snowflake: undefined }
   app.decorate('leaf', leaf)
   app.addHook('onClose', async () => {
     await Promise.all([leaf.segment?.close(), leaf.snowflake?.close()])
   })
   try {
-    if (config.segment.enabled) leaf.segment = await startSegmentMode(config, logger, { clock })
-    if (config.snowflake.enabled) leaf.snowflake = await startSnowflakeMode(config, logger, { clock })
+    if (config.segment.enabled) leaf.segment = await startSegmentMode(config, logger, { clock, onLoad: metrics.segmentLoad })
+    if (config.snowflake.enabled) leaf.snowflake = await startSnowflakeMode(config, logger, { clock, onClockBackwards: metrics.clockBackwards })
   } catch (err) {
     await app.close()
     throw err
   }
+  metrics.watch(leaf)
 
-  registerIdRoute(app, { mode: 'segment', source: leaf.segment?.generator, batchMax: config.batchMax })
-  registerIdRoute(app, { mode: 'snowflake', source: leaf.snowflake?.generator, batchMax: config.batchMax })
+  registerIdRoute(app, { mode: 'segment', source: leaf.segment?.generator, batchMax: config.batchMax, metrics })
+  registerIdRoute(app, { mode: 'snowflake', source: leaf.snowflake?.generator, batchMax: config.batchMax, metrics })
   registerDecodeRoutes(app, config.snowflake.twepoch)
+  registerHealthRoutes(app)
+  app.get('/metrics', async (_request, reply) => {
+    reply.type(metrics.registry.contentType)
+    return metrics.registry.metrics()
+  })
+  registerAdminRoutes(app, config.adminToken)
+  if (config.adminToken === '') logger.info('leaf.admin.token is not set: /cache, /db and /api views are open, tag management is off')
   return app
 }

@@ -17,6 +17,8 @@ const { config, file, warnings } = loaded
 
 const logger = pino({
   level: config.logLevel,
+  // Belt and braces: nothing logs these on purpose.
+  redact: { paths: ['req.headers.authorization', 'headers.authorization', '*.password', 'password', '*.token', 'token'], censor: '[redacted]' },
   transport: process.stdout.isTTY ? { target: 'pino-pretty' } : undefined,
 })
 for (const warning of warnings) logger.warn(warning)

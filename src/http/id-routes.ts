@@ -14,8 +14,11 @@ export interface IdRouteOptions {
   /** Undefined when the mode is disabled: the route answers 503 MODE_DISABLED, never ID 0. */
   source: IdSource | undefined
   batchMax: number
-  /** Told of every ID handed out, for the metrics. */
-  onIssued?: (key: string, count: number) => void
+  /** Told of every ID handed out and every failure, for the metrics. */
+  metrics?: {
+    issued (mode: string, key: string, count: number): void
+    idError (mode: string, code: string): void
+  }
 }
 
 export const MAX_KEY_LENGTH = 128
@@ -29,8 +32,8 @@ interface IdRequest {
 }
 
 /** `GET /api/<mode>/get/:key[?count=N]`: Leaf's plain-text contract, JSON on request. */
-export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax, onIssued }: IdRouteOptions): void {
-  app.get<IdRequest>(`/api/${mode}/get/:key`, async (request, reply) => {
+export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax, metrics }: IdRouteOptions): void {
+  async function handler (request: FastifyRequest<IdRequest>, reply: FastifyReply) {
     const key = validKey(request.params.key)
     const rawCount = request.query.count
     const count = rawCount === undefined ? undefined : validCount(rawCount, batchMax)
@@ -38,13 +41,24 @@ export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax,
 
     if (count === undefined) {
       const id = await source.next(key)
-      onIssued?.(key, 1)
+      metrics?.issued(mode, key, 1)
       return wantsJson(request) ? sendJson(reply, `{"id":"${id}"}`) : reply.type(TEXT).send(String(id))
     }
     const ids = await source.nextBatch(key, count)
-    onIssued?.(key, ids.length)
+    metrics?.issued(mode, key, ids.length)
     return wantsJson(request) ? sendJson(reply, `{"ids":["${ids.join('","')}"]}`) : reply.type(TEXT).send(ids.join('\n'))
-  })
+  }
+
+  app.get<IdRequest>(`/api/${mode}/get/:key`, metrics === undefined
+    ? handler
+    : async (request, reply) => {
+      try {
+        return await handler(request, reply)
+      } catch (err) {
+        metrics.idError(mode, (err as { code?: string }).code ?? 'INTERNAL')
+        throw err
+      }
+    })
 }
 
 /** Keys are 1 to 128 characters (code points, as MySQL's varchar(128) counts them). */

@@ -58,6 +58,8 @@ export interface SegmentGenerator {
   addTag (key: string): void
   has (key: string): boolean
   views (): SegmentBufferView[]
+  /** Loaded tags with no ID left in either segment: they cannot answer without the store. */
+  exhaustedTags (): string[]
   close (): void
 }
 
@@ -76,6 +78,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   const buffers = new Map<string, SegmentBuffer>()
   let initialized = false
   let closed = false
+  let storeHealthy = true
   let refreshTimer: NodeJS.Timeout | undefined
 
   function next (key: string): Id | Promise<Id> {
@@ -163,12 +166,21 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         buf.backoffMs = 0
         buf.retryAt = 0
         onLoad?.(buf.key, (performance.now() - started) / 1000, true)
+        if (!storeHealthy) {
+          storeHealthy = true
+          logger.info('database reachable again: segment loads succeed')
+        }
       },
       (err: unknown) => {
         buf.backoffMs = Math.min(Math.max(buf.backoffMs * 2, retryMinMs), retryMaxMs)
         buf.retryAt = Date.now() + buf.backoffMs
         onLoad?.(buf.key, (performance.now() - started) / 1000, false)
-        logger.warn({ key: buf.key, err, retryInMs: buf.backoffMs }, 'segment load failed')
+        if (storeHealthy) {
+          storeHealthy = false
+          logger.warn({ key: buf.key, err }, 'database unreachable: serving buffered IDs, retrying loads')
+        } else {
+          logger.debug({ key: buf.key, err: (err as Error).message, retryInMs: buf.backoffMs }, 'segment load failed')
+        }
       }
     ).finally(() => {
       if (buf.loading === load) buf.loading = undefined
@@ -274,6 +286,13 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     },
     views () {
       return [...buffers.values()].map(toView)
+    },
+    exhaustedTags () {
+      const tags: string[] = []
+      for (const buf of buffers.values()) {
+        if (buf.initOk && !buf.nextReady && buf.currentSegment.idle === 0) tags.push(buf.key)
+      }
+      return tags
     },
     close () {
       closed = true

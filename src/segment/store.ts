@@ -18,6 +18,18 @@ export interface LeafAllocRow {
   updateTime: Date
 }
 
+export interface NewTag {
+  key: string
+  step: number
+  maxId: bigint
+  description: string | null
+}
+
+export interface TagChanges {
+  step?: number
+  description?: string | null
+}
+
 export interface SegmentStore {
   /** `SELECT biz_tag FROM leaf_alloc` */
   getAllTags (): Promise<string[]>
@@ -28,9 +40,11 @@ export interface SegmentStore {
   allocate (key: string, step?: number): Promise<Allocation | undefined>
   /** All rows, for the `/db` views. */
   getAllRows (): Promise<LeafAllocRow[]>
+  /** Inserts a tag; resolves undefined when it already exists. */
+  createTag (tag: NewTag): Promise<LeafAllocRow | undefined>
+  /** Changes a tag's step and/or description (never max_id); undefined when it does not exist. */
+  updateTag (key: string, changes: TagChanges): Promise<LeafAllocRow | undefined>
   /** Checks the connection and the table; rejects with the cause. */
   ping (): Promise<void>
   close (): Promise<void>
 }
-
-export const LEAF_ALLOC_COLUMNS = 'biz_tag, max_id, step, description, update_time'

@@ -1,4 +1,4 @@
-import type { Allocation, LeafAllocRow, SegmentStore } from '../../src/segment/store.js'
+import type { Allocation, LeafAllocRow, NewTag, SegmentStore, TagChanges } from '../../src/segment/store.js'
 
 interface Row { maxId: bigint, step: number, description: string | null, updateTime: Date }
 
@@ -42,6 +42,24 @@ export class FakeStore implements SegmentStore {
 
   getAllRows (): Promise<LeafAllocRow[]> {
     return this.answer(() => [...this.rows].map(([key, r]) => ({ key, ...r })))
+  }
+
+  createTag (tag: NewTag): Promise<LeafAllocRow | undefined> {
+    return this.answer(() => {
+      if (this.rows.has(tag.key)) return undefined
+      this.rows.set(tag.key, { maxId: tag.maxId, step: tag.step, description: tag.description, updateTime: new Date() })
+      return { key: tag.key, ...this.rows.get(tag.key) as Row }
+    })
+  }
+
+  updateTag (key: string, changes: TagChanges): Promise<LeafAllocRow | undefined> {
+    return this.answer(() => {
+      const row = this.rows.get(key)
+      if (row === undefined) return undefined
+      if (changes.step !== undefined) row.step = changes.step
+      if (changes.description !== undefined) row.description = changes.description
+      return { key, ...row }
+    })
   }
 
   ping (): Promise<void> {

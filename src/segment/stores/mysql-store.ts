@@ -20,6 +20,12 @@ const ALLOCATE_BY_STEP =
   'START TRANSACTION; UPDATE leaf_alloc SET max_id = max_id + ? WHERE biz_tag = ?; ' +
   'SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?; COMMIT'
 
+const SELECT_ROWS = 'SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc'
+
+function toRow (r: RowDataPacket): LeafAllocRow {
+  return { key: r.biz_tag, maxId: BigInt(r.max_id), step: Number(r.step), description: r.description, updateTime: r.update_time }
+}
+
 export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
   const pool = mysql.createPool({
     host: options.host,
@@ -57,6 +63,11 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
     return { key: row.biz_tag, maxId: BigInt(row.max_id), step: Number(row.step) }
   }
 
+  async function getRow (key: string): Promise<LeafAllocRow | undefined> {
+    const [rows] = await pool.query<RowDataPacket[]>(`${SELECT_ROWS} WHERE biz_tag = ?`, [key])
+    return rows[0] === undefined ? undefined : toRow(rows[0])
+  }
+
   return {
     async getAllTags () {
       const [rows] = await pool.query<RowDataPacket[]>('SELECT biz_tag FROM leaf_alloc')
@@ -64,14 +75,22 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
     },
     allocate,
     async getAllRows (): Promise<LeafAllocRow[]> {
-      const [rows] = await pool.query<RowDataPacket[]>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc')
-      return rows.map((r) => ({
-        key: r.biz_tag,
-        maxId: BigInt(r.max_id),
-        step: Number(r.step),
-        description: r.description,
-        updateTime: r.update_time,
-      }))
+      const [rows] = await pool.query<RowDataPacket[]>(SELECT_ROWS)
+      return rows.map(toRow)
+    },
+    async createTag (tag) {
+      const [result] = await pool.query<ResultSetHeader>(
+        'INSERT IGNORE INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)',
+        [tag.key, String(tag.maxId), tag.step, tag.description])
+      return result.affectedRows === 0 ? undefined : getRow(tag.key)
+    },
+    async updateTag (key, changes) {
+      const sets: string[] = []
+      const values: unknown[] = []
+      if (changes.step !== undefined) { sets.push('step = ?'); values.push(changes.step) }
+      if (changes.description !== undefined) { sets.push('description = ?'); values.push(changes.description) }
+      if (sets.length > 0) await pool.query(`UPDATE leaf_alloc SET ${sets.join(', ')} WHERE biz_tag = ?`, [...values, key])
+      return getRow(key)
     },
     async ping () {
       await pool.query('SELECT 1 FROM leaf_alloc LIMIT 1')

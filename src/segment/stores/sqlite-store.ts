@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
-import type { Allocation, LeafAllocRow, SegmentStore } from '../store.js'
+import type { Allocation, LeafAllocRow, SegmentStore, TagChanges } from '../store.js'
 
 const INT64_MAX = 2n ** 63n - 1n
 
@@ -46,6 +46,9 @@ export function createSqliteStore (path: string): SegmentStore {
   const selectRow = db.prepare<[string], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc WHERE biz_tag = ?')
   const selectRows = db.prepare<[], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc')
   const updateMaxId = db.prepare('UPDATE leaf_alloc SET max_id = ?, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ?')
+  const insertTag = db.prepare('INSERT OR IGNORE INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)')
+  const updateTag = db.prepare(`UPDATE leaf_alloc SET step = COALESCE(?, step),
+    description = CASE WHEN ? THEN ? ELSE description END, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ?`)
 
   // SQLite would turn an overflowing max_id + step into a REAL; compute it exactly instead,
   // inside the write transaction so no other process moves max_id in between.
@@ -67,6 +70,17 @@ export function createSqliteStore (path: string): SegmentStore {
     },
     async getAllRows () {
       return selectRows.all().map(toRow)
+    },
+    async createTag (tag) {
+      const { changes } = insertTag.run(tag.key, tag.maxId, tag.step, tag.description)
+      const row = selectRow.get(tag.key)
+      return changes === 0 || row === undefined ? undefined : toRow(row)
+    },
+    async updateTag (key: string, changes: TagChanges) {
+      const hasDescription = changes.description !== undefined
+      updateTag.run(changes.step ?? null, hasDescription ? 1 : 0, changes.description ?? null, key)
+      const row = selectRow.get(key)
+      return row === undefined ? undefined : toRow(row)
     },
     async ping () {
       selectTags.get()

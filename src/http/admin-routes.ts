@@ -1,0 +1,166 @@
+import type { FastifyInstance } from 'fastify'
+import { LeafError } from '../errors.js'
+import type { SegmentMode } from '../modes/segment-mode.js'
+import type { SegmentBufferView } from '../segment/segment-generator.js'
+import type { LeafAllocRow, TagChanges } from '../segment/store.js'
+import { MAX_STEP } from '../segment/segment-generator.js'
+import { requireBearer } from './auth.js'
+import { parseInt64 } from './decode-routes.js'
+import { validKey } from './id-routes.js'
+import { renderCachePage, renderDbPage } from './pages.js'
+
+const MAX_DESCRIPTION = 256
+/** Admin bodies are a few fields: anything larger is refused (413). */
+const BODY_LIMIT = 16 * 1024
+
+/**
+ * The views (`/api/cache`, `/api/db`, `/api/snowflake/status` and Leaf's `/cache`, `/db` pages),
+ * behind the bearer token when one is set, and tag management, which exists only then.
+ */
+export function registerAdminRoutes (app: FastifyInstance, token: string): void {
+  app.register(async (admin) => {
+    if (token !== '') admin.addHook('onRequest', requireBearer(token))
+    const { segment, snowflake } = app.leaf
+    const { twepoch } = app.leaf.config.snowflake
+
+    admin.get('/api/cache', async () => {
+      const views = enabled(segment).generator.views()
+      return Object.fromEntries(views.map((v) => [v.key, cacheJson(v)]))
+    })
+    admin.get('/api/db', async () => (await rows(enabled(segment))).map(rowJson))
+    admin.get('/api/snowflake/status', async () => {
+      if (snowflake === undefined) throw new LeafError('MODE_DISABLED', 'snowflake mode is disabled on this instance.')
+      const s = snowflake.lease.status()
+      return {
+        workerId: s.workerId,
+        source: s.source,
+        zookeeperConnected: s.zookeeperConnected,
+        paths: { forever: s.foreverPath ?? null, temporary: s.temporaryPath ?? null, cacheFile: s.cacheFile },
+        lastHeartbeat: s.lastHeartbeat === undefined ? null : new Date(s.lastHeartbeat).toISOString(),
+        twepoch,
+      }
+    })
+    admin.get('/cache', async (_request, reply) => {
+      reply.type('text/html; charset=utf-8')
+      return renderCachePage(segment?.generator.views(), snowflake?.lease.status(), twepoch)
+    })
+    admin.get('/db', async (_request, reply) => {
+      reply.type('text/html; charset=utf-8')
+      return renderDbPage(await rows(enabled(segment)))
+    })
+
+    if (token === '') return
+    admin.post<{ Body: unknown }>('/api/segment/tags', { bodyLimit: BODY_LIMIT }, async (request, reply) => {
+      const mode = enabled(segment)
+      const tag = parseNewTag(request.body)
+      const row = await storeCall(() => mode.store.createTag(tag))
+      if (row === undefined) throw new LeafError('KEY_EXISTS', `Tag "${tag.key}" is already in the leaf_alloc table.`)
+      mode.generator.addTag(row.key)
+      request.log.info({ key: row.key, step: row.step, maxId: String(row.maxId) }, 'segment tag created')
+      return reply.code(201).send(rowJson(row))
+    })
+    admin.patch<{ Params: { key: string }, Body: unknown }>('/api/segment/tags/:key', { bodyLimit: BODY_LIMIT }, async (request) => {
+      const mode = enabled(segment)
+      const key = validKey(request.params.key)
+      const changes = parseTagChanges(request.body)
+      const row = await storeCall(() => mode.store.updateTag(key, changes))
+      if (row === undefined) throw new LeafError('KEY_NOT_FOUND', `Tag "${key}" is not in the leaf_alloc table.`)
+      mode.generator.addTag(row.key)
+      request.log.info({ key, ...changes }, 'segment tag changed')
+      return rowJson(row)
+    })
+  })
+}
+
+function enabled (segment: SegmentMode | undefined): SegmentMode {
+  if (segment === undefined) throw new LeafError('MODE_DISABLED', 'segment mode is disabled on this instance.')
+  return segment
+}
+
+async function storeCall<T> (fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn()
+  } catch (err) {
+    throw new LeafError('STORE_UNAVAILABLE', undefined, { cause: err })
+  }
+}
+
+function rows (segment: SegmentMode): Promise<LeafAllocRow[]> {
+  return storeCall(() => segment.store.getAllRows())
+}
+
+function cacheJson (v: SegmentBufferView) {
+  return {
+    key: v.key,
+    initOk: v.initOk,
+    nextReady: v.nextReady,
+    pos: v.pos,
+    value0: String(v.value0),
+    max0: String(v.max0),
+    step0: v.step0,
+    value1: String(v.value1),
+    max1: String(v.max1),
+    step1: v.step1,
+    step: v.step,
+    minStep: v.minStep,
+    updateTimestamp: v.updateTimestamp,
+  }
+}
+
+function rowJson (r: LeafAllocRow) {
+  return { key: r.key, maxId: String(r.maxId), step: r.step, description: r.description, updateTime: r.updateTime.toISOString() }
+}
+
+function invalid (message: string): LeafError {
+  return new LeafError('INVALID_BODY', message)
+}
+
+function asObject (body: unknown, allowed: string[]): Record<string, unknown> {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalid('The body must be a JSON object.')
+  const unknown = Object.keys(body).filter((k) => !allowed.includes(k))
+  if (unknown.length > 0) throw invalid(`Unknown field(s): ${unknown.slice(0, 5).join(', ')}.`)
+  return body as Record<string, unknown>
+}
+
+function parseStep (step: unknown): number {
+  if (typeof step !== 'number' || !Number.isInteger(step) || step < 1 || step > MAX_STEP) {
+    throw invalid(`step must be an integer from 1 to ${MAX_STEP}.`)
+  }
+  return step
+}
+
+function parseDescription (description: unknown): string | null {
+  if (description === null) return null
+  if (typeof description !== 'string' || Array.from(description).length > MAX_DESCRIPTION) {
+    throw invalid(`description must be a string of at most ${MAX_DESCRIPTION} characters, or null.`)
+  }
+  return description
+}
+
+function parseNewTag (body: unknown) {
+  const b = asObject(body, ['key', 'step', 'maxId', 'description'])
+  if (typeof b.key !== 'string') throw new LeafError('INVALID_KEY')
+  const key = validKey(b.key)
+  const step = parseStep(b.step)
+  let maxId = 1n
+  if (b.maxId !== undefined) {
+    const parsed = typeof b.maxId === 'number'
+      ? (Number.isSafeInteger(b.maxId) ? BigInt(b.maxId) : undefined)
+      : parseInt64(b.maxId)
+    if (parsed === undefined || parsed < 0n) {
+      throw invalid('maxId must be a non-negative 64-bit integer: a decimal string, or a JSON number up to 2^53 - 1.')
+    }
+    maxId = parsed
+  }
+  const description = b.description === undefined ? null : parseDescription(b.description)
+  return { key, step, maxId, description }
+}
+
+function parseTagChanges (body: unknown): TagChanges {
+  const b = asObject(body, ['step', 'description'])
+  const changes: TagChanges = {}
+  if (b.step !== undefined) changes.step = parseStep(b.step)
+  if (b.description !== undefined) changes.description = parseDescription(b.description)
+  if (Object.keys(changes).length === 0) throw invalid('Give step and/or description.')
+  return changes
+}

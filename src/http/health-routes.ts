@@ -1,0 +1,43 @@
+import type { FastifyInstance } from 'fastify'
+
+/** Readiness never waits on the database longer than this. */
+export const READY_DB_TIMEOUT_MS = 1000
+
+interface ModeReadiness { ready: boolean, reason?: string }
+
+/** `/healthz` (the process runs) and `/readyz` (every enabled mode can serve now). */
+export function registerHealthRoutes (app: FastifyInstance): void {
+  app.get('/healthz', async () => ({ status: 'ok' }))
+
+  app.get('/readyz', async (_request, reply) => {
+    const { segment, snowflake } = app.leaf
+    const modes: Record<string, ModeReadiness> = {}
+    if (segment !== undefined) modes.segment = await segmentReadiness(segment)
+    if (snowflake !== undefined) {
+      const wait = snowflake.lease.notBefore - Date.now()
+      modes.snowflake = wait > 0 ? { ready: false, reason: `restart window: first ID in ${wait} ms` } : { ready: true }
+    }
+    const ready = Object.values(modes).every((m) => m.ready)
+    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', modes })
+  })
+}
+
+async function segmentReadiness ({ store, generator }: NonNullable<FastifyInstance['leaf']['segment']>): Promise<ModeReadiness> {
+  if (!generator.initialized) return { ready: false, reason: 'the tag list is not loaded yet (database unreachable since start)' }
+  const dbError = await pingWithin(store.ping(), READY_DB_TIMEOUT_MS)
+  if (dbError === undefined) return { ready: true }
+  const exhausted = generator.exhaustedTags()
+  if (exhausted.length === 0) return { ready: true, reason: `database unreachable (${dbError}); serving buffered IDs` }
+  return { ready: false, reason: `database unreachable (${dbError}) and ${exhausted.length} tag(s) have no buffered IDs left: ${exhausted.slice(0, 10).join(', ')}` }
+}
+
+/** Resolves undefined when the ping succeeds in time, else a short reason. */
+function pingWithin (ping: Promise<void>, ms: number): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(`no answer within ${ms} ms`), ms)
+    ping.then(
+      () => { clearTimeout(timer); resolve(undefined) },
+      (err: unknown) => { clearTimeout(timer); resolve((err as { code?: string }).code ?? 'error') }
+    )
+  })
+}

@@ -1,0 +1,87 @@
+import type { LeafAllocRow } from '../segment/store.js'
+import type { SegmentBufferView } from '../segment/segment-generator.js'
+import type { LeaseStatus } from '../snowflake/worker-id/worker-lease.js'
+
+// Server-rendered pages for a person: Leaf's /cache and /db monitors, with pictures where they
+// help. No scripts, no external assets; every value is escaped.
+
+const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }
+
+export function escapeHtml (value: unknown): string {
+  return String(value).replace(/[&<>"']/g, (c) => ESCAPES[c] as string)
+}
+
+const STYLE = `
+body{font:14px/1.4 system-ui,sans-serif;margin:2rem;color:#1d2330;background:#f6f7f9}
+h1{font-size:1.4rem;margin:0 0 1rem}h2{font-size:1.05rem;margin:0;word-break:break-all}
+nav a{margin-right:1rem;color:#2457c5}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(320px,1fr));gap:1rem}
+.card{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:1rem}
+.head{display:flex;justify-content:space-between;align-items:center;gap:.5rem;margin-bottom:.6rem}
+.badge{font-size:.75rem;padding:.1rem .5rem;border-radius:999px;white-space:nowrap}
+.ok{background:#ddf4e4;color:#17683a}.warn{background:#fff0d4;color:#8a5a00}.bad{background:#fde2e1;color:#9b1c1c}
+.seg{margin:.4rem 0}.seg .label{font-size:.8rem;color:#5a6372;display:flex;justify-content:space-between}
+.bar{height:14px;background:#eceff3;border-radius:4px;overflow:hidden;border:1px solid #dde1e7}
+.fill{height:100%;background:#9aa7b8}.current .fill{background:#2f7de1}.current .bar{border-color:#2f7de1}
+table{border-collapse:collapse;background:#fff;width:100%}td,th{border:1px solid #dde1e7;padding:.35rem .6rem;text-align:left}
+th{background:#eef1f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;margin:0}dt{color:#5a6372}dd{margin:0;word-break:break-all}
+`
+
+function page (title: string, body: string): string {
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>${escapeHtml(title)} · Leaf-TS</title><style>${STYLE}</style></head>
+<body><nav><a href="/cache">cache</a><a href="/db">db</a><a href="/metrics">metrics</a></nav><h1>${escapeHtml(title)}</h1>${body}</body></html>`
+}
+
+function segmentBar (index: number, value: bigint, max: bigint, step: number, current: boolean, loaded: boolean): string {
+  const left = loaded ? Number(max - value) : 0
+  const percent = step > 0 && loaded ? Math.max(0, Math.min(100, (left / step) * 100)) : 0
+  const state = current ? 'current' : loaded ? 'next, ready' : 'next, not loaded'
+  return `<div class="seg${current ? ' current' : ''}" data-segment="${index}">
+<div class="label"><span>segment ${index} · ${state}</span><span>${loaded ? `${left.toLocaleString('en-US')} of ${step.toLocaleString('en-US')} left` : '—'}</span></div>
+<div class="bar" role="img" aria-label="segment ${index}: ${percent.toFixed(0)}% left"><div class="fill" style="width:${percent.toFixed(1)}%"></div></div>
+<div class="label"><span>value ${escapeHtml(value)}</span><span>max ${escapeHtml(max)}</span></div></div>`
+}
+
+function tagCard (v: SegmentBufferView): string {
+  const badge = !v.initOk
+    ? '<span class="badge warn">not loaded yet</span>'
+    : v.nextReady ? '<span class="badge ok">next ready</span>' : '<span class="badge warn">next not ready</span>'
+  const bars = v.initOk
+    ? [segmentBar(0, v.value0, v.max0, v.step0, v.pos === 0, v.pos === 0 || v.nextReady),
+        segmentBar(1, v.value1, v.max1, v.step1, v.pos === 1, v.pos === 1 || v.nextReady)].join('')
+    : '<p>The first segment loads on the first request for this tag.</p>'
+  return `<section class="card tag" data-key="${escapeHtml(v.key)}"><div class="head"><h2>${escapeHtml(v.key)}</h2>${badge}</div>${bars}
+<div class="label">step ${v.step} · min step ${v.minStep} · last adapted load ${v.updateTimestamp ? new Date(v.updateTimestamp).toISOString() : '—'}</div></section>`
+}
+
+function snowflakePanel (status: LeaseStatus | undefined, twepoch: number): string {
+  if (status === undefined) return '<section class="card snowflake"><h2>Snowflake</h2><p>Snowflake mode is disabled.</p></section>'
+  const zk = status.source === 'static'
+    ? '<span class="badge warn">no ZooKeeper</span>'
+    : status.zookeeperConnected ? '<span class="badge ok">ZooKeeper connected</span>' : '<span class="badge bad">ZooKeeper disconnected</span>'
+  const heartbeat = status.lastHeartbeat === undefined
+    ? '—'
+    : `${new Date(status.lastHeartbeat).toISOString()} (${Math.round((Date.now() - status.lastHeartbeat) / 1000)} s ago)`
+  return `<section class="card snowflake"><div class="head"><h2>Snowflake · worker ${status.workerId}</h2>${zk}</div><dl>
+<dt>worker id</dt><dd>${status.workerId} (from ${escapeHtml(status.source)})</dd>
+<dt>last heartbeat</dt><dd>${escapeHtml(heartbeat)}</dd>
+<dt>forever node</dt><dd>${escapeHtml(status.foreverPath ?? '—')}</dd>
+<dt>ephemeral node</dt><dd>${escapeHtml(status.temporaryPath ?? '—')}</dd>
+<dt>cache file</dt><dd>${escapeHtml(status.cacheFile)}</dd>
+<dt>twepoch</dt><dd>${twepoch} (${new Date(twepoch).toISOString()})</dd></dl></section>`
+}
+
+export function renderCachePage (views: SegmentBufferView[] | undefined, snowflake: LeaseStatus | undefined, twepoch: number): string {
+  const tags = views === undefined
+    ? '<p>Segment mode is disabled.</p>'
+    : views.length === 0 ? '<p>No tags in leaf_alloc.</p>' : `<div class="grid">${views.map(tagCard).join('')}</div>`
+  return page('Segment cache', `${tags}<h1 style="margin-top:2rem">Snowflake</h1>${snowflakePanel(snowflake, twepoch)}`)
+}
+
+export function renderDbPage (rows: LeafAllocRow[]): string {
+  const body = rows.map((r) => `<tr data-key="${escapeHtml(r.key)}"><td>${escapeHtml(r.key)}</td><td class="num">${escapeHtml(r.maxId)}</td>` +
+    `<td class="num">${r.step}</td><td>${escapeHtml(r.description ?? '')}</td><td>${escapeHtml(r.updateTime.toISOString())}</td></tr>`).join('')
+  return page('leaf_alloc', `<table><thead><tr><th>biz_tag</th><th>max_id</th><th>step</th><th>description</th><th>update_time</th></tr></thead><tbody>${body}</tbody></table>`)
+}

@@ -1,0 +1,219 @@
+import { spawnSync } from 'node:child_process'
+import t from 'tap'
+import { buildApp } from '../src/app.js'
+import { tempDir, testConfig } from './helpers/config.js'
+import { silentLogger } from './helpers/logger.js'
+import { parseSamples, valueOf, type Sample } from './helpers/prometheus.js'
+
+const TOKEN = 'test-token-0123'
+const AUTH = { authorization: `Bearer ${TOKEN}` }
+
+async function app (values: Record<string, string | number | boolean> = {}) {
+  const instance = await buildApp(testConfig({
+    'leaf.segment.enable': true,
+    'leaf.snowflake.enable': true,
+    'leaf.snowflake.cache.dir': tempDir(),
+    ...values,
+  }), { logger: silentLogger })
+  t.teardown(() => instance.close())
+  return instance
+}
+
+async function scrape (server: Awaited<ReturnType<typeof app>>): Promise<{ text: string, samples: Sample[] }> {
+  const res = await server.inject('/metrics')
+  return { text: res.body, samples: parseSamples(res.body) }
+}
+
+t.test('/metrics moves as IDs are issued and errors happen', async (t) => {
+  const server = await app()
+  let { samples } = await scrape(server)
+  t.equal(valueOf(samples, 'leaf_ids_issued_total', { mode: 'segment', key: 'order' }), undefined)
+  t.equal(valueOf(samples, 'leaf_snowflake_worker_id'), 0)
+  t.equal(valueOf(samples, 'leaf_zookeeper_connected'), 0)
+  t.ok(valueOf(samples, 'process_cpu_user_seconds_total') !== undefined, 'default process metrics')
+
+  await server.inject('/api/segment/get/order')
+  await server.inject('/api/segment/get/order?count=10')
+  await server.inject('/api/snowflake/get/a?count=5')
+  await server.inject('/api/segment/get/nope')
+  await server.inject('/api/segment/get/order?count=0')
+  for (let i = 0; i < 120; i++) await server.inject(`/api/snowflake/get/key-${i}`)
+  ;({ samples } = await scrape(server))
+  t.equal(valueOf(samples, 'leaf_ids_issued_total', { mode: 'segment', key: 'order' }), 11)
+  t.equal(valueOf(samples, 'leaf_ids_issued_total', { mode: 'snowflake', key: 'a' }), 5)
+  t.equal(valueOf(samples, 'leaf_ids_issued_total', { mode: 'snowflake', key: '_other' }), 21, '101 keys in: the 20 past the first 100 (a + 99) count as _other')
+  t.equal(samples.filter((m) => m.name === 'leaf_ids_issued_total' && m.labels.mode === 'snowflake').length, 101)
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'KEY_NOT_FOUND' }), 1)
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'INVALID_COUNT' }), 1)
+  t.equal(valueOf(samples, 'leaf_segment_step', { key: 'order' }), 2000)
+  t.equal(valueOf(samples, 'leaf_segment_remaining', { key: 'order' }), 2000 - 11)
+  t.equal(valueOf(samples, 'leaf_segment_next_ready', { key: 'order' }), 0, '11 of 2000 used: no preload yet')
+  t.equal(valueOf(samples, 'leaf_segment_db_load_seconds_count', { key: 'order' }), 1)
+  t.equal(valueOf(samples, 'http_request_duration_seconds_count', { route: '/api/segment/get/:key', status_code: '404' }), 1)
+  t.equal(valueOf(samples, 'http_request_duration_seconds_count', { route: '/api/snowflake/get/:key', status_code: '200' }), 121)
+  await server.inject('/api/segment/get/order?count=300')
+  ;({ samples } = await scrape(server))
+  t.equal(valueOf(samples, 'leaf_segment_next_ready', { key: 'order' }), 1, 'past 10% used: the next segment is loaded')
+  t.equal(valueOf(samples, 'leaf_segment_db_load_seconds_count', { key: 'order' }), 2)
+  t.ok(valueOf(samples, 'leaf_snowflake_last_heartbeat_timestamp_seconds') as number > Date.now() / 1000 - 60)
+  t.notOk(samples.some((m) => m.labels.route?.includes('key-')), 'raw URLs never become labels')
+})
+
+t.test('promtool accepts the service\'s own metric families', async (t) => {
+  const server = await app()
+  await server.inject('/api/segment/get/order')
+  await server.inject('/api/segment/get/nope')
+  const { text } = await scrape(server)
+  const own = text.split('\n# HELP ').filter((block, i) => i > 0 || block.startsWith('# HELP'))
+    .map((block) => block.startsWith('# HELP') ? block : `# HELP ${block}`)
+    .filter((block) => /^# HELP (leaf_|http_)/.test(block)).join('\n').trimEnd() + '\n'
+  t.match(own, /leaf_ids_issued_total/)
+  const lint = spawnSync('promtool', ['check', 'metrics'], { input: own, encoding: 'utf8' })
+  t.equal(lint.status, 0, `promtool: ${lint.stdout}${lint.stderr}`)
+})
+
+t.test('/api/cache and /api/db match the generator and the table after known calls', async (t) => {
+  const server = await app()
+  await server.inject('/api/segment/get/order?count=250') // 1..250, past 10%: preload of [2001, 4001)
+  await server.inject('/api/segment/get/order')
+  const cache = (await server.inject('/api/cache')).json()
+  t.same(cache.order, {
+    key: 'order',
+    initOk: true,
+    nextReady: true,
+    pos: 0,
+    value0: '252',
+    max0: '2001',
+    step0: 2000,
+    value1: '2001',
+    max1: '4001',
+    step1: 2000,
+    step: 2000,
+    minStep: 2000,
+    updateTimestamp: cache.order.updateTimestamp,
+  })
+  t.ok(cache.order.updateTimestamp > Date.now() - 60_000, 'the second load started the step clock')
+  t.match(cache['leaf-segment-test'], { initOk: false, nextReady: false })
+  const db = (await server.inject('/api/db')).json()
+  t.match(db, [{ key: 'order', maxId: '4001', step: 2000, description: 'Orders' }, { key: 'leaf-segment-test', maxId: '1', step: 1000 }])
+  t.match(db[0].updateTime, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
+  const status = (await server.inject('/api/snowflake/status')).json()
+  t.match(status, { workerId: 0, source: 'static', zookeeperConnected: false, paths: { forever: null, temporary: null }, twepoch: 1288834974657 })
+})
+
+t.test('/healthz and /readyz', async (t) => {
+  const server = await app()
+  t.same((await server.inject('/healthz')).json(), { status: 'ok' })
+  const ready = await server.inject('/readyz')
+  t.equal(ready.statusCode, 200)
+  t.same(ready.json(), { status: 'ready', modes: { segment: { ready: true }, snowflake: { ready: true } } })
+})
+
+t.test('/readyz: a database down with nothing buffered is 503, saying which mode and why', async (t) => {
+  const server = await app({ 'leaf.jdbc.url': 'mysql://leaf:leaf@127.0.0.1:1/leaf', 'leaf.jdbc.connect-timeout-ms': 300 })
+  const started = Date.now()
+  const res = await server.inject('/readyz')
+  t.ok(Date.now() - started < 1500, 'answers within the one-second bound')
+  t.equal(res.statusCode, 503)
+  t.match(res.json(), { status: 'not ready', modes: { segment: { ready: false, reason: /tag list is not loaded/ }, snowflake: { ready: true } } })
+  t.equal((await server.inject('/api/segment/get/order')).json().error, 'NOT_READY')
+  t.equal((await server.inject('/api/db')).json().error, 'STORE_UNAVAILABLE')
+})
+
+t.test('the token guards the views: missing, wrong, right', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  for (const url of ['/cache', '/db', '/api/cache', '/api/db', '/api/snowflake/status']) {
+    const missing = await server.inject(url)
+    t.equal(missing.statusCode, 401, `${url} without a token`)
+    t.same(missing.json(), { error: 'UNAUTHORIZED', message: 'This route needs an Authorization: Bearer token.' })
+    t.equal(missing.headers['www-authenticate'], 'Bearer')
+    t.equal((await server.inject({ url, headers: { authorization: `Bearer ${TOKEN}x` } })).statusCode, 401, `${url} wrong token`)
+    t.equal((await server.inject({ url, headers: { authorization: TOKEN } })).statusCode, 401, `${url} not a bearer`)
+    t.equal((await server.inject({ url, headers: AUTH })).statusCode, 200, `${url} right token`)
+  }
+  t.equal((await server.inject('/api/segment/get/order')).statusCode, 200, 'ID routes stay open')
+  t.equal((await server.inject('/metrics')).statusCode, 200, 'metrics stay open')
+})
+
+t.test('without a token the views are open and management does not exist', async (t) => {
+  const server = await app()
+  t.equal((await server.inject('/api/cache')).statusCode, 200)
+  const post = await server.inject({ method: 'POST', url: '/api/segment/tags', payload: { key: 'x', step: 10 } })
+  t.equal(post.statusCode, 404)
+  t.equal(post.json().error, 'NOT_FOUND')
+  t.equal((await server.inject({ method: 'PATCH', url: '/api/segment/tags/order', payload: { step: 10 } })).statusCode, 404)
+})
+
+t.test('tag management: create serves at once, 409, 400s, patch, 404', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  const post = (payload: unknown, headers: Record<string, string> = AUTH) =>
+    server.inject({ method: 'POST', url: '/api/segment/tags', headers, payload: payload as Record<string, unknown> })
+  const created = await post({ key: 'invoice', step: 50, maxId: '9007199254740990', description: 'Invoices' })
+  t.equal(created.statusCode, 201)
+  t.match(created.json(), { key: 'invoice', maxId: '9007199254740990', step: 50, description: 'Invoices', updateTime: String })
+  t.equal((await server.inject('/api/segment/get/invoice?count=3')).body, '9007199254740990\n9007199254740991\n9007199254740992', 'serves at once, exact past 2^53')
+  t.equal((await post({ key: 'numeric', step: 5, maxId: 100 })).statusCode, 201, 'maxId as a JSON number')
+  t.equal((await server.inject('/api/segment/get/numeric')).body, '100')
+
+  const exists = await post({ key: 'invoice', step: 10 })
+  t.equal(exists.statusCode, 409)
+  t.equal(exists.json().error, 'KEY_EXISTS')
+
+  const bad: [unknown, string][] = [
+    [{ step: 10 }, 'INVALID_KEY'],
+    [{ key: '', step: 10 }, 'INVALID_KEY'],
+    [{ key: 'k'.repeat(129), step: 10 }, 'INVALID_KEY'],
+    [{ key: 'a' }, 'INVALID_BODY'],
+    [{ key: 'a', step: 0 }, 'INVALID_BODY'],
+    [{ key: 'a', step: 1.5 }, 'INVALID_BODY'],
+    [{ key: 'a', step: 1_000_001 }, 'INVALID_BODY'],
+    [{ key: 'a', step: '10' }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, maxId: -1 }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, maxId: '-1' }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, maxId: 2 ** 53 }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, maxId: '9223372036854775808' }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, maxId: '1e5' }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, description: 5 }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, description: 'd'.repeat(257) }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, stpe: 1 }, 'INVALID_BODY'],
+    [[1, 2], 'INVALID_BODY'],
+  ]
+  for (const [payload, code] of bad) {
+    const res = await post(payload)
+    t.equal(res.statusCode, 400, `${JSON.stringify(payload).slice(0, 60)} -> 400`)
+    t.equal(res.json().error, code)
+  }
+  const notJson = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: { ...AUTH, 'content-type': 'application/json' }, payload: '{"key":' })
+  t.equal(notJson.statusCode, 400)
+  t.equal(notJson.json().error, 'BAD_REQUEST')
+  const text = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: { ...AUTH, 'content-type': 'application/xml' }, payload: '<x/>' })
+  t.equal(text.statusCode, 415)
+  t.equal(text.json().error, 'UNSUPPORTED_MEDIA_TYPE')
+  const huge = await post({ key: 'a', step: 10, description: 'x'.repeat(20_000) })
+  t.equal(huge.statusCode, 413)
+  t.equal(huge.json().error, 'PAYLOAD_TOO_LARGE')
+  t.equal((await post({ key: 'a', step: 10 }, {})).statusCode, 401, 'management needs the token too')
+
+  const before = (await server.inject({ url: '/api/db', headers: AUTH })).json().find((r: { key: string }) => r.key === 'invoice')
+  const patched = await server.inject({ method: 'PATCH', url: '/api/segment/tags/invoice', headers: AUTH, payload: { step: 7, description: null } })
+  t.equal(patched.statusCode, 200)
+  t.match(patched.json(), { key: 'invoice', step: 7, description: null, maxId: before.maxId })
+  t.equal((await server.inject({ method: 'PATCH', url: '/api/segment/tags/nope', headers: AUTH, payload: { step: 7 } })).json().error, 'KEY_NOT_FOUND')
+  t.equal((await server.inject({ method: 'PATCH', url: '/api/segment/tags/invoice', headers: AUTH, payload: {} })).json().error, 'INVALID_BODY')
+  const next = BigInt((await server.inject('/api/segment/get/invoice?count=100')).body.split('\n').at(-1) as string)
+  t.ok(next > 9007199254740992n, 'max_id never moved backwards: IDs go on increasing')
+})
+
+t.test('the pages escape tags with <, & and quotes', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  const evil = '<img src=x onerror="alert(1)">&\'"'
+  t.equal((await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key: evil, step: 10, description: '<script>x</script>' } })).statusCode, 201)
+  await server.inject(`/api/segment/get/${encodeURIComponent(evil)}`)
+  for (const url of ['/cache', '/db']) {
+    const res = await server.inject({ url, headers: AUTH })
+    t.equal(res.statusCode, 200)
+    t.match(res.headers['content-type'], /^text\/html/)
+    t.notMatch(res.body, /<img|<script>x/, `${url}: nothing from the data becomes markup`)
+    t.match(res.body, /&lt;img src=x onerror=&quot;alert\(1\)&quot;&gt;&amp;&#39;&quot;/)
+  }
+})
