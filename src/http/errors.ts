@@ -17,7 +17,7 @@ export function sendError (reply: FastifyReply, err: LeafError): FastifyReply {
  * One place turns every failure into `{"error": CODE, "message": "..."}` with the status of
  * the errors table; nothing else (no stack, no driver message) reaches the client.
  */
-export function registerErrorHandling (app: FastifyInstance): void {
+export function registerErrorHandling (app: FastifyInstance, onNotFound?: (request: FastifyRequest, reply: FastifyReply) => void): void {
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (isLeafError(err)) {
       if (err.statusCode >= 500) request.log.error({ code: err.code, cause: err.cause, url: request.url }, err.message)
@@ -32,7 +32,10 @@ export function registerErrorHandling (app: FastifyInstance): void {
     return sendError(reply, new LeafError('INTERNAL'))
   })
 
-  app.setNotFoundHandler((request, reply) => sendError(reply, new LeafError('NOT_FOUND', `No route ${request.method} ${truncate(request.url)}.`)))
+  app.setNotFoundHandler((request, reply) => {
+    sendError(reply, new LeafError('NOT_FOUND', `No route ${request.method} ${truncate(request.url)}.`))
+    onNotFound?.(request, reply)
+  })
 }
 
 /** For Fastify's `frameworkErrors` option: a malformed URL answers in the same shape. */

@@ -31,34 +31,51 @@ interface IdRequest {
   Querystring: { count?: string | string[] }
 }
 
-/** `GET /api/<mode>/get/:key[?count=N]`: Leaf's plain-text contract, JSON on request. */
+/**
+ * `GET /api/<mode>/get/:key[?count=N]`: Leaf's plain-text contract, JSON on request. The
+ * handler stays synchronous while the generator answers synchronously (the common case): no
+ * promise per request on the hot path.
+ */
 export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax, metrics }: IdRouteOptions): void {
-  async function handler (request: FastifyRequest<IdRequest>, reply: FastifyReply) {
+  function sendOne (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, id: Id): FastifyReply {
+    metrics?.issued(mode, key, 1)
+    return wantsJson(request) ? sendJson(reply, `{"id":"${id}"}`) : reply.type(TEXT).send(String(id))
+  }
+
+  function sendMany (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, ids: Id[]): FastifyReply {
+    metrics?.issued(mode, key, ids.length)
+    return wantsJson(request) ? sendJson(reply, `{"ids":["${ids.join('","')}"]}`) : reply.type(TEXT).send(ids.join('\n'))
+  }
+
+  function handler (request: FastifyRequest<IdRequest>, reply: FastifyReply): FastifyReply | Promise<FastifyReply> {
     const key = validKey(request.params.key)
     const rawCount = request.query.count
     const count = rawCount === undefined ? undefined : validCount(rawCount, batchMax)
     if (source === undefined) throw new LeafError('MODE_DISABLED', `${mode} mode is disabled on this instance.`)
 
     if (count === undefined) {
-      const id = await source.next(key)
-      metrics?.issued(mode, key, 1)
-      return wantsJson(request) ? sendJson(reply, `{"id":"${id}"}`) : reply.type(TEXT).send(String(id))
+      const id = source.next(key)
+      return id instanceof Promise ? id.then((v) => sendOne(request, reply, key, v)) : sendOne(request, reply, key, id)
     }
-    const ids = await source.nextBatch(key, count)
-    metrics?.issued(mode, key, ids.length)
-    return wantsJson(request) ? sendJson(reply, `{"ids":["${ids.join('","')}"]}`) : reply.type(TEXT).send(ids.join('\n'))
+    const ids = source.nextBatch(key, count)
+    return ids instanceof Promise ? ids.then((v) => sendMany(request, reply, key, v)) : sendMany(request, reply, key, ids)
+  }
+
+  function countError (err: unknown): never {
+    metrics?.idError(mode, (err as { code?: string }).code ?? 'INTERNAL')
+    throw err
   }
 
   app.get<IdRequest>(`/api/${mode}/get/:key`, metrics === undefined
     ? handler
-    : async (request, reply) => {
-      try {
-        return await handler(request, reply)
-      } catch (err) {
-        metrics.idError(mode, (err as { code?: string }).code ?? 'INTERNAL')
-        throw err
-      }
-    })
+    : (request, reply) => {
+        try {
+          const result = handler(request, reply)
+          return result instanceof Promise ? result.catch(countError) : result
+        } catch (err) {
+          return countError(err)
+        }
+      })
 }
 
 /** Keys are 1 to 128 characters (code points, as MySQL's varchar(128) counts them). */

@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { HotCounter, HotHistogram, type HistogramChild } from './hot-metrics.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
 
@@ -18,24 +19,19 @@ export interface Metrics {
 }
 
 /**
- * The service's metrics in a registry of its own. Hot-path counters keep their label children
- * in maps: prom-client's labels() hashes the label object on every call. Gauges are computed
- * when scraped, never on the ID path.
+ * The service's metrics in a registry of its own. The per-request ones are hot-metrics.ts
+ * children kept in maps (a map lookup and an addition per request); gauges are computed when
+ * scraped, never on the ID path.
  */
 export function createMetrics (): Metrics {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   let modes: Parameters<Metrics['watch']>[0] = { segment: undefined, snowflake: undefined }
 
-  const httpDuration = new Histogram({
-    name: 'http_request_duration_seconds',
-    help: 'HTTP request duration by method, route pattern and status code.',
-    labelNames: ['method', 'route', 'status_code'],
-    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
-    registers: [registry],
-  })
-  const idsIssued = new Counter({ name: 'leaf_ids_issued_total', help: 'IDs handed out.', labelNames: ['mode', 'key'], registers: [registry] })
-  const idErrors = new Counter({ name: 'leaf_id_errors_total', help: 'ID requests that failed, by error code.', labelNames: ['mode', 'code'], registers: [registry] })
+  const httpDuration = new HotHistogram('http_request_duration_seconds', 'HTTP request duration by method, route pattern and status code.',
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5])
+  const idsIssued = new HotCounter('leaf_ids_issued_total', 'IDs handed out.')
+  const idErrors = new HotCounter('leaf_id_errors_total', 'ID requests that failed, by error code.')
   const loadSeconds = new Histogram({
     name: 'leaf_segment_db_load_seconds',
     help: 'Time to reserve a segment in the database.',
@@ -96,13 +92,15 @@ export function createMetrics (): Metrics {
       (s) => s.lastHeartbeat === undefined ? undefined : s.lastHeartbeat / 1000),
   ]
 
-  type CounterChild = ReturnType<typeof idsIssued.labels>
-  const issuedChildren = new Map<string, CounterChild>()
+  const issuedChildren = new Map<string, { value: number }>()
   const snowflakeKeys = new Set<string>()
-  const errorChildren = new Map<string, CounterChild>()
-  const requestChildren = new Map<string, ReturnType<typeof httpDuration.labels>>()
+  let otherKeys: { value: number } | undefined
+  const errorChildren = new Map<string, { value: number }>()
+  const requestChildren = new Map<string, HistogramChild>()
 
-  for (const gauge of [...segmentGauges, ...snowflakeGauges]) registry.registerMetric(gauge)
+  for (const metric of [httpDuration, idsIssued, idErrors, ...segmentGauges, ...snowflakeGauges]) {
+    registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0])
+  }
 
   return {
     registry,
@@ -110,31 +108,32 @@ export function createMetrics (): Metrics {
       const id = mode + '\0' + key
       let child = issuedChildren.get(id)
       if (child === undefined) {
-        let label = key
-        if (mode === 'snowflake') {
-          if (snowflakeKeys.size < MAX_SNOWFLAKE_KEYS) snowflakeKeys.add(key)
-          else label = OTHER_KEY
+        if (mode === 'snowflake' && snowflakeKeys.size >= MAX_SNOWFLAKE_KEYS) {
+          // Keys past the cap share one child and are not remembered one by one.
+          otherKeys ??= idsIssued.child({ mode, key: OTHER_KEY })
+          otherKeys.value += count
+          return
         }
-        child = idsIssued.labels({ mode, key: label })
-        // Keys past the cap all share the `_other` child but are not remembered one by one.
-        if (label === key) issuedChildren.set(id, child)
+        if (mode === 'snowflake') snowflakeKeys.add(key)
+        child = idsIssued.child({ mode, key })
+        issuedChildren.set(id, child)
       }
-      child.inc(count)
+      child.value += count
     },
     idError (mode, code) {
       const id = mode + '\0' + code
       let child = errorChildren.get(id)
       if (child === undefined) {
-        child = idErrors.labels({ mode, code })
+        child = idErrors.child({ mode, code })
         errorChildren.set(id, child)
       }
-      child.inc()
+      child.value++
     },
     request (method, route, status, seconds) {
       const id = method + ' ' + route + ' ' + status
       let child = requestChildren.get(id)
       if (child === undefined) {
-        child = httpDuration.labels({ method, route, status_code: status })
+        child = httpDuration.child({ method, route, status_code: status })
         requestChildren.set(id, child)
       }
       child.observe(seconds)
