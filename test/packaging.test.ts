@@ -1,0 +1,347 @@
+import { spawnSync } from 'node:child_process'
+import { existsSync, readFileSync, readdirSync } from 'node:fs'
+import { builtinModules } from 'node:module'
+import { createServer } from 'node:net'
+import { dirname, join, posix } from 'node:path'
+import mysql from 'mysql2/promise'
+import t from 'tap'
+import { parse as parseYaml } from 'yaml'
+import { DEFAULT_SQLITE_PATH, parseJdbcUrl } from '../src/config/jdbc-url.js'
+import { KEYS, envName } from '../src/config/keys.js'
+import { loadConfig } from '../src/config/load-config.js'
+import { decodeSnowflakeId } from '../src/snowflake/snowflake-generator.js'
+import { readWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
+import { tempDir } from './helpers/config.js'
+import { TEST_MYSQL } from './helpers/mysql.js'
+import { ROOT, SERVER_JS, get, startServer } from './helpers/server-process.js'
+import { TEST_ZK, inspector, uniqueName } from './helpers/zookeeper.js'
+
+// The image (Dockerfile), the stack (docker-compose.yml) and Prometheus' config checked for
+// what a schema cannot see, then leaf1's exact environment run against the local services.
+// scripts/check-packaging.sh validates the same files against their schemas.
+
+const read = (path: string) => readFileSync(join(ROOT, path), 'utf8')
+
+// --- Dockerfile ----------------------------------------------------------------------------
+
+interface Instruction { keyword: string, args: string }
+interface Stage { name: string, base: string, instructions: Instruction[] }
+
+/** Logical instructions: comments dropped, `\` continuations joined. */
+function instructions (text: string): Instruction[] {
+  const result: Instruction[] = []
+  let pending = ''
+  for (const line of text.split('\n')) {
+    const trimmed = line.trim()
+    if (trimmed.startsWith('#') || trimmed === '') continue
+    if (trimmed.endsWith('\\')) {
+      pending += trimmed.slice(0, -1) + ' '
+      continue
+    }
+    const whole = pending + trimmed
+    pending = ''
+    const m = /^(\S+)\s+([\s\S]*)$/.exec(whole)
+    if (m !== null) result.push({ keyword: (m[1] as string).toUpperCase(), args: (m[2] as string).trim() })
+  }
+  return result
+}
+
+function stages (text: string): Stage[] {
+  const globals: Record<string, string> = {}
+  const result: Stage[] = []
+  for (const ins of instructions(text)) {
+    if (ins.keyword === 'FROM') {
+      const [image = '', , name = String(result.length)] = ins.args.split(/\s+/)
+      const base = image.replace(/\$\{?(\w+)\}?/g, (_, arg: string) => globals[arg] ?? '')
+      result.push({ name, base, instructions: [] })
+    } else if (result.length === 0 && ins.keyword === 'ARG') {
+      const [arg = '', value = ''] = ins.args.split('=')
+      globals[arg] = value
+    } else {
+      result.at(-1)?.instructions.push(ins)
+    }
+  }
+  return result
+}
+
+const dockerfile = read('Dockerfile')
+const imageStages = stages(dockerfile)
+const runtime = imageStages.at(-1) as Stage
+
+function all (stage: Stage, keyword: string): string[] {
+  return stage.instructions.filter((i) => i.keyword === keyword).map((i) => i.args)
+}
+
+/** The exec form of CMD and of HEALTHCHECK's CMD. */
+const cmd = JSON.parse(all(runtime, 'CMD')[0] ?? 'null') as string[] | null
+const healthcheck = /^(?:--\S+\s+)*CMD\s+(\[[\s\S]*\])$/.exec(all(runtime, 'HEALTHCHECK')[0] ?? '')
+const healthcheckCmd = JSON.parse(healthcheck?.[1] ?? 'null') as string[] | null
+const workdir = all(runtime, 'WORKDIR').at(-1) ?? '/'
+
+// --- docker-compose.yml --------------------------------------------------------------------
+
+interface Service {
+  image?: string
+  build?: string | { context: string, dockerfile?: string }
+  environment?: Record<string, string | number | boolean | null> | string[]
+  volumes?: string[]
+  ports?: string[]
+  depends_on?: string[] | Record<string, { condition: string }>
+  healthcheck?: { test?: string | string[], disable?: boolean }
+}
+interface Compose { services: Record<string, Service>, volumes?: Record<string, unknown>, [key: string]: unknown }
+
+const compose = parseYaml(read('docker-compose.yml')) as Compose
+const REPLICAS = ['leaf1', 'leaf2']
+
+function service (name: string): Service {
+  const s = compose.services[name]
+  if (s === undefined) throw new Error(`docker-compose.yml has no service ${name}`)
+  return s
+}
+
+function environment (name: string): Record<string, string> {
+  const env = service(name).environment ?? {}
+  const pairs = Array.isArray(env) ? env.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]) : Object.entries(env)
+  return Object.fromEntries(pairs.map(([k, v]) => [k, v === null || v === undefined ? '' : String(v)]))
+}
+
+/** `source:target[:mode]` of a service's volumes, by target. */
+function mounts (name: string): Map<string, string> {
+  return new Map((service(name).volumes ?? []).map((v) => {
+    const [source = '', target = ''] = v.split(':')
+    return [target, source]
+  }))
+}
+
+const containerPort = loadConfig({ cwd: ROOT, env: {} }).config.server.port
+
+t.test('the image: build, deps and runtime stages on one Node 20 slim base', async (t) => {
+  t.same(imageStages.map((s) => s.name), ['build', 'deps', 'runtime'], 'the runtime stage is last, so it is the default target')
+  for (const stage of imageStages) t.match(stage.base, /^node:20-[a-z]+-slim$/, `${stage.name}: ${stage.base}`)
+  t.equal(new Set(imageStages.map((s) => s.base)).size, 1, 'native modules built on the runtime\'s base')
+
+  const [build, deps] = imageStages as [Stage, Stage, Stage]
+  const buildRuns = all(build, 'RUN').join('\n')
+  t.match(buildRuns, /npm ci\b/)
+  t.match(buildRuns, /npm run build\b/)
+  const tsconfig = JSON.parse(read('tsconfig.json')) as { compilerOptions: { outDir: string, rootDir: string } }
+  t.equal(tsconfig.compilerOptions.outDir, 'dist', 'npm run build writes dist/')
+
+  const depsRuns = all(deps, 'RUN').join('\n')
+  t.match(depsRuns, /apt-get install [^\n]*\bpython3\b/)
+  t.match(depsRuns, /apt-get install [^\n]*\bmake\b/)
+  t.match(depsRuns, /apt-get install [^\n]*\bg\+\+/)
+  t.match(depsRuns, /npm ci --omit=dev\b/)
+  t.match(depsRuns, /require\('better-sqlite3'\)/, 'the image build fails if the native module does not load')
+
+  const runtimeRuns = all(runtime, 'RUN').join('\n')
+  t.notMatch(runtimeRuns, /apt-get|npm (ci|install)/, 'runtime installs nothing: no compiler, no dev dependency')
+  const copies = all(runtime, 'COPY')
+  t.ok(copies.some((c) => /^--from=deps\s+\S*node_modules\s/.test(c)), 'node_modules from deps')
+  t.ok(copies.some((c) => /^--from=build\s+\S*dist\s/.test(c)), 'dist from build')
+  t.ok(copies.some((c) => /^config\s/.test(c)), 'config/leaf.properties baked in')
+  t.ok(copies.some((c) => /^package\.json\s/.test(c)), 'package.json, whose "type": "module" makes dist/*.js ES modules')
+})
+
+t.test('the image runs as a user that is not root and owns its data folders', async (t) => {
+  const user = all(runtime, 'USER').at(-1)
+  t.ok(user !== undefined && !/^(root|0)(:|$)/.test(user), `USER ${user}`)
+  const dataDir = posix.join(workdir, dirname(DEFAULT_SQLITE_PATH))
+  const cacheDir = environment('leaf1').LEAF_SNOWFLAKE_CACHE_DIR ?? ''
+  const prepare = all(runtime, 'RUN').join('\n')
+  for (const dir of [dataDir, cacheDir]) {
+    t.match(prepare, new RegExp(`mkdir -p [^\\n]*${dir}(\\s|$)`), `${dir} created`)
+  }
+  t.match(prepare, new RegExp(`chown -R ${user}:${user} [^\\n]*${dataDir}`), `${dataDir} (the embedded store) writable by ${user}`)
+  t.match(prepare, new RegExp(`chown -R ${user}:${user} [^\\n]*${dirname(cacheDir)}(\\s|$)`), `${cacheDir} (a named volume takes its owner) writable by ${user}`)
+})
+
+t.test('the image\'s CMD runs the server the build produces; HEALTHCHECK and EXPOSE match it', async (t) => {
+  t.same(cmd, ['node', 'dist/server.js'], 'exec form: node is PID 1 and gets SIGTERM itself')
+  t.ok(existsSync(join(ROOT, 'src/server.ts')), 'tsc compiles src/server.ts to dist/server.js')
+  t.equal(join(ROOT, cmd?.[1] ?? ''), SERVER_JS, 'the file the end-to-end tests run')
+  t.ok(existsSync(SERVER_JS), 'dist/server.js exists after npm run build')
+  t.ok(existsSync(join(ROOT, 'config/leaf.properties')), `${workdir}/config/leaf.properties is the default config`)
+
+  t.equal(healthcheckCmd?.[0], 'node', 'HEALTHCHECK in exec form with node: the slim image has no curl')
+  t.match(healthcheckCmd?.join(' '), /\/healthz/)
+  t.same(all(runtime, 'EXPOSE'), [String(containerPort)], 'EXPOSE the shipped server.port')
+  t.same(all(runtime, 'STOPSIGNAL'), ['SIGTERM'])
+  t.same(all(runtime, 'ENV').filter((e) => /\b(LEAF|SERVER)_/.test(e)), [], 'no configuration baked into the environment: a mounted leaf.properties is not overridden')
+})
+
+t.test('.dockerignore keeps local state out of the build context, and nothing the image copies', async (t) => {
+  const ignored = read('.dockerignore').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('#'))
+  for (const path of ['node_modules', 'data', '.tap', 'coverage', 'test-output', 'dist', '.git']) {
+    t.ok(ignored.includes(path), `${path} ignored`)
+  }
+  const sources = imageStages.flatMap((s) => all(s, 'COPY')).filter((c) => !c.startsWith('--from=')).flatMap((c) => c.split(/\s+/).slice(0, -1))
+  t.ok(sources.length > 0)
+  for (const source of sources) {
+    t.ok(existsSync(join(ROOT, source)), `${source} exists`)
+    t.notOk(ignored.includes(source), `${source} is in the context`)
+  }
+})
+
+t.test('the built server imports only production dependencies (the image omits dev ones)', async (t) => {
+  const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string> }
+  const files = readdirSync(join(ROOT, 'dist'), { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.js'))
+  t.ok(files.includes('server.js'))
+  const packages = new Set<string>()
+  for (const file of files) {
+    const code = readFileSync(join(ROOT, 'dist', file), 'utf8')
+    for (const m of code.matchAll(/(?:\bfrom\s*|\bimport\s*\(?\s*)['"]([^'"]+)['"]/g)) {
+      const spec = m[1] as string
+      if (spec.startsWith('.') || spec.startsWith('node:') || builtinModules.includes(spec)) continue
+      packages.add(spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/'))
+    }
+  }
+  t.ok(packages.has('fastify'), 'imports were found')
+  t.same([...packages].filter((p) => !(p in pkg.dependencies)), [], 'every imported package is in dependencies')
+})
+
+t.test('the stack: MySQL and ZooKeeper healthy before the replicas start, Prometheus after', async (t) => {
+  t.same(Object.keys(compose.services).sort(), ['leaf1', 'leaf2', 'mysql', 'prometheus', 'zookeeper'])
+  // docker-compose 1.29 (scripts/check-packaging.sh) rejects `name:`; Compose v2 warns on `version:`.
+  t.same(Object.keys(compose).filter((k) => !k.startsWith('x-')).sort(), ['services', 'volumes'])
+  t.match(service('mysql').image, /^mysql:8\.\d+$/)
+  t.match(service('zookeeper').image, /^zookeeper:3\.[89]$/)
+  for (const name of ['mysql', 'zookeeper', 'prometheus']) {
+    const hc = service(name).healthcheck
+    t.ok(hc?.test !== undefined && hc.disable !== true, `${name} has a healthcheck`)
+  }
+  t.match(service('mysql').healthcheck?.test, [/^CMD/, /--protocol=tcp[\s\S]*leaf_alloc/], 'MySQL is healthy once the table exists and it listens on TCP')
+  t.match(service('zookeeper').healthcheck?.test, [/^CMD/, /srvr[\s\S]*2181/])
+
+  for (const name of REPLICAS) {
+    const s = service(name)
+    t.same(s.build, '.', `${name} builds this Dockerfile`)
+    t.notOk(s.healthcheck, `${name} keeps the image's HEALTHCHECK`)
+    t.same(s.depends_on, { mysql: { condition: 'service_healthy' }, zookeeper: { condition: 'service_healthy' } }, `${name} waits for healthy services`)
+  }
+  t.same(service('leaf1').ports, [`8080:${containerPort}`])
+  t.same(service('leaf2').ports, [`8081:${containerPort}`])
+  t.same(service('prometheus').ports, ['9090:9090'])
+  t.same(Object.keys(service('prometheus').depends_on ?? {}).sort(), REPLICAS)
+})
+
+t.test('MySQL creates Leaf\'s table from sql/ on first start, for the replicas\' user', async (t) => {
+  const m = mounts('mysql')
+  t.equal(m.get('/docker-entrypoint-initdb.d'), './sql')
+  const scripts = readdirSync(join(ROOT, 'sql')).filter((f) => f.endsWith('.sql'))
+  t.ok(scripts.some((f) => /CREATE TABLE IF NOT EXISTS `leaf_alloc`/.test(read(`sql/${f}`))), 'sql/ creates leaf_alloc')
+  t.ok(Object.hasOwn(compose.volumes ?? {}, m.get('/var/lib/mysql') ?? ''), 'data on a named volume')
+
+  const db = environment('mysql')
+  for (const name of REPLICAS) {
+    const env = environment(name)
+    t.same(parseJdbcUrl(env.LEAF_JDBC_URL ?? '', env.LEAF_JDBC_USERNAME ?? '', env.LEAF_JDBC_PASSWORD ?? ''), {
+      kind: 'mysql', host: 'mysql', port: 3306, database: db.MYSQL_DATABASE, user: db.MYSQL_USER, password: db.MYSQL_PASSWORD,
+    }, `${name} reaches the database the init scripts ran against`)
+  }
+})
+
+t.test('every variable the replicas get is a configuration key; both modes on; distinct identities', async (t) => {
+  const known = new Set(Object.keys(KEYS).map(envName))
+  const identities = new Set<string>()
+  const cacheVolumes = new Set<string>()
+  for (const name of REPLICAS) {
+    const env = environment(name)
+    t.same(Object.keys(env).filter((k) => !known.has(k)), [], `${name}: no unknown variable`)
+    const { config } = loadConfig({ cwd: ROOT, env })
+    t.match(config, {
+      segment: { enabled: true, store: { kind: 'mysql', host: 'mysql' } },
+      snowflake: { enabled: true, zkAddress: 'zookeeper:2181' },
+    }, `${name}: both modes, on the stack's MySQL and ZooKeeper`)
+    identities.add(`${config.snowflake.ip}:${config.snowflake.port}`)
+    const volume = mounts(name).get(config.snowflake.cacheDir)
+    t.ok(volume !== undefined && Object.hasOwn(compose.volumes ?? {}, volume), `${name}: worker-id cache on a named volume`)
+    cacheVolumes.add(volume ?? '')
+  }
+  t.equal(identities.size, REPLICAS.length, `ZooKeeper identities ${[...identities].join(', ')}: distinct worker ids`)
+  t.equal(cacheVolumes.size, REPLICAS.length, 'one cache volume per replica')
+  const [first, second] = REPLICAS.map((name) => ({ ...environment(name), LEAF_SNOWFLAKE_IP: 'any' }))
+  t.same(first, second, 'the replicas differ only in identity')
+})
+
+t.test('Prometheus scrapes /metrics of both replicas on their container port', async (t) => {
+  t.equal(mounts('prometheus').get('/etc/prometheus/prometheus.yml'), './config/prometheus.yml')
+  interface ScrapeConfig { job_name: string, metrics_path?: string, static_configs?: { targets: string[] }[] }
+  const prometheus = parseYaml(read('config/prometheus.yml')) as { scrape_configs: ScrapeConfig[] }
+  const targets = prometheus.scrape_configs.flatMap((c) => {
+    t.equal(c.metrics_path ?? '/metrics', '/metrics', `${c.job_name}: /metrics`)
+    return (c.static_configs ?? []).flatMap((s) => s.targets)
+  })
+  t.same(targets.sort(), REPLICAS.map((name) => `${name}:${containerPort}`))
+})
+
+t.test('leaf1\'s environment, on the local MariaDB and ZooKeeper: both routes, healthcheck, metrics, drain', async (t) => {
+  const env = environment('leaf1')
+  const local = new URL(TEST_MYSQL)
+  const jdbc = /^(jdbc:mysql:\/\/)([^/]+)(\/.*)$/.exec(env.LEAF_JDBC_URL ?? '')
+  t.equal(jdbc?.[2], 'mysql:3306')
+  t.equal(env.LEAF_SNOWFLAKE_ZK_ADDRESS, 'zookeeper:2181')
+  const name = uniqueName()
+  const cacheDir = tempDir()
+  const localEnv = {
+    ...env,
+    LEAF_JDBC_URL: `${jdbc?.[1]}${local.host}${jdbc?.[3]}`,
+    LEAF_JDBC_USERNAME: decodeURIComponent(local.username),
+    LEAF_JDBC_PASSWORD: decodeURIComponent(local.password),
+    LEAF_SNOWFLAKE_ZK_ADDRESS: TEST_ZK,
+    LEAF_SNOWFLAKE_CACHE_DIR: cacheDir,
+    LEAF_NAME: name,
+  }
+
+  // What /docker-entrypoint-initdb.d does on the first start (the script is idempotent).
+  const store = parseJdbcUrl(localEnv.LEAF_JDBC_URL, localEnv.LEAF_JDBC_USERNAME, localEnv.LEAF_JDBC_PASSWORD)
+  if (store.kind !== 'mysql') throw new Error('not a MySQL URL')
+  const { host, port, user, password, database } = store
+  const conn = await mysql.createConnection({ host, port, user, password, database, multipleStatements: true })
+  await conn.query(read('sql/leaf_alloc.sql'))
+  await conn.end()
+
+  // The image's CMD from its WORKDIR (here the checkout: the same config/ and dist/).
+  const server = await startServer({ env: localEnv, args: ['--server.port=0'] })
+  t.teardown(() => server.stop())
+  const zkc = await inspector()
+  t.teardown(() => zkc.close())
+
+  const first = await get(`${server.url}/api/segment/get/order`)
+  t.equal(first.status, 200)
+  t.match(first.body, /^\d+$/)
+  t.equal((await get(`${server.url}/api/segment/get/order`)).body, String(BigInt(first.body) + 1n))
+
+  const snowflake = await get(`${server.url}/api/snowflake/get/x`)
+  t.equal(snowflake.status, 200)
+  t.match(snowflake.body, /^\d+$/)
+  const identity = `${env.LEAF_SNOWFLAKE_IP}:${env.LEAF_SNOWFLAKE_PORT}`
+  const forever = await zkc.children(`/snowflake/${name}/forever`)
+  t.same(forever, [`${identity}-0000000000`], 'registered under the compose identity')
+  t.equal(decodeSnowflakeId(BigInt(snowflake.body)).workerId, 0)
+  t.equal(readWorkerCache(cacheDir)?.workerId, 0, 'worker id cached in LEAF_SNOWFLAKE_CACHE_DIR')
+
+  const healthcheckRun = (port: number) => spawnSync(process.execPath, healthcheckCmd?.slice(1) ?? [], {
+    env: { PATH: process.env.PATH, SERVER_PORT: String(port) }, encoding: 'utf8', timeout: 10_000,
+  }).status
+  t.equal(healthcheckRun(server.port), 0, 'the image\'s HEALTHCHECK passes')
+  t.equal(healthcheckRun(await closedPort()), 1, 'and fails where nothing answers')
+  const metrics = await get(`${server.url}/metrics`)
+  t.equal(metrics.status, 200, 'Prometheus can scrape /metrics')
+  t.match(metrics.body, /^# (HELP|TYPE) /m)
+
+  t.equal(await server.stop('SIGTERM'), 0, 'SIGTERM drains and exits 0')
+  t.same(await zkc.children(`/snowflake/${name}/temporary`), [], 'the ephemeral node is removed at once')
+})
+
+/** A loopback port nothing listens on. */
+function closedPort (): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address()
+      server.close(() => typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port')))
+    })
+  })
+}
