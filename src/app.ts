@@ -59,6 +59,8 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
     done?.()
   }
   registerErrorHandling(app, timed(UNMATCHED_ROUTE))
+  // Bodies are JSON (tag management) or nothing: any other type is 415, not a string to parse.
+  app.removeContentTypeParser('text/plain')
   app.addHook('onRoute', (route) => {
     const hook = timed(route.url)
     route.onResponse = route.onResponse === undefined ? [hook] : [...[route.onResponse].flat(), hook]

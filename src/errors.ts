@@ -37,3 +37,11 @@ export class LeafError extends Error {
 export function isLeafError (err: unknown): err is LeafError {
   return err instanceof LeafError
 }
+
+/** A start that must not go on (its message says why); the server exits 1 with that line. */
+export class StartRefused extends Error {
+  constructor (message: string) {
+    super(message)
+    this.name = 'StartRefused'
+  }
+}

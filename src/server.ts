@@ -2,7 +2,7 @@ import closeWithGrace from 'close-with-grace'
 import pino from 'pino'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig, type LoadedConfig } from './config/load-config.js'
-import { LeaseRefused } from './snowflake/worker-id/worker-lease.js'
+import { StartRefused } from './errors.js'
 
 // Entry point: read the config, build the app, listen, and drain on SIGTERM/SIGINT.
 let loaded: LoadedConfig
@@ -29,7 +29,7 @@ try {
   app = await buildApp(config, { logger })
   await app.listen({ host: config.server.host, port: config.server.port })
 } catch (err) {
-  if (err instanceof LeaseRefused) logger.fatal(`start refused: ${err.message}`)
+  if (err instanceof StartRefused) logger.fatal(`start refused: ${err.message}`)
   else logger.fatal({ err }, 'start failed')
   await app?.close()
   process.exit(1)

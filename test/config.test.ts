@@ -106,4 +106,5 @@ t.test('JDBC URLs in every accepted form', async (t) => {
   t.throws(() => parseJdbcUrl('sqlite:', '', ''), /needs a file path/)
   t.throws(() => parseJdbcUrl('mysql://host', '', ''), /must name one database/)
   t.throws(() => parseJdbcUrl('redis://x', '', ''), /unknown scheme "redis"/)
+  t.throws(() => parseJdbcUrl('mysql://leaf:50%off@db/leaf', '', ''), { name: 'ConfigError', message: /malformed percent-encoding in its password/ })
 })

@@ -220,3 +220,40 @@ t.test('views report Leaf\'s fields', async (t) => {
     updateTimestamp: clock.now,
   }])
 })
+
+t.test('a caller that gets nothing fails at the wait timeout, however many loads others used up', async (t) => {
+  const store = new FakeStore({ tiny: { step: 10 } })
+  const { generator } = setup(store, { waitTimeoutMs: 300 })
+  await generator.init()
+  store.delayMs = 100
+  const started = Date.now()
+  const results = await Promise.allSettled(Array.from({ length: 300 }, () => Promise.resolve().then(() => generator.next('tiny'))))
+  const elapsed = Date.now() - started
+  t.ok(elapsed < 300 + 250, `every caller answered within the timeout plus one load (${elapsed} ms)`)
+  t.ok(results.some((r) => r.status === 'rejected' && (r.reason as LeafError).code === 'SEGMENTS_NOT_READY'), 'the unlucky ones got SEGMENTS_NOT_READY')
+  const ids = results.flatMap((r) => r.status === 'fulfilled' ? [BigInt(r.value)] : [])
+  t.equal(new Set(ids).size, ids.length, 'no duplicate among the lucky ones')
+})
+
+t.test('a table step of 0 fails the load instead of looping', async (t) => {
+  const store = new FakeStore({ zero: { step: 0 } })
+  const { generator } = setup(store, { waitTimeoutMs: 200 })
+  await generator.init()
+  const started = Date.now()
+  await t.rejects(Promise.resolve().then(() => generator.next('zero')), { code: 'SEGMENTS_NOT_READY' })
+  t.ok(Date.now() - started < 1000, 'answered at the wait timeout')
+  t.ok(store.calls.length < 20, `loads were backed off (${store.calls.length})`)
+})
+
+t.test('a tag added while a refresh reads the table is not dropped by that refresh', async (t) => {
+  const store = new FakeStore({ a: { step: 5 } })
+  const { generator } = setup(store)
+  await generator.init()
+  store.delayMs = 50
+  const refresh = generator.refreshTags()
+  store.add('new', 5)
+  generator.addTag('new')
+  await refresh
+  t.equal(generator.has('new'), true)
+  t.equal(generator.has('a'), true)
+})

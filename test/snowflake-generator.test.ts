@@ -105,3 +105,18 @@ t.test('a real clock: 100,000 IDs, all unique and increasing', async (t) => {
   const ids = await gen.nextBatch('k', 100_000)
   t.ok(ids.every((id, i) => i === 0 || id > (ids[i - 1] as bigint)))
 })
+
+t.test('a clock stepping back while the sequence waits for the next millisecond: CLOCK_BACKWARDS, no spin', async (t) => {
+  const time = { now: T0 }
+  let reads = 0
+  // After 4,200 reads the clock steps back 50 ms (an NTP correction during the wait).
+  const gen = createSnowflakeGenerator({ workerId: 1, clock: () => (++reads > 4200 ? T0 - 50 : time.now), random: () => 0, sleep: async () => {} })
+  const ids = gen.nextBatch('k', 4096) as bigint[]
+  t.equal(ids.length, 4096, 'the whole millisecond')
+  await t.rejects(Promise.resolve().then(() => gen.nextBatch('k', 200)), { code: 'CLOCK_BACKWARDS' })
+})
+
+t.test('a twepoch in the future or over 2^41 ms ago refuses to start', async (t) => {
+  t.throws(() => createSnowflakeGenerator({ workerId: 1, twepoch: Date.now() + 60_000 }), { name: 'StartRefused' })
+  t.throws(() => createSnowflakeGenerator({ workerId: 1, twepoch: 0, clock: () => 2 ** 41 }), { name: 'StartRefused' })
+})

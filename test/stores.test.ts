@@ -72,6 +72,23 @@ for (const c of cases) {
       t.equal(await store.allocate('missing'), undefined)
     })
 
+    t.test('createTag inserts once; a second create of the key is undefined', async (t) => {
+      const row = await store.createTag({ key: 'made', step: 3, maxId: 10n, description: 'd' })
+      t.match(row, { key: 'made', maxId: 10n, step: 3, description: 'd' })
+      t.equal(await store.createTag({ key: 'made', step: 4, maxId: 1n, description: null }), undefined)
+      t.match(await store.updateTag('made', { step: 9 }), { key: 'made', maxId: 10n, step: 9, description: 'd' })
+      t.equal(await store.updateTag('nope', { step: 9 }), undefined)
+    })
+
+    t.test('a table step of 0 or less fails the allocation and leaves max_id alone', async (t) => {
+      await insert('zero', 0)
+      await t.rejects(store.allocate('zero').then((a) => {
+        if (a !== undefined && a.step < 1) throw new Error('step < 1 reached the generator, which refuses it')
+        return a
+      }))
+      t.equal((await store.getAllRows()).find((r) => r.key === 'zero')?.maxId, 1n)
+    })
+
     t.test('concurrent allocations never overlap', async (t) => {
       await insert('race', 10)
       const got = await Promise.all(Array.from({ length: 40 }, () => store.allocate('race')))

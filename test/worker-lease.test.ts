@@ -6,6 +6,7 @@ import { LeaseRefused, acquireWorkerLease, type WorkerLeaseOptions } from '../sr
 import { CreateMode } from '../src/snowflake/worker-id/zookeeper.js'
 import { tempDir } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
+import { createProxy } from './helpers/tcp-proxy.js'
 import { TEST_ZK, inspector, uniqueName, zk } from './helpers/zookeeper.js'
 
 const HEARTBEAT = 3000
@@ -41,6 +42,10 @@ t.test('the cache file keeps Java Leaf\'s workerID line plus lastTimestamp', asy
   t.same(readWorkerCache(dir), { workerId: 12, lastTimestamp: 1234 })
   writeFileSync(join(dir, 'workerID.properties'), 'workerID=5\n') // as Java Leaf writes it
   t.same(readWorkerCache(dir), { workerId: 5, lastTimestamp: undefined })
+  writeFileSync(join(dir, 'workerID.properties'), 'workerID=5\nlastTimestamp=\n')
+  t.same(readWorkerCache(dir), { workerId: 5, lastTimestamp: undefined }, 'an empty value is no value, not 0')
+  writeFileSync(join(dir, 'workerID.properties'), 'workerID=\n')
+  t.equal(readWorkerCache(dir), undefined)
   t.equal(readWorkerCache(tempDir()), undefined)
 })
 
@@ -161,4 +166,24 @@ t.test('ZooKeeper unreachable at start: the cached worker id, only with the cloc
   t.equal(l.workerId, 77)
   t.equal(l.notBefore, last + HEARTBEAT)
   t.match(l.status(), { source: 'cache', zookeeperConnected: false })
+})
+
+t.test('ZooKeeper cut off: the lease keeps serving and keeps the cache current; connected again after', async (t) => {
+  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  t.teardown(() => proxy.close())
+  const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, heartbeatIntervalMs: 200, zkSessionTimeoutMs: 6000 })
+  const changes: boolean[] = []
+  const l = await lease(o)
+  l.onConnectionChange = (connected) => changes.push(connected)
+  proxy.block()
+  const cutAt = Date.now()
+  await new Promise((resolve) => setTimeout(resolve, 1200))
+  t.equal(l.status().zookeeperConnected, false)
+  const cached = readWorkerCache(o.cacheDir)?.lastTimestamp as number
+  t.ok(cached > cutAt + 500, `the cache kept being written while ZooKeeper was away (${cached - cutAt} ms after the cut)`)
+  proxy.unblock()
+  const until = Date.now() + 8000
+  while (!l.status().zookeeperConnected && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100))
+  t.equal(l.status().zookeeperConnected, true, 'reconnected')
+  t.same(changes, [false, true])
 })

@@ -31,12 +31,19 @@ export function parseJdbcUrl (url: string, username: string, password: string): 
   } catch {
     throw new ConfigError(URL_KEY, 'is not a valid URL')
   }
-  const database = decodeURIComponent(parsed.pathname.replace(/^\//, ''))
+  const decode = (part: string, what: string) => {
+    try {
+      return decodeURIComponent(part)
+    } catch {
+      throw new ConfigError(URL_KEY, `has a malformed percent-encoding in its ${what}`)
+    }
+  }
+  const database = decode(parsed.pathname.replace(/^\//, ''), 'database')
   if (parsed.hostname === '') throw new ConfigError(URL_KEY, 'has no host')
   if (database === '' || database.includes('/')) throw new ConfigError(URL_KEY, 'must name one database, e.g. .../leaf')
   const port = parsed.port === '' ? 3306 : Number(parsed.port)
   // JDBC URLs may carry the credentials as query parameters; the URL wins over the keys.
-  const user = decodeURIComponent(parsed.username) || parsed.searchParams.get('user') || username
-  const pass = decodeURIComponent(parsed.password) || parsed.searchParams.get('password') || password
+  const user = decode(parsed.username, 'user') || parsed.searchParams.get('user') || username
+  const pass = decode(parsed.password, 'password') || parsed.searchParams.get('password') || password
   return { kind: 'mysql', host: parsed.hostname.replace(/^\[|\]$/g, ''), port, user, password: pass, database }
 }

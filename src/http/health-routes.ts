@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify'
+import { withTimeout } from '../timers.js'
 
 /** Readiness never waits on the database longer than this. */
 export const READY_DB_TIMEOUT_MS = 1000
@@ -24,20 +25,10 @@ export function registerHealthRoutes (app: FastifyInstance): void {
 
 async function segmentReadiness ({ store, generator }: NonNullable<FastifyInstance['leaf']['segment']>): Promise<ModeReadiness> {
   if (!generator.initialized) return { ready: false, reason: 'the tag list is not loaded yet (database unreachable since start)' }
-  const dbError = await pingWithin(store.ping(), READY_DB_TIMEOUT_MS)
+  const dbError = await withTimeout(store.ping(), READY_DB_TIMEOUT_MS, `no answer within ${READY_DB_TIMEOUT_MS} ms`)
+    .then(() => undefined, (err: { code?: string, message: string }) => err.code ?? err.message)
   if (dbError === undefined) return { ready: true }
   const exhausted = generator.exhaustedTags()
   if (exhausted.length === 0) return { ready: true, reason: `database unreachable (${dbError}); serving buffered IDs` }
   return { ready: false, reason: `database unreachable (${dbError}) and ${exhausted.length} tag(s) have no buffered IDs left: ${exhausted.slice(0, 10).join(', ')}` }
-}
-
-/** Resolves undefined when the ping succeeds in time, else a short reason. */
-function pingWithin (ping: Promise<void>, ms: number): Promise<string | undefined> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(`no answer within ${ms} ms`), ms)
-    ping.then(
-      () => { clearTimeout(timer); resolve(undefined) },
-      (err: unknown) => { clearTimeout(timer); resolve((err as { code?: string }).code ?? 'error') }
-    )
-  })
 }

@@ -2,6 +2,7 @@ import { LeafError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import { SegmentBuffer, type Id } from './segment-buffer.js'
 import type { Allocation, SegmentStore } from './store.js'
+import { settlesWithin, sleep, withTimeout } from '../timers.js'
 
 export type { Id } from './segment-buffer.js'
 
@@ -101,9 +102,14 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     return take(buf, count)
   }
 
-  /** Takes `count` IDs, waiting for loads as needed; each wait is bounded by the wait timeout. */
+  /**
+   * Takes `count` IDs, waiting for loads as needed. A caller that gets nothing for the wait
+   * timeout fails, however many loads others used up meanwhile; a batch that makes progress
+   * gets a new wait for each further segment.
+   */
   async function take (buf: SegmentBuffer, count: number): Promise<Id[]> {
     const ids: Id[] = []
+    let deadline = Date.now() + waitTimeoutMs
     while (true) {
       if (buf.initOk) {
         const seg = buf.currentSegment
@@ -111,12 +117,13 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         for (let i = 0; i < n; i++) ids.push(seg.take())
         if (!buf.nextReady && buf.loading === undefined && seg.pos > seg.preloadAfter) preload(buf)
         if (ids.length === count) return ids
+        if (n > 0) deadline = Date.now() + waitTimeoutMs
         if (buf.nextReady) {
           buf.switchSegment()
           continue
         }
       }
-      await waitForLoad(buf)
+      await waitForLoad(buf, deadline)
     }
   }
 
@@ -139,8 +146,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
    * Waits until the load in flight settles, starting one (after the failure backoff) when
    * none runs. Rejects with SEGMENTS_NOT_READY when nothing settles within the wait timeout.
    */
-  async function waitForLoad (buf: SegmentBuffer): Promise<void> {
-    const deadline = Date.now() + waitTimeoutMs
+  async function waitForLoad (buf: SegmentBuffer, deadline: number): Promise<void> {
     while (true) {
       const remaining = deadline - Date.now()
       if (remaining <= 0) break
@@ -193,10 +199,13 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     let alloc: Allocation | undefined
     let nextStep: number | undefined
     if (!buf.initOk || buf.updateTimestamp === 0) {
-      alloc = await withTimeout(store.allocate(buf.key), loadTimeoutMs)
+      alloc = await withTimeout(store.allocate(buf.key), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
     } else {
       nextStep = adaptStep(buf.step, buf.minStep, clock() - buf.updateTimestamp)
-      alloc = await withTimeout(store.allocate(buf.key, nextStep), loadTimeoutMs)
+      alloc = await withTimeout(store.allocate(buf.key, nextStep), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
+    }
+    if (alloc !== undefined && !(alloc.step >= 1)) {
+      throw new Error(`leaf_alloc.step of "${buf.key}" is ${alloc.step}: it must be 1 or more`)
     }
     if (alloc === undefined) {
       buf.missing = true
@@ -226,6 +235,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   }
 
   async function refreshTags (): Promise<void> {
+    // Only tags known before the read may be dropped: one added meanwhile (addTag) stays.
+    const known = [...buffers.keys()]
     const tags = await store.getAllTags()
     const current = new Set(tags)
     const added: string[] = []
@@ -236,11 +247,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       }
     }
     const removed: string[] = []
-    for (const tag of buffers.keys()) {
-      if (!current.has(tag)) {
-        buffers.delete(tag)
-        removed.push(tag)
-      }
+    for (const tag of known) {
+      if (!current.has(tag) && buffers.delete(tag)) removed.push(tag)
     }
     if (added.length > 0 || removed.length > 0) logger.info({ added, removed }, 'segment tags refreshed')
     initialized = true
@@ -329,23 +337,4 @@ function toView (buf: SegmentBuffer): SegmentBufferView {
     minStep: buf.minStep,
     updateTimestamp: buf.updateTimestamp,
   }
-}
-
-function sleep (ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms))
-}
-
-/** Resolves true when `promise` settles within `ms`, false otherwise. Never rejects. */
-function settlesWithin (promise: Promise<unknown>, ms: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(false), ms)
-    promise.then(() => { clearTimeout(timer); resolve(true) }, () => { clearTimeout(timer); resolve(true) })
-  })
-}
-
-function withTimeout<T> (promise: Promise<T>, ms: number): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`store did not answer within ${ms} ms`)), ms)
-    promise.then((v) => { clearTimeout(timer); resolve(v) }, (e: unknown) => { clearTimeout(timer); reject(e) })
-  })
 }

@@ -1,4 +1,4 @@
-import { LeafError } from '../errors.js'
+import { LeafError, StartRefused } from '../errors.js'
 
 // Java Leaf's layout: 41 bits of milliseconds since twepoch, 10 bits of worker id,
 // 12 bits of sequence.
@@ -8,6 +8,8 @@ export const MAX_WORKER_ID = (1 << WORKER_ID_BITS) - 1 // 1023
 export const SEQUENCE_MASK = (1 << SEQUENCE_BITS) - 1 // 4095
 const WORKER_SHIFT = BigInt(SEQUENCE_BITS)
 const TIMESTAMP_SHIFT = BigInt(WORKER_ID_BITS + SEQUENCE_BITS)
+/** 41 bits of milliseconds: past this, IDs would leave the positive 64-bit range. */
+export const MAX_TIMESTAMP_MS = 2 ** 41
 /** 2010-11-04 09:42:54.657 +08:00, Java Leaf's epoch. */
 export const DEFAULT_TWEPOCH = 1288834974657
 /** A new millisecond starts its sequence at a random value below this, as Leaf does. */
@@ -57,6 +59,10 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
   if (!Number.isInteger(workerId) || workerId < 0 || workerId > MAX_WORKER_ID) {
     throw new RangeError(`worker id ${workerId} is outside [0, ${MAX_WORKER_ID}]`)
   }
+  const sinceEpoch = clock() - twepoch
+  if (sinceEpoch < 0 || sinceEpoch >= MAX_TIMESTAMP_MS) {
+    throw new StartRefused(`leaf.snowflake.twepoch ${twepoch} must lie in the past, less than 2^41 ms (about 69 years) ago`)
+  }
   let lastTimestamp = -1
   let sequence = 0
   // The high bits of every ID of the current millisecond, built once per millisecond.
@@ -72,10 +78,15 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
   function tryNext (): bigint | undefined {
     let ts = clock()
     if (ts === lastTimestamp) {
-      sequence = (sequence + 1) & SEQUENCE_MASK
-      if (sequence === 0) {
-        // 4,096 IDs in this millisecond: spin to the next one, as Leaf does (at most 1 ms).
-        while (ts <= lastTimestamp) ts = clock()
+      if (sequence < SEQUENCE_MASK) {
+        sequence++
+      } else {
+        // This millisecond is used up: spin to the next one, as Leaf does (at most 1 ms). A
+        // clock stepping back meanwhile goes to the backwards rule, the millisecond still spent.
+        while (ts <= lastTimestamp) {
+          ts = clock()
+          if (ts < lastTimestamp) return undefined
+        }
         beginMillisecond(ts, random(SEQUENCE_START_SPREAD))
       }
     } else if (ts > lastTimestamp && ts >= notBefore) {

@@ -13,13 +13,15 @@ export interface MysqlStoreOptions {
 
 // Java Leaf's statements (LEAF-REFERENCE.md), each reservation as one transaction. They are
 // sent as one multi-statement round trip, so a slow network costs one delay per segment.
+// `step > 0`: a hand-edited step of 0 or less must not move max_id (the generator refuses it).
 const ALLOCATE_BY_TABLE_STEP =
-  'START TRANSACTION; UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ?; ' +
+  'START TRANSACTION; UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ? AND step > 0; ' +
   'SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?; COMMIT'
 const ALLOCATE_BY_STEP =
   'START TRANSACTION; UPDATE leaf_alloc SET max_id = max_id + ? WHERE biz_tag = ?; ' +
   'SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?; COMMIT'
 
+const ER_DUP_ENTRY = 1062
 const SELECT_ROWS = 'SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc'
 
 function toRow (r: RowDataPacket): LeafAllocRow {
@@ -79,10 +81,14 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
       return rows.map(toRow)
     },
     async createTag (tag) {
-      const [result] = await pool.query<ResultSetHeader>(
-        'INSERT IGNORE INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)',
-        [tag.key, String(tag.maxId), tag.step, tag.description])
-      return result.affectedRows === 0 ? undefined : getRow(tag.key)
+      try {
+        await pool.query('INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)',
+          [tag.key, String(tag.maxId), tag.step, tag.description])
+      } catch (err) {
+        if ((err as { errno?: number }).errno === ER_DUP_ENTRY) return undefined
+        throw err
+      }
+      return getRow(tag.key)
     },
     async updateTag (key, changes) {
       const sets: string[] = []

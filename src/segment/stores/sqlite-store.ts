@@ -55,6 +55,7 @@ export function createSqliteStore (path: string): SegmentStore {
   const allocateTx = db.transaction((key: string, step: number | undefined): Allocation | undefined => {
     const row = selectRow.get(key)
     if (row === undefined) return undefined
+    if (row.step < 1n) throw new RangeError(`leaf_alloc.step of ${key} is ${row.step}: it must be 1 or more`)
     const next = row.max_id + BigInt(step ?? row.step)
     if (next > INT64_MAX) throw new RangeError(`max_id of ${key} would pass 2^63 - 1`)
     updateMaxId.run(next, key)

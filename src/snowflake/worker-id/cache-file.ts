@@ -20,10 +20,10 @@ export function readWorkerCache (dir: string): CachedWorker | undefined {
     return undefined
   }
   const values = parse(text) as Record<string, string>
-  const workerId = Number(values.workerID)
-  if (values.workerID === undefined || !Number.isInteger(workerId)) return undefined
-  const lastTimestamp = values.lastTimestamp === undefined ? undefined : Number(values.lastTimestamp)
-  return { workerId, lastTimestamp: Number.isFinite(lastTimestamp) ? lastTimestamp : undefined }
+  const digits = (v: string | undefined) => v !== undefined && /^\d{1,15}$/.test(v.trim()) ? Number(v) : undefined
+  const workerId = digits(values.workerID)
+  if (workerId === undefined) return undefined
+  return { workerId, lastTimestamp: digits(values.lastTimestamp) }
 }
 
 /** Writes the cache atomically (a reader never sees half a file). */

@@ -1,13 +1,15 @@
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { StartRefused } from '../../errors.js'
 import type { Logger } from '../../logger.js'
+import { sleep, withTimeout } from '../../timers.js'
 import { MAX_WORKER_ID } from '../snowflake-generator.js'
 import { CACHE_FILE, readWorkerCache, writeWorkerCache, type CachedWorker } from './cache-file.js'
 import { firstNonLoopbackIPv4 } from './local-ip.js'
 import { CreateMode, connectZookeeper, isNoNode, zk, type Client } from './zookeeper.js'
 
 /** A condition under which the instance must not start: it could hand out an ID twice. */
-export class LeaseRefused extends Error {
+export class LeaseRefused extends StartRefused {
   constructor (message: string) {
     super(message)
     this.name = 'LeaseRefused'
@@ -249,6 +251,10 @@ class Lease implements WorkerLease {
           return
         }
         await this.checkOwnNode(client)
+        if (this.closed) {
+          client.close()
+          return
+        }
         this.attach(client)
         await this.heartbeat()
       } catch (err) {
@@ -277,28 +283,38 @@ class Lease implements WorkerLease {
 
   /** Writes the current time to the cache file and, when connected, to both ZooKeeper nodes. */
   async heartbeat (): Promise<void> {
-    if (this.beating || this.closed) return
+    if (this.closed) return
     const now = this.o.clock()
     if (now < this.lastWritten) {
       this.o.logger.warn({ now, last: this.lastWritten }, 'clock behind the last heartbeat: heartbeat skipped')
       return
     }
-    this.beating = true
+    // The cache file is the clock guard of a start without ZooKeeper: it is written on every
+    // beat, whatever ZooKeeper does.
     try {
       writeWorkerCache(this.cacheDir, { workerId: this.workerId, lastTimestamp: now })
-      this.lastWritten = now
-      const client = this.client
-      const paths = this.paths
-      if (client === undefined || paths?.own === undefined) {
-        if (paths === undefined) this.lastHeartbeat = now
-        return
-      }
+    } catch (err) {
+      this.o.logger.warn({ err: (err as Error).message }, 'worker-id cache not written')
+    }
+    this.lastWritten = now
+    const { client, paths } = this
+    if (paths === undefined) {
+      this.lastHeartbeat = now
+      return
+    }
+    // A disconnected client queues requests without a timeout: skip ZooKeeper until it is back,
+    // and bound a write that started before the connection went.
+    if (this.beating || client === undefined || !this.connected || paths.own === undefined) return
+    this.beating = true
+    try {
       const data = nodeData(paths.ip, this.o.port, now)
-      await zk.setData(client, paths.own, data)
-      await this.writeEphemeral(client, data)
+      await withTimeout((async () => {
+        await zk.setData(client, paths.own as string, data)
+        await this.writeEphemeral(client, data)
+      })(), this.o.heartbeatIntervalMs, `ZooKeeper did not answer within ${this.o.heartbeatIntervalMs} ms`)
       this.lastHeartbeat = now
     } catch (err) {
-      this.o.logger.warn({ err: (err as Error).message }, 'heartbeat failed')
+      this.o.logger.warn({ err: (err as Error).message }, 'heartbeat to ZooKeeper failed')
     } finally {
       this.beating = false
     }
@@ -343,8 +359,4 @@ class Lease implements WorkerLease {
     await Promise.race([zk.removeIfExists(client, (this.paths as ZkPaths).temporary).catch(() => {}), sleep(1000)])
     await zk.close(client)
   }
-}
-
-function sleep (ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms))
 }

@@ -1,0 +1,83 @@
+import { connect, createServer, type Server, type Socket } from 'node:net'
+
+/**
+ * A loopback TCP proxy in front of a service (MariaDB, ZooKeeper). `delayMs` holds every
+ * chunk, in both directions, that long before passing it on (order kept: timers of one
+ * duration fire in the order they were set). `block()` cuts every connection and resets
+ * new ones until `unblock()`: the service is unreachable though it runs.
+ */
+export interface TcpProxy {
+  readonly port: number
+  delayMs: number
+  readonly blocked: boolean
+  /** Connections accepted so far. */
+  readonly accepted: number
+  block (): void
+  unblock (): void
+  close (): Promise<void>
+}
+
+export async function createProxy (targetPort: number, { delayMs = 0 } = {}): Promise<TcpProxy> {
+  const open = new Set<Socket>()
+  let blocked = false
+  let accepted = 0
+
+  const server: Server = createServer((client) => {
+    if (blocked) {
+      client.resetAndDestroy()
+      return
+    }
+    accepted++
+    const upstream = connect(targetPort, '127.0.0.1')
+    open.add(client)
+    open.add(upstream)
+    pipe(client, upstream)
+    pipe(upstream, client)
+    const done = () => {
+      open.delete(client)
+      open.delete(upstream)
+    }
+    client.once('close', done)
+    upstream.once('close', done)
+  })
+  // Delay each chunk by the delay in force when it arrived; an end or error is passed on after
+  // the data before it.
+  function pipe (from: Socket, to: Socket): void {
+    const later = (fn: () => void) => {
+      const ms = proxy.delayMs
+      if (ms > 0) setTimeout(fn, ms)
+      else fn()
+    }
+    from.on('data', (chunk: Buffer) => later(() => { if (!to.destroyed) to.write(chunk) }))
+    from.on('end', () => later(() => { if (!to.destroyed) to.end() }))
+    from.on('error', () => later(() => to.destroy()))
+    from.on('close', (hadError) => later(() => { if (hadError) to.destroy(); else to.end() }))
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => resolve())
+  })
+  const address = server.address()
+  if (typeof address !== 'object' || address === null) throw new Error('proxy has no port')
+
+  const proxy: TcpProxy = {
+    port: address.port,
+    delayMs,
+    get blocked () { return blocked },
+    get accepted () { return accepted },
+    block () {
+      blocked = true
+      for (const socket of open) socket.destroy()
+      open.clear()
+    },
+    unblock () {
+      blocked = false
+    },
+    close () {
+      for (const socket of open) socket.destroy()
+      return new Promise((resolve) => server.close(() => resolve()))
+    },
+  }
+  return proxy
+}
