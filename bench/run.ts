@@ -49,11 +49,13 @@ interface Round { cpuPerRequest: number, requestsPerSecond: number, p50: number,
 async function load (server: Server, path: string, amount: number): Promise<Round> {
   const pid = server.proc.pid as number
   const before = cpuSeconds(pid)
+  const started = performance.now()
   const result = await autocannon({ url: server.url + path, connections: CONNECTIONS, amount })
+  const seconds = (performance.now() - started) / 1000
   const cpu = cpuSeconds(pid) - before
   return {
     cpuPerRequest: cpu / result.requests.total,
-    requestsPerSecond: result.requests.total / result.duration,
+    requestsPerSecond: result.requests.total / seconds,
     p50: result.latency.p50,
     p99: result.latency.p99,
     errors: result.errors + result.non2xx + result.timeouts,

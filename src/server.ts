@@ -28,6 +28,10 @@ let app
 try {
   app = await buildApp(config, { logger })
   await app.listen({ host: config.server.host, port: config.server.port })
+  for (const a of app.addresses()) {
+    if (typeof a === 'string') continue
+    logger.info(`Server listening at http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`)
+  }
 } catch (err) {
   if (err instanceof StartRefused) logger.fatal(`start refused: ${err.message}`)
   else logger.fatal({ err }, 'start failed')

@@ -51,6 +51,11 @@ t.test('/metrics moves as IDs are issued and errors happen', async (t) => {
   t.equal(valueOf(samples, 'leaf_segment_db_load_seconds_count', { key: 'order' }), 1)
   t.equal(valueOf(samples, 'http_request_duration_seconds_count', { route: '/api/segment/get/:key', status_code: '404' }), 1)
   t.equal(valueOf(samples, 'http_request_duration_seconds_count', { route: '/api/snowflake/get/:key', status_code: '200' }), 121)
+  await server.inject('/no/such/thing')
+  ;({ samples } = await scrape(server))
+  t.equal(valueOf(samples, 'http_request_duration_seconds_count', { route: 'not_found', status_code: '404' }), 1)
+  const sum = valueOf(samples, 'http_request_duration_seconds_sum', { route: '/api/segment/get/:key', status_code: '200' }) as number
+  t.ok(sum > 0 && sum < 10, `durations are measured (${sum} s in all)`)
   await server.inject('/api/segment/get/order?count=300')
   ;({ samples } = await scrape(server))
   t.equal(valueOf(samples, 'leaf_segment_next_ready', { key: 'order' }), 1, 'past 10% used: the next segment is loaded')

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import { LeafError } from '../errors.js'
+import type { Logger } from '../logger.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SegmentBufferView } from '../segment/segment-generator.js'
 import type { LeafAllocRow, TagChanges } from '../segment/store.js'
@@ -17,7 +18,7 @@ const BODY_LIMIT = 16 * 1024
  * The views (`/api/cache`, `/api/db`, `/api/snowflake/status` and Leaf's `/cache`, `/db` pages),
  * behind the bearer token when one is set, and tag management, which exists only then.
  */
-export function registerAdminRoutes (app: FastifyInstance, token: string): void {
+export function registerAdminRoutes (app: FastifyInstance, token: string, logger: Logger): void {
   app.register(async (admin) => {
     if (token !== '') admin.addHook('onRequest', requireBearer(token))
     const { segment, snowflake } = app.leaf
@@ -56,7 +57,7 @@ export function registerAdminRoutes (app: FastifyInstance, token: string): void 
       const row = await storeCall(() => mode.store.createTag(tag))
       if (row === undefined) throw new LeafError('KEY_EXISTS', `Tag "${tag.key}" is already in the leaf_alloc table.`)
       mode.generator.addTag(row.key)
-      request.log.info({ key: row.key, step: row.step, maxId: String(row.maxId) }, 'segment tag created')
+      logger.info({ key: row.key, step: row.step, maxId: String(row.maxId) }, 'segment tag created')
       return reply.code(201).send(rowJson(row))
     })
     admin.patch<{ Params: { key: string }, Body: unknown }>('/api/segment/tags/:key', { bodyLimit: BODY_LIMIT }, async (request) => {
@@ -66,7 +67,7 @@ export function registerAdminRoutes (app: FastifyInstance, token: string): void 
       const row = await storeCall(() => mode.store.updateTag(key, changes))
       if (row === undefined) throw new LeafError('KEY_NOT_FOUND', `Tag "${key}" is not in the leaf_alloc table.`)
       mode.generator.addTag(row.key)
-      request.log.info({ key, ...changes }, 'segment tag changed')
+      logger.info({ key, ...changes }, 'segment tag changed')
       return rowJson(row)
     })
   })

@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ERRORS, LeafError, isLeafError, type ErrorCode } from '../errors.js'
+import type { Logger } from '../logger.js'
 
 const CODE_BY_STATUS: Record<number, ErrorCode> = {
   400: 'BAD_REQUEST',
@@ -7,6 +8,12 @@ const CODE_BY_STATUS: Record<number, ErrorCode> = {
   404: 'NOT_FOUND',
   413: 'PAYLOAD_TOO_LARGE',
   415: 'UNSUPPORTED_MEDIA_TYPE',
+}
+
+/** How the not-found handler is timed (it has no route, so no route hooks). */
+export interface NotFoundTiming {
+  start: (request: FastifyRequest, reply: FastifyReply, done: () => void) => void
+  done: (request: FastifyRequest, reply: FastifyReply) => void
 }
 
 export function sendError (reply: FastifyReply, err: LeafError): FastifyReply {
@@ -17,10 +24,10 @@ export function sendError (reply: FastifyReply, err: LeafError): FastifyReply {
  * One place turns every failure into `{"error": CODE, "message": "..."}` with the status of
  * the errors table; nothing else (no stack, no driver message) reaches the client.
  */
-export function registerErrorHandling (app: FastifyInstance, onNotFound?: (request: FastifyRequest, reply: FastifyReply) => void): void {
+export function registerErrorHandling (app: FastifyInstance, logger: Logger, notFound: NotFoundTiming): void {
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (isLeafError(err)) {
-      if (err.statusCode >= 500) request.log.error({ code: err.code, cause: err.cause, url: request.url }, err.message)
+      if (err.statusCode >= 500) logger.error({ code: err.code, cause: err.cause, method: request.method, url: truncate(request.url) }, err.message)
       return sendError(reply, err)
     }
     const status = err.statusCode ?? 500
@@ -28,13 +35,13 @@ export function registerErrorHandling (app: FastifyInstance, onNotFound?: (reque
     if (status < 500 && code !== undefined) {
       return sendError(reply, new LeafError(code, err.validation ? err.message : ERRORS[code].message))
     }
-    request.log.error({ err, url: request.url }, 'request failed')
+    logger.error({ err, method: request.method, url: truncate(request.url) }, 'request failed')
     return sendError(reply, new LeafError('INTERNAL'))
   })
 
-  app.setNotFoundHandler((request, reply) => {
+  app.setNotFoundHandler({ preHandler: notFound.start }, (request, reply) => {
     sendError(reply, new LeafError('NOT_FOUND', `No route ${request.method} ${truncate(request.url)}.`))
-    onNotFound?.(request, reply)
+    notFound.done(request, reply)
   })
 }
 
