@@ -1,10 +1,11 @@
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Config } from './config/load-config.js'
 import { registerAdminRoutes } from './http/admin-routes.js'
 import { registerDecodeRoutes } from './http/decode-routes.js'
-import { frameworkErrors, registerErrorHandling } from './http/errors.js'
+import { answerConnect, clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/errors.js'
 import { registerHealthRoutes } from './http/health-routes.js'
 import { registerIdRoute } from './http/id-routes.js'
+import { createObserver, timeRoutes } from './http/timing.js'
 import type { Logger } from './logger.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
 import { startSegmentMode, type SegmentMode } from './modes/segment-mode.js'
@@ -17,10 +18,6 @@ export interface AppOptions {
 }
 
 declare module 'fastify' {
-  interface FastifyRequest {
-    /** performance.now() when the request reached its route, for the duration histogram. */
-    startedAt: number
-  }
   interface FastifyInstance {
     leaf: {
       config: Config
@@ -30,9 +27,6 @@ declare module 'fastify' {
     }
   }
 }
-
-/** Route label for requests that matched no route: raw URLs never become label values. */
-const UNMATCHED_ROUTE = 'not_found'
 
 /**
  * Builds the service from a config object: the enabled modes, their routes, metrics and
@@ -46,37 +40,30 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
     // logs through its own pino instance, handed to whatever logs.
     logger: false,
     frameworkErrors,
+    clientErrorHandler,
     routerOptions: {
       // Keys of any length must reach validation (400 INVALID_KEY), not fall through to a 404.
       maxParamLength: 16 * 1024,
     },
   })
-  const metrics = createMetrics()
-  // Each route times itself (onRequest to onSend) with its pattern in a closure:
-  // request.routeOptions builds a new object on every read.
-  app.decorateRequest('startedAt', 0)
-  const start = (request: FastifyRequest, _reply: FastifyReply, done: () => void) => {
-    request.startedAt = performance.now()
+  app.server.on('connect', answerConnect)
+  // On close, requests in flight finish, but their keep-alive connections would hold the
+  // server open until the clients hang up: close each one as soon as it goes idle.
+  let drain: NodeJS.Timeout | undefined
+  app.addHook('preClose', (done) => {
+    drain = setInterval(() => app.server.closeIdleConnections(), 50)
     done()
-  }
-  const record = (request: FastifyRequest, reply: FastifyReply, route: string) => {
-    const ms = performance.now() - request.startedAt
-    metrics.request(request.method, route, reply.statusCode, ms / 1000)
-    // One line per request at debug level only: an ID service at tens of thousands of
-    // requests a second does not write a line for each by default.
-    if (debug) logger.debug({ method: request.method, route, status: reply.statusCode, ms }, 'request')
-  }
-  const timed = (route: string) => (request: FastifyRequest, reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void) => {
-    record(request, reply, route)
-    done(null, payload)
-  }
-  registerErrorHandling(app, logger, { start, done: (request, reply) => record(request, reply, UNMATCHED_ROUTE) })
+  })
+  app.addHook('onClose', (_instance, done) => {
+    clearInterval(drain)
+    done()
+  })
+
+  const metrics = createMetrics()
+  const observe = createObserver(metrics, logger, debug)
+  registerErrorHandling(app, logger, timeRoutes(app, observe))
   // Bodies are JSON (tag management) or nothing: any other type is 415, not a string to parse.
   app.removeContentTypeParser('text/plain')
-  app.addHook('onRoute', (route) => {
-    route.onRequest = [start, ...[route.onRequest ?? []].flat()]
-    route.onSend = [...[route.onSend ?? []].flat(), timed(route.url)]
-  })
 
   const leaf: FastifyInstance['leaf'] = { config, metrics, segment: undefined, snowflake: undefined }
   app.decorate('leaf', leaf)
@@ -92,8 +79,8 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
   }
   metrics.watch(leaf)
 
-  registerIdRoute(app, { mode: 'segment', source: leaf.segment?.generator, batchMax: config.batchMax, metrics })
-  registerIdRoute(app, { mode: 'snowflake', source: leaf.snowflake?.generator, batchMax: config.batchMax, metrics })
+  registerIdRoute(app, { mode: 'segment', source: leaf.segment?.generator, batchMax: config.batchMax, metrics, observe })
+  registerIdRoute(app, { mode: 'snowflake', source: leaf.snowflake?.generator, batchMax: config.batchMax, metrics, observe })
   registerDecodeRoutes(app, config.snowflake.twepoch)
   registerHealthRoutes(app)
   app.get('/metrics', async (_request, reply) => {

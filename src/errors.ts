@@ -10,6 +10,7 @@ export const ERRORS = {
   NOT_FOUND: { status: 404, message: 'No such route.' },
   KEY_EXISTS: { status: 409, message: 'The key is already in the leaf_alloc table.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
+  HEADERS_TOO_LARGE: { status: 431, message: 'The request line and headers are too large.' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The request body has an unsupported content type.' },
   MODE_DISABLED: { status: 503, message: 'This ID mode is disabled on this instance.' },
   NOT_READY: { status: 503, message: 'The generator is not initialised yet.' },

@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process'
+import { connect } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
 import { tempDir } from './helpers/config.js'
@@ -66,4 +67,45 @@ t.test('SIGTERM drains and exits 0', async (t) => {
   const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true'] })
   t.equal((await get(`${server.url}/api/segment/get/order`)).status, 200)
   t.equal(await server.stop('SIGTERM'), 0)
+})
+
+t.test('requests rejected before any route get the documented JSON shape', async (t) => {
+  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true'] })
+  t.teardown(() => server.stop())
+  const raw = (text: string) => new Promise<string>((resolve, reject) => {
+    const socket = connect(server.port, '127.0.0.1', () => socket.end(text))
+    let answer = ''
+    socket.setEncoding('utf8')
+    socket.on('data', (c: string) => { answer += c })
+    socket.on('close', () => resolve(answer))
+    socket.on('error', reject)
+  })
+  const huge = await raw(`GET /api/segment/get/order HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`)
+  t.match(huge, /^HTTP\/1\.1 431 /)
+  t.match(huge, /\r\n\r\n\{"error":"HEADERS_TOO_LARGE","message":"[^"]+"\}$/)
+  const bad = await raw('GARBAGE\r\n\r\n')
+  t.match(bad, /^HTTP\/1\.1 400 [\s\S]*\{"error":"BAD_REQUEST","message":"[^"]+"\}$/)
+  const tunnel = await raw('CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n')
+  t.match(tunnel, /^HTTP\/1\.1 404 [\s\S]*\{"error":"NOT_FOUND","message":"CONNECT is not supported\."\}$/)
+  t.equal((await get(`${server.url}/api/segment/get/order`)).status, 200, 'still serving')
+})
+
+t.test('SIGTERM with a keep-alive client: the request in flight completes and the process exits 0 at once', async (t) => {
+  const db = await createTestDatabase()
+  t.teardown(() => db.drop())
+  await db.query("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('slow', 1)")
+  const server = await startServer({
+    args: ['--server.port=0', '--leaf.segment.enable=true'],
+    env: { LEAF_JDBC_URL: db.jdbc.url, LEAF_JDBC_USERNAME: db.jdbc.username, LEAF_JDBC_PASSWORD: db.jdbc.password },
+  })
+  t.equal((await get(`${server.url}/api/segment/get/slow`)).status, 200, 'a keep-alive connection is open')
+  const inFlight = get(`${server.url}/api/segment/get/slow?count=200`) // 200 loads of step 1: takes a while
+  await new Promise((resolve) => setTimeout(resolve, 30))
+  const signalled = Date.now()
+  server.proc.kill('SIGTERM')
+  const answer = await inFlight
+  t.equal(answer.status, 200, 'the request in flight completed')
+  t.equal(answer.body.split('\n').length, 200)
+  t.equal(await server.exited, 0, 'exit 0')
+  t.ok(Date.now() - signalled < 5000, `exited ${Date.now() - signalled} ms after SIGTERM, not at the 10 s grace limit`)
 })

@@ -1,3 +1,5 @@
+import { STATUS_CODES, type IncomingMessage } from 'node:http'
+import type { Duplex } from 'node:stream'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ERRORS, LeafError, isLeafError, type ErrorCode } from '../errors.js'
 import type { Logger } from '../logger.js'
@@ -7,6 +9,7 @@ const CODE_BY_STATUS: Record<number, ErrorCode> = {
   401: 'UNAUTHORIZED',
   404: 'NOT_FOUND',
   413: 'PAYLOAD_TOO_LARGE',
+  431: 'HEADERS_TOO_LARGE',
   415: 'UNSUPPORTED_MEDIA_TYPE',
 }
 
@@ -49,6 +52,29 @@ export function registerErrorHandling (app: FastifyInstance, logger: Logger, not
 export function frameworkErrors (err: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
   const status = err.statusCode ?? 400
   sendError(reply, new LeafError(CODE_BY_STATUS[status] ?? 'BAD_REQUEST', status === 400 ? 'The URL is malformed.' : undefined))
+}
+
+/**
+ * Requests Node's parser rejects (malformed, or a header block over its limit) never reach a
+ * route: answer them on the socket in the same JSON shape, then close it.
+ */
+export function clientErrorHandler (err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || !socket.writable) {
+    socket.destroy()
+    return
+  }
+  writeRaw(socket, new LeafError(err.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : 'BAD_REQUEST'))
+}
+
+/** CONNECT requests bypass the router (Node emits them apart): no such route. */
+export function answerConnect (_request: IncomingMessage, socket: Duplex): void {
+  writeRaw(socket, new LeafError('NOT_FOUND', 'CONNECT is not supported.'))
+}
+
+function writeRaw (socket: Duplex, err: LeafError): void {
+  const body = JSON.stringify({ error: err.code, message: err.message })
+  socket.end(`HTTP/1.1 ${err.statusCode} ${STATUS_CODES[err.statusCode] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
 }
 
 function truncate (s: string): string {

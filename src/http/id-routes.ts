@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { LeafError } from '../errors.js'
 import type { Id } from '../segment/segment-buffer.js'
+import type { ObserveRequest } from './timing.js'
 
 /** What both generators offer the routes. */
 export interface IdSource {
@@ -15,10 +16,12 @@ export interface IdRouteOptions {
   source: IdSource | undefined
   batchMax: number
   /** Told of every ID handed out and every failure, for the metrics. */
-  metrics?: {
+  metrics: {
     issued (mode: string, key: string, count: number): void
     idError (mode: string, code: string): void
   }
+  /** The route times itself, from handler entry to reply, into the duration histogram. */
+  observe: ObserveRequest
 }
 
 export const MAX_KEY_LENGTH = 128
@@ -36,18 +39,23 @@ interface IdRequest {
  * handler stays synchronous while the generator answers synchronously (the common case): no
  * promise per request on the hot path.
  */
-export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax, metrics }: IdRouteOptions): void {
-  function sendOne (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, id: Id): FastifyReply {
-    metrics?.issued(mode, key, 1)
-    return wantsJson(request) ? sendJson(reply, `{"id":"${id}"}`) : reply.type(TEXT).send(String(id))
+export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax, metrics, observe }: IdRouteOptions): void {
+  const route = `/api/${mode}/get/:key`
+  // The senders return nothing: a Reply is a thenable, and handing one back makes Fastify
+  // (or a promise) wait on it.
+  function sendOne (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, id: Id): void {
+    metrics.issued(mode, key, 1)
+    if (wantsJson(request)) sendJson(reply, `{"id":"${id}"}`)
+    else reply.type(TEXT).send(String(id))
   }
 
-  function sendMany (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, ids: Id[]): FastifyReply {
-    metrics?.issued(mode, key, ids.length)
-    return wantsJson(request) ? sendJson(reply, `{"ids":["${ids.join('","')}"]}`) : reply.type(TEXT).send(ids.join('\n'))
+  function sendMany (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, ids: Id[]): void {
+    metrics.issued(mode, key, ids.length)
+    if (wantsJson(request)) sendJson(reply, `{"ids":["${ids.join('","')}"]}`)
+    else reply.type(TEXT).send(ids.join('\n'))
   }
 
-  function handler (request: FastifyRequest<IdRequest>, reply: FastifyReply): FastifyReply | Promise<FastifyReply> {
+  function handler (request: FastifyRequest<IdRequest>, reply: FastifyReply): void | Promise<void> {
     const key = validKey(request.params.key)
     const rawCount = request.query.count
     const count = rawCount === undefined ? undefined : validCount(rawCount, batchMax)
@@ -61,21 +69,28 @@ export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax,
     return ids instanceof Promise ? ids.then((v) => sendMany(request, reply, key, v)) : sendMany(request, reply, key, ids)
   }
 
-  function countError (err: unknown): never {
-    metrics?.idError(mode, (err as { code?: string }).code ?? 'INTERNAL')
+  function failed (request: FastifyRequest, started: number, err: unknown): never {
+    const e = err as { code?: string, statusCode?: number }
+    metrics.idError(mode, e.code ?? 'INTERNAL')
+    observe(request.method, route, e.statusCode ?? 500, performance.now() - started)
     throw err
   }
 
-  app.get<IdRequest>(`/api/${mode}/get/:key`, metrics === undefined
-    ? handler
-    : (request, reply) => {
-        try {
-          const result = handler(request, reply)
-          return result instanceof Promise ? result.catch(countError) : result
-        } catch (err) {
-          return countError(err)
-        }
-      })
+  // Timed here rather than by route hooks: no hook runner on the hot path.
+  app.get<IdRequest>(route, { config: { timesItself: true } }, (request, reply) => {
+    const started = performance.now()
+    try {
+      const result = handler(request, reply)
+      if (result instanceof Promise) {
+        return result.then(() => {
+          observe(request.method, route, reply.statusCode, performance.now() - started)
+        }, (err: unknown) => failed(request, started, err))
+      }
+      observe(request.method, route, reply.statusCode, performance.now() - started)
+    } catch (err) {
+      return failed(request, started, err)
+    }
+  })
 }
 
 /** Keys are 1 to 128 characters (code points, as MySQL's varchar(128) counts them). */
@@ -107,6 +122,6 @@ function wantsJson (request: FastifyRequest): boolean {
 }
 
 // IDs are decimal digits: the JSON is built as text, with no serializer pass per ID.
-function sendJson (reply: FastifyReply, body: string): FastifyReply {
-  return reply.type(JSON_TYPE).send(body)
+function sendJson (reply: FastifyReply, body: string): void {
+  reply.type(JSON_TYPE).send(body)
 }
