@@ -41,6 +41,9 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
     logger: false,
     frameworkErrors,
     clientErrorHandler,
+    // Node itself answers an HTTP/1.1 request without Host with a bare 400; let it reach the
+    // routes instead (an ID service has no use for Host), so every answer has the JSON shape.
+    http: { requireHostHeader: false },
     routerOptions: {
       // Keys of any length must reach validation (400 INVALID_KEY), not fall through to a 404.
       maxParamLength: 16 * 1024,

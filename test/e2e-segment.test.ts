@@ -87,6 +87,8 @@ t.test('requests rejected before any route get the documented JSON shape', async
   t.match(bad, /^HTTP\/1\.1 400 [\s\S]*\{"error":"BAD_REQUEST","message":"[^"]+"\}$/)
   const tunnel = await raw('CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n')
   t.match(tunnel, /^HTTP\/1\.1 404 [\s\S]*\{"error":"NOT_FOUND","message":"CONNECT is not supported\."\}$/)
+  const noHost = await raw('GET /api/segment/get/order HTTP/1.1\r\nConnection: close\r\n\r\n')
+  t.match(noHost, /^HTTP\/1\.1 200 [\s\S]*\r\n\r\n\d+$/, 'no Host header: served, not a bare 400 from Node')
   t.equal((await get(`${server.url}/api/segment/get/order`)).status, 200, 'still serving')
 })
 

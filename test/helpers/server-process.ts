@@ -22,15 +22,20 @@ export interface StartOptions {
   cwd?: string
   /** How long to wait for "Server listening". */
   timeoutMs?: number
+  /** The server script: dist/server.js unless given (the fault suite may test another build). */
+  script?: string
+  /** Told of the child process as soon as it is spawned (to kill it on any exit). */
+  onSpawn?: (proc: ChildProcess) => void
 }
 
 /** Runs the built server (`node dist/server.js`) and waits until it listens on 127.0.0.1. */
-export function startServer ({ args = [], env = {}, cwd = ROOT, timeoutMs = 20_000 }: StartOptions = {}): Promise<ServerProcess> {
-  const proc = spawn(process.execPath, [SERVER_JS, '--server.host=127.0.0.1', ...args], {
+export function startServer ({ args = [], env = {}, cwd = ROOT, timeoutMs = 20_000, script = SERVER_JS, onSpawn }: StartOptions = {}): Promise<ServerProcess> {
+  const proc = spawn(process.execPath, [script, '--server.host=127.0.0.1', ...args], {
     cwd,
     env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
+  onSpawn?.(proc)
   const output: string[] = []
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)))
   return new Promise((resolve, reject) => {

@@ -1,0 +1,295 @@
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { connectZookeeper, zk, type Client } from '../../src/snowflake/worker-id/zookeeper.js'
+import { ROOT, SERVER_JS, startServer, type ServerProcess } from '../helpers/server-process.js'
+import { IdLedger, parseIds } from './ledger.js'
+import type { Answer, HttpClient } from './load.js'
+import { track, type PrivateMariaDb, type PrivateZooKeeper } from './services.js'
+
+// What every scenario shares: the private services, the server processes it starts, the
+// checks on each answer, and its line in the table.
+
+export interface Suite {
+  db: PrivateMariaDb
+  zk: PrivateZooKeeper
+  /** Scratch folder of this run (cache dirs, server working dirs). */
+  dir: string
+  /** Where server logs of each scenario are written. */
+  logDir: string
+  /** The README's Errors table: status -> codes. */
+  documented: Map<number, Set<string>>
+}
+
+export class Report {
+  requests = 0
+  /** Failures the scenario forbids. */
+  failed = 0
+  /** Failures the scenario expects (a 503 while the database is down, a request cut by SIGKILL). */
+  expected = 0
+  expectedWhat = ''
+  recover = 'n/a'
+  readonly problems: string[] = []
+  readonly notes: string[] = []
+  readonly ledger = new IdLedger()
+  private readonly failureSamples: string[] = []
+
+  /** Records a problem when `ok` is false; returns `ok`. */
+  check (ok: boolean, what: string): boolean {
+    if (!ok) this.problems.push(what)
+    return ok
+  }
+
+  failure (what: string): void {
+    this.failed++
+    if (this.failureSamples.length < 5 && !this.failureSamples.includes(what)) this.failureSamples.push(what)
+  }
+
+  note (what: string): void {
+    this.notes.push(what)
+  }
+
+  /** The checks every scenario ends with: no forbidden failure, no duplicate, no disorder. */
+  finish (): { duplicates: number } {
+    const duplicates = this.ledger.duplicates()
+    this.check(this.failed === 0, `${this.failed} failed requests, e.g. ${this.failureSamples.join(' | ')}`)
+    this.check(duplicates === 0, `${duplicates} duplicate IDs: ${this.ledger.samples.join(' | ')}`)
+    this.check(this.ledger.orderViolations === 0, `${this.ledger.orderViolations} IDs not strictly increasing: ${this.ledger.samples.join(' | ')}`)
+    return { duplicates }
+  }
+}
+
+export type Mode = 'segment' | 'snowflake'
+
+export interface LeafOptions {
+  name: string
+  /** leaf.jdbc.url: segment mode on. */
+  segment?: string
+  snowflake?: { zk: string, port: number, cacheDir: string, sessionTimeoutMs?: number, heartbeatMs?: number }
+  args?: string[]
+}
+
+export interface Leaf extends ServerProcess {
+  label: string
+  pid: number
+}
+
+const started: Leaf[] = []
+
+/** The built server (`node dist/server.js`) on 127.0.0.1, port 0, no config file. */
+export async function startLeaf (suite: Suite, label: string, o: LeafOptions): Promise<Leaf> {
+  const args = ['--server.port=0', '--server.host=127.0.0.1', `--leaf.name=${o.name}`, '--log.level=info']
+  args.push(`--leaf.segment.enable=${o.segment !== undefined}`)
+  if (o.segment !== undefined) args.push(`--leaf.jdbc.url=${o.segment}`)
+  args.push(`--leaf.snowflake.enable=${o.snowflake !== undefined}`)
+  if (o.snowflake !== undefined) {
+    const s = o.snowflake
+    args.push(`--leaf.snowflake.zk.address=${s.zk}`, '--leaf.snowflake.ip=127.0.0.1', `--leaf.snowflake.port=${s.port}`,
+      `--leaf.snowflake.cache.dir=${s.cacheDir}`, `--leaf.snowflake.zk.session-timeout-ms=${s.sessionTimeoutMs ?? 2000}`)
+    if (s.heartbeatMs !== undefined) args.push(`--leaf.snowflake.heartbeat-interval-ms=${s.heartbeatMs}`)
+  }
+  args.push(...o.args ?? [])
+  // A working folder of its own: no config/leaf.properties is read, every key is given here.
+  const server = await startServer({ args, cwd: suite.dir, script: SERVER_SCRIPT, onSpawn: track })
+  const leaf = Object.assign(server, { label, pid: server.proc.pid ?? 0 })
+  started.push(leaf)
+  return leaf
+}
+
+/** FAULT_SERVER_JS runs another build (e.g. a patched copy) instead of dist/server.js. */
+export const SERVER_SCRIPT = process.env.FAULT_SERVER_JS ?? SERVER_JS
+
+/** Kills what a scenario left running and writes each server's output to the log folder. */
+export async function cleanUpServers (logDir: string, scenario: string): Promise<void> {
+  for (const [i, leaf] of started.entries()) {
+    if (leaf.proc.exitCode === null && leaf.proc.signalCode === null) {
+      leaf.proc.kill('SIGTERM')
+      const timer = setTimeout(() => leaf.proc.kill('SIGKILL'), 5000)
+      await leaf.exited
+      clearTimeout(timer)
+    }
+    writeFileSync(join(logDir, `${scenario}-${i}-${leaf.label}.log`), leaf.output.join('\n') + '\n')
+  }
+  started.length = 0
+}
+
+export interface IdAnswer {
+  answer: Answer
+  /** The IDs when the answer is a 200 with exactly the IDs asked for. */
+  ids: bigint[] | undefined
+}
+
+/** One ID request; `ids` undefined unless it is a 200 with `count` (or 1) decimal IDs. */
+export async function fetchIds (client: HttpClient, base: string, mode: Mode, key: string, count?: number): Promise<IdAnswer> {
+  const url = `${base}/api/${mode}/get/${encodeURIComponent(key)}${count === undefined ? '' : `?count=${count}`}`
+  const answer = await client.get(url)
+  if (answer.status !== 200) return { answer, ids: undefined }
+  const ids = parseIds(answer.body)
+  return { answer, ids: ids?.length === (count ?? 1) ? ids : undefined }
+}
+
+/** A short description of an answer for a failure message. */
+export function describe (a: Answer): string {
+  return a.status === 0 ? `no answer (${a.error ?? '?'})` : `${a.status} ${a.body.slice(0, 120).replace(/\n/g, '\\n')}`
+}
+
+/** The error code of a JSON error answer, if it is one. */
+export function errorCode (a: Answer): string | undefined {
+  try {
+    const code = (JSON.parse(a.body) as { error?: unknown }).error
+    return typeof code === 'string' ? code : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** Prometheus text of /metrics as `name{labels}` -> value. */
+export async function metrics (client: HttpClient, base: string): Promise<Map<string, number>> {
+  const a = await client.get(`${base}/metrics`, { timeoutMs: 5000 })
+  if (a.status !== 200) throw new Error(`/metrics: ${describe(a)}`)
+  const values = new Map<string, number>()
+  for (const line of a.body.split('\n')) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (\S+)$/.exec(line)
+    if (m !== null) values.set(m[1] as string, Number(m[2]))
+  }
+  return values
+}
+
+/** /readyz: its status and JSON body. */
+export async function readyz (client: HttpClient, base: string): Promise<{ status: number, body: Record<string, unknown> | undefined, raw: string }> {
+  const a = await client.get(`${base}/readyz`, { timeoutMs: 5000 })
+  let body: Record<string, unknown> | undefined
+  try {
+    body = JSON.parse(a.body) as Record<string, unknown>
+  } catch {
+    body = undefined
+  }
+  return { status: a.status, body, raw: a.body }
+}
+
+/** Resident memory (kB) and open file descriptors of a process, from /proc. */
+export function procStats (pid: number): { rssKb: number, fds: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+  const rss = /VmRSS:\s+(\d+) kB/.exec(status)
+  return { rssKb: Number(rss?.[1] ?? Number.NaN), fds: readdirSync(`/proc/${pid}/fd`).length }
+}
+
+export function alive (pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+export interface ZkInspector {
+  client: Client
+  children (path: string): Promise<string[]>
+  /** The session id owning an ephemeral node (hex), or undefined when there is no node. */
+  owner (path: string): Promise<string | undefined>
+  data (path: string): Promise<Record<string, unknown>>
+  close (): Promise<void>
+}
+
+/** A ZooKeeper session of the test's own, to look at the tree. */
+export async function zkInspector (zkService: PrivateZooKeeper): Promise<ZkInspector> {
+  const client = await connectZookeeper(zkService.address, 10_000, 10_000)
+  return {
+    client,
+    async children (path) {
+      try {
+        return (await zk.getChildren(client, path)).sort()
+      } catch {
+        return []
+      }
+    },
+    owner (path) {
+      return new Promise((resolve, reject) => client.exists(path, (err, stat) => {
+        if (err !== null && err !== undefined) reject(err)
+        else resolve(stat === null || stat === undefined ? undefined : stat.ephemeralOwner.toString('hex'))
+      }))
+    },
+    async data (path) {
+      return JSON.parse(String(await zk.getData(client, path))) as Record<string, unknown>
+    },
+    close: () => zk.close(client),
+  }
+}
+
+/** The README's Errors table: each status with its codes. */
+export function documentedErrors (): Map<number, Set<string>> {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
+  const section = readme.slice(readme.indexOf('## Errors'))
+  const table = new Map<number, Set<string>>()
+  for (const m of section.matchAll(/^\| (\d{3}) \| `([A-Z_]+)` \|/gm)) {
+    const status = Number(m[1])
+    if (!table.has(status)) table.set(status, new Set())
+    table.get(status)?.add(m[2] as string)
+  }
+  if (table.size === 0) throw new Error('no Errors table found in README.md')
+  return table
+}
+
+export function fmtMs (ms: number): string {
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(2)} s`
+}
+
+export function unique (prefix: string): string {
+  return `${prefix}-${Date.now().toString(36)}${Math.floor(Math.random() * 1296).toString(36)}`
+}
+
+/**
+ * One ID request, checked and recorded: a 200 with the IDs asked for goes to the ledger
+ * (unique per tag or over all snowflake IDs, increasing along `stream`), anything else is
+ * a failure unless `expected` accepts it.
+ */
+export async function takeIds (
+  report: Report, client: HttpClient, base: string, mode: Mode, key: string, count: number | undefined,
+  stream: string | undefined, expected?: (a: Answer) => boolean
+): Promise<IdAnswer> {
+  report.requests++
+  const r = await fetchIds(client, base, mode, key, count)
+  if (r.ids !== undefined) {
+    report.ledger.record(mode === 'segment' ? `segment:${key}` : 'snowflake', stream === undefined ? undefined : `${stream}:${mode === 'segment' ? key : 'snowflake'}`, r.ids)
+  } else if (expected?.(r.answer) === true) {
+    report.expected++
+  } else {
+    report.failure(`${mode} ${key}${count === undefined ? '' : ` count=${count}`}: ${r.answer.status === 200 ? `bad body ${describe(r.answer)}` : describe(r.answer)}`)
+  }
+  return r
+}
+
+export interface MaxIdWatch {
+  /** Every value read, in order (reads fail while the database is down and are skipped). */
+  readonly values: bigint[]
+  /** Reads that saw max_id smaller than the read before. */
+  readonly backwards: string[]
+  stop (): Promise<void>
+}
+
+/** Reads a tag's max_id every `everyMs` as root, straight from the private MariaDB (for at most `maxMs`). */
+export function watchMaxId (db: PrivateMariaDb, tag: string, everyMs = 200, maxMs = 180_000): MaxIdWatch {
+  const values: bigint[] = []
+  const backwards: string[] = []
+  const state = { running: true }
+  const until = performance.now() + maxMs
+  const loop = (async () => {
+    while (state.running && performance.now() < until) {
+      try {
+        const v = await db.maxId(tag)
+        const last = values[values.length - 1]
+        if (last !== undefined && v < last) backwards.push(`${last} -> ${v}`)
+        if (last === undefined || v !== last) values.push(v)
+      } catch {}
+      await new Promise((resolve) => setTimeout(resolve, everyMs))
+    }
+  })()
+  return {
+    values,
+    backwards,
+    async stop () {
+      state.running = false
+      await loop
+    },
+  }
+}

@@ -1,0 +1,258 @@
+import { connect } from 'node:net'
+
+// Hostile HTTP requests as raw bytes (node:http refuses to send most of them), and a raw
+// client that reads one answer off the socket.
+
+/** mulberry32: a small seeded generator, so a failing run can be replayed with its seed. */
+export function createRandom (seed: number): Random {
+  let a = seed >>> 0
+  const next = () => {
+    a = (a + 0x6D2B79F5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+  const int = (n: number) => Math.floor(next() * n)
+  return {
+    next,
+    int,
+    between: (lo, hi) => lo + int(hi - lo + 1),
+    pick: <T>(items: readonly T[]) => items[int(items.length)] as T,
+    chance: (p) => next() < p,
+  }
+}
+
+export interface Random {
+  next (): number
+  /** An integer in [0, n). */
+  int (n: number): number
+  /** An integer in [lo, hi]. */
+  between (lo: number, hi: number): number
+  pick<T> (items: readonly T[]): T
+  chance (p: number): boolean
+}
+
+export interface HostileRequest {
+  bytes: Buffer
+  /** Where the body starts in `bytes`. */
+  headLength: number
+  method: string
+  /** The request target as sent (for messages, cut short). */
+  target: string
+  /** A request the service must answer 200 with IDs: a known tag or a snowflake key, a valid count. */
+  valid?: { mode: 'segment' | 'snowflake', key: string, count: number | undefined }
+  /** What makes it hostile, for messages. */
+  kind: string
+}
+
+const HEX = '0123456789ABCDEF'
+const pct = (byte: number) => `%${HEX[byte >> 4]}${HEX[byte & 15]}`
+
+/** One piece of a key, from a byte class. Raw bytes go out as latin1: any byte value. */
+function keyPiece (r: Random, cls: number): string {
+  switch (cls) {
+    case 0: return r.pick(['a', 'Z', '0', '9', 'k', 'x'])
+    case 1: return r.pick(['-', '.', '_', '~'])
+    case 2: return r.pick(['!', '$', '&', "'", '(', ')', '*', '+', ',', ';', '=', ':', '@', '/', '?', '#', '[', ']', '|', '{', '}', '^', '`', '"', '<', '>', '\\'])
+    case 3: return pct(r.int(256)) // any byte, percent-encoded
+    case 4: return r.chance(0.5) ? pct(r.int(256)).toLowerCase() : encodeURIComponent(String.fromCodePoint(r.pick([0xe9, 0x4e2d, 0x1f600, 0xfeff, 0x202e, 0x10ffff])))
+    case 5: return r.pick(['%', '%G', '%zz', '%4', '%e0%a4', '%c0%af', '%ed%a0%80', '%ff%fe', '%%', '%u0041', '%00'])
+    case 6: return String.fromCharCode(r.pick([0, 1, 8, 9, 10, 13, 27, 31, 127])) // raw control bytes
+    case 7: return String.fromCharCode(r.between(0x80, 0xff)) // raw high bytes
+    case 8: return Buffer.from(String.fromCodePoint(r.pick([0xe9, 0x4e2d, 0x1f600])), 'utf8').toString('latin1') // raw UTF-8
+    case 9: return r.pick(['..', '.', '/..', '../', '%2e%2e', '%2E%2E%2F', '..%2f', '%2F', '//', '.%2e'])
+    default: return r.pick([' ', '\t', '+', '%20'])
+  }
+}
+
+// Pieces that may stand raw in a request line (half the keys use only these, so that most
+// requests reach the router and validation rather than Node's parser).
+const LINE_SAFE = [0, 1, 2, 3, 4, 5, 9]
+
+function hostileKey (r: Random): string {
+  const length = r.chance(0.08)
+    ? 0
+    : r.chance(0.4) ? r.between(1, 16) : r.chance(0.5) ? r.between(17, 140) : r.between(141, 4096)
+  const classes = r.chance(0.5) ? LINE_SAFE : [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+  const main = r.pick(classes)
+  let key = ''
+  for (let i = 0; i < length; i++) key += keyPiece(r, r.chance(0.7) ? main : r.pick(classes))
+  return key
+}
+
+const COUNTS = ['', '0', '-1', '1', '10000', '10001', '99999999999999999999', 'abc', '1e3', '0x10', '+5', ' 5', '%35', '5%00', '1.0',
+  '\u0661\u0662', '1,2', 'NaN', 'Infinity', '-0', '00001', '4294967297', '%ZZ', '[]', '{}']
+const METHODS = ['GET', 'GET', 'GET', 'GET', 'GET', 'GET', 'GET', 'GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'OPTIONS', 'PATCH',
+  'TRACE', 'CONNECT', 'get', 'FOO', 'PROPFIND', 'M-SEARCH', 'GET\u0000', 'G ET', '']
+const PATHS = ['/api/segment/get/', '/api/snowflake/get/', '/api/snowflake/decode/', '/decodeSnowflakeId?snowflakeId=',
+  '/api/segment/tags/', '/api/segment/tags', '/api/cache', '/api/db', '/api/snowflake/status', '/cache', '/db',
+  '/healthz', '/readyz', '/metrics', '/', '', '*', 'http://127.0.0.1/api/snowflake/get/', '/api/segment/get', '/API/SEGMENT/GET/']
+const CONTENT_TYPES = ['application/json', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x',
+  'application/octet-stream', 'application/json; charset=utf-16', '', 'image/png', '*/*', 'application/json\u0000']
+const BODIES = ['{}', '{"key":"k","step":1}', '{"key":"', 'null', '[]', '{"__proto__":{"x":1}}', '{"constructor":{"prototype":{}}}',
+  'key=k&step=1', '\u0000\u0001', '{"key":"' + 'k'.repeat(200) + '","step":-1}', '{"step":1e308}', '"' + 'x'.repeat(30_000) + '"']
+
+/**
+ * A random request: `tag` is a segment tag that exists, `token` the admin token (some
+ * requests carry it). About one request in seven is valid and must get its IDs.
+ */
+export function hostileRequest (r: Random, port: number, tag: string, token: string): HostileRequest {
+  if (r.chance(0.14)) {
+    const mode = r.chance(0.5) ? 'segment' : 'snowflake'
+    const key = mode === 'segment' ? tag : `k${r.int(1000)}`
+    const count = r.chance(0.5) ? undefined : r.between(1, 100)
+    const target = `/api/${mode}/get/${key}${count === undefined ? '' : `?count=${count}`}`
+    const bytes = Buffer.from(`GET ${target} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`, 'latin1')
+    return { bytes, headLength: bytes.length, method: 'GET', target, valid: { mode, key, count }, kind: 'valid' }
+  }
+  const kinds: string[] = []
+  const method = r.pick(METHODS)
+  let target = r.pick(PATHS)
+  if (target.endsWith('/') || target.endsWith('=')) target += hostileKey(r)
+  if (r.chance(0.6)) {
+    const count = r.chance(0.5) ? String(r.between(-5, 20_000)) : r.chance(0.8) ? r.pick(COUNTS) : hostileKey(r).slice(0, 64)
+    target += `${target.includes('?') ? '&' : '?'}count=${count}`
+    if (r.chance(0.1)) target += `&count=${r.between(1, 5)}`
+    if (r.chance(0.1)) target += `&${hostileKey(r).slice(0, 40)}=${hostileKey(r).slice(0, 40)}`
+    kinds.push('count')
+  }
+  const version = r.chance(0.93) ? 'HTTP/1.1' : r.pick(['HTTP/1.0', 'HTTP/2.0', 'HTTP/0.9', 'http/1.1', 'HTTP/1.1 ', 'HTTP/9.9', ''])
+  const headers: string[] = []
+  if (r.chance(0.97)) headers.push(`Host: 127.0.0.1:${port}`)
+  if (r.chance(0.2)) headers.push(`Accept: ${r.pick(['application/json', '*/*', 'text/plain', 'application/json;q=0', hostileKey(r).slice(0, 80)])}`)
+  if (r.chance(0.15)) headers.push(`Authorization: ${r.pick([`Bearer ${token}`, 'Bearer wrong', 'Bearer ', 'Basic Zm9vOmJhcg==', `bearer ${token}`, hostileKey(r).slice(0, 200)])}`)
+  if (r.chance(0.05)) headers.push(`X-${hostileKey(r).slice(0, 20)}: ${hostileKey(r).slice(0, 200)}`)
+  if (r.chance(0.05)) {
+    headers.push(r.pick(['Connection: close', 'Connection: upgrade\r\nUpgrade: websocket', 'Expect: 100-continue', 'Transfer-Encoding: gzip, chunked',
+      'Content-Length: 5\r\nContent-Length: 6', 'Content-Length: -1', 'Range: bytes=0-1', 'If-None-Match: *', 'Cookie: ' + 'a=b; '.repeat(500)]))
+  }
+  if (r.chance(0.04)) {
+    // Oversized: a header block past Node's 16 KiB limit (431), from one header or many.
+    if (r.chance(0.5)) headers.push(`X-Big: ${'a'.repeat(r.between(16 * 1024, 64 * 1024))}`)
+    else for (let i = 0, n = r.between(1500, 4000); i < n; i++) headers.push(`X-H${i}: v`)
+    kinds.push('oversized headers')
+  }
+  let body = ''
+  if (['POST', 'PUT', 'PATCH', 'DELETE'].includes(method) && r.chance(0.7)) {
+    body = r.chance(0.03) ? 'x'.repeat(r.between(1024 * 1024, 1200 * 1024)) : r.pick(BODIES)
+    const type = r.pick(CONTENT_TYPES)
+    if (type !== '') headers.push(`Content-Type: ${type}`)
+    if (r.chance(0.9)) {
+      headers.push(`Content-Length: ${Buffer.byteLength(body, 'latin1')}`)
+    } else {
+      headers.push('Transfer-Encoding: chunked')
+      body = `${Buffer.byteLength(body, 'latin1').toString(16)}\r\n${body}\r\n0\r\n\r\n`
+    }
+    kinds.push('body')
+  }
+  kinds.push(`method ${JSON.stringify(method)}`)
+  const head = `${method} ${target} ${version}`.replace(/ $/, '')
+  const headBytes = Buffer.from(`${head}\r\n${headers.join('\r\n')}${headers.length > 0 ? '\r\n' : ''}\r\n`, 'latin1')
+  return { bytes: Buffer.concat([headBytes, Buffer.from(body, 'latin1')]), headLength: headBytes.length, method, target, kind: kinds.join(', ') }
+}
+
+export interface RawAnswer {
+  /** undefined: the connection ended with no complete status line and headers. */
+  status: number | undefined
+  headers: Record<string, string>
+  body: string
+  timedOut: boolean
+  /** The socket error, if any (after or instead of an answer). */
+  error: string | undefined
+}
+
+export interface RawOptions {
+  /** The answer to a HEAD request has no body. */
+  head?: boolean
+  timeoutMs?: number
+  /** Sends bytes[0, split) first and the rest `pauseMs` later (if the connection is still open). */
+  split?: number
+  pauseMs?: number
+}
+
+/**
+ * Sends `bytes` on a new connection to 127.0.0.1:port and reads one answer (skipping 1xx),
+ * framed by Content-Length, chunked encoding or the end of the connection.
+ */
+export function rawRequest (port: number, bytes: Buffer, { head = false, timeoutMs = 10_000, split, pauseMs = 0 }: RawOptions = {}): Promise<RawAnswer> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    let data = Buffer.alloc(0)
+    let error: string | undefined
+    let done = false
+    const finish = (answer: Omit<RawAnswer, 'error' | 'timedOut'>, timedOut = false) => {
+      if (done) return
+      done = true
+      clearTimeout(timer)
+      socket.destroy()
+      resolve({ ...answer, timedOut, error })
+    }
+    const timer = setTimeout(() => finish({ status: undefined, headers: {}, body: '' }, true), timeoutMs)
+
+    // Returns the answer once complete; `ended` says the connection is over.
+    const parse = (ended: boolean): Omit<RawAnswer, 'error' | 'timedOut'> | undefined => {
+      while (true) {
+        const end = data.indexOf('\r\n\r\n')
+        if (end < 0) return ended ? { status: undefined, headers: {}, body: '' } : undefined
+        const lines = data.subarray(0, end).toString('latin1').split('\r\n')
+        const m = /^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? '')
+        if (m === null) return { status: undefined, headers: {}, body: data.toString('latin1') }
+        const status = Number(m[1])
+        const headers: Record<string, string> = {}
+        for (const line of lines.slice(1)) {
+          const i = line.indexOf(':')
+          if (i > 0) headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim()
+        }
+        const rest = data.subarray(end + 4)
+        if (status >= 100 && status < 200) {
+          data = rest
+          continue
+        }
+        if (head || status === 204 || status === 304) return { status, headers, body: '' }
+        if (headers['content-length'] !== undefined) {
+          const length = Number(headers['content-length'])
+          if (rest.length >= length) return { status, headers, body: rest.subarray(0, length).toString('utf8') }
+          return ended ? { status, headers, body: `(cut short: ${rest.length} of ${length} bytes)` } : undefined
+        }
+        if (/chunked/i.test(headers['transfer-encoding'] ?? '')) {
+          const body = dechunk(rest)
+          if (body !== undefined) return { status, headers, body }
+          return ended ? { status, headers, body: '(cut short: incomplete chunked body)' } : undefined
+        }
+        return ended ? { status, headers, body: rest.toString('utf8') } : undefined
+      }
+    }
+
+    socket.on('connect', () => {
+      if (split === undefined || split >= bytes.length) {
+        socket.write(bytes, () => {})
+        return
+      }
+      socket.write(bytes.subarray(0, split), () => {})
+      setTimeout(() => { if (!socket.destroyed && !done) socket.write(bytes.subarray(split), () => {}) }, pauseMs)
+    })
+    socket.on('data', (chunk: Buffer) => {
+      data = Buffer.concat([data, chunk])
+      const answer = parse(false)
+      if (answer !== undefined) finish(answer)
+    })
+    socket.on('error', (err: NodeJS.ErrnoException) => { error = err.code ?? err.message })
+    socket.on('close', () => finish(parse(true) ?? { status: undefined, headers: {}, body: '' }))
+  })
+}
+
+function dechunk (buf: Buffer): string | undefined {
+  const parts: Buffer[] = []
+  let at = 0
+  while (true) {
+    const eol = buf.indexOf('\r\n', at)
+    if (eol < 0) return undefined
+    const size = parseInt(buf.subarray(at, eol).toString('latin1'), 16)
+    if (Number.isNaN(size)) return undefined
+    if (size === 0) return Buffer.concat(parts).toString('utf8')
+    if (buf.length < eol + 2 + size + 2) return undefined
+    parts.push(buf.subarray(eol + 2, eol + 2 + size))
+    at = eol + 2 + size + 2
+  }
+}

@@ -1,0 +1,28 @@
+import type { Report, Suite } from './harness.js'
+import { threeInstances } from './scenarios/s1-three-instances.js'
+import { mariadbOutage } from './scenarios/s2-mariadb-outage.js'
+import { mariadbDrained } from './scenarios/s3-mariadb-drained.js'
+import { slowDb } from './scenarios/s4-slow-db.js'
+import { zookeeperOutage } from './scenarios/s5-zookeeper-outage.js'
+import { killRestart } from './scenarios/s6-kill-restart.js'
+import { sigterm } from './scenarios/s7-sigterm.js'
+import { hostileInput } from './scenarios/s8-hostile-input.js'
+import { soak } from './scenarios/s9-soak.js'
+
+export interface Scenario {
+  id: number
+  title: string
+  run (suite: Suite, report: Report): Promise<void>
+}
+
+export const SCENARIOS: Scenario[] = [
+  { id: 1, title: '3 instances, both modes, 300k IDs', run: threeInstances },
+  { id: 2, title: 'MariaDB down 20 s, buffer outlasts it', run: mariadbOutage },
+  { id: 3, title: 'MariaDB down until the buffer drains', run: mariadbDrained },
+  { id: 4, title: 'slow DB: +200 ms per packet', run: slowDb },
+  { id: 5, title: 'ZooKeeper stopped under snowflake load', run: zookeeperOutage },
+  { id: 6, title: 'SIGKILL + restart under load', run: killRestart },
+  { id: 7, title: 'SIGTERM under load', run: sigterm },
+  { id: 8, title: 'hostile input, 20k requests', run: hostileInput },
+  { id: 9, title: 'soak: 60 s mixed load, unpaced', run: soak },
+]

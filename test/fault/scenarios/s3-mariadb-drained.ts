@@ -1,0 +1,86 @@
+import { errorCode, fmtMs, readyz, startLeaf, takeIds, unique, type Report, type Suite } from '../harness.js'
+import { HttpClient, runLoad, type Answer } from '../load.js'
+import { sleep, waitUntil } from '../services.js'
+
+const CLIENTS = 8
+const RATE = 2000
+const STEP = 1000
+const WAIT_TIMEOUT_MS = 1000
+/** Scheduling slack on top of the wait timeout for "answered within the wait timeout". */
+const SLACK_MS = 500
+const RECOVERY_BOUND_MS = 2000
+
+/**
+ * 3. MariaDB stopped until the buffer of a small-step tag is used up: requests get 503
+ * SEGMENTS_NOT_READY within the wait timeout, /readyz says not ready, and service comes back
+ * by itself within 2 s of MariaDB accepting connections again.
+ */
+export async function mariadbDrained (suite: Suite, report: Report): Promise<void> {
+  const tag = unique('s3')
+  await suite.db.addTag(tag, STEP)
+  const leaf = await startLeaf(suite, 'segment', {
+    name: unique('fault-s3'),
+    segment: suite.db.url(),
+    args: [`--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`],
+  })
+  const clients = Array.from({ length: CLIENTS + 1 }, () => new HttpClient())
+  const probe = clients[CLIENTS] as HttpClient
+  report.expectedWhat = '503 SEGMENTS_NOT_READY'
+  let stop = false
+  // Moments (performance.now()) the load loop and the scenario share.
+  const at: { firstRefused?: number, up?: number, firstOkAfterUp?: number } = {}
+  let slowest = 0
+  const notReady = (a: Answer) => a.status === 503 && errorCode(a) === 'SEGMENTS_NOT_READY' && a.ms <= WAIT_TIMEOUT_MS + SLACK_MS
+
+  const load = runLoad({
+    clients: CLIENTS,
+    maxRequests: 200_000,
+    maxMs: 90_000,
+    ratePerSecond: RATE,
+    stop: () => stop,
+    async step (c) {
+      const { answer, ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'segment', tag, undefined, `c${c}`, notReady)
+      const doneAt = answer.sentAt + answer.ms
+      slowest = Math.max(slowest, answer.ms)
+      if (ids === undefined) at.firstRefused ??= doneAt
+      else if (at.up !== undefined && doneAt > at.up) at.firstOkAfterUp = Math.min(at.firstOkAfterUp ?? Infinity, doneAt)
+    },
+  })
+
+  await sleep(1500)
+  await suite.db.stop('SIGTERM')
+  const stoppedAt = performance.now()
+  const drained = await waitUntil(() => at.firstRefused !== undefined, 30_000)
+  report.check(drained, 'the buffer never ran out within 30 s of the stop')
+  await sleep(2000)
+  const notReadyAnswer = await readyz(probe, leaf.url)
+  const modes = notReadyAnswer.body?.modes as Record<string, { ready?: boolean, reason?: string }> | undefined
+  report.check(notReadyAnswer.status === 503 && notReadyAnswer.body?.status === 'not ready' && modes?.segment?.ready === false,
+    `/readyz while drained: ${notReadyAnswer.status} ${notReadyAnswer.raw}`)
+
+  await suite.db.start()
+  // Conservative: from the last moment MariaDB was seen refusing, not from its first answer.
+  const upAt = suite.db.lastDownAt
+  at.up = upAt
+  let readyAt: number | undefined
+  await waitUntil(async () => {
+    if ((await readyz(probe, leaf.url)).status !== 200) return false
+    readyAt = performance.now()
+    return true
+  }, 10_000, 25)
+  await waitUntil(() => at.firstOkAfterUp !== undefined, 10_000)
+  await sleep(2000)
+  stop = true
+  await load
+  for (const client of clients) client.close()
+
+  const recovered = at.firstOkAfterUp === undefined ? undefined : at.firstOkAfterUp - upAt
+  const ready = readyAt === undefined ? undefined : readyAt - upAt
+  report.check(report.expected > 0, 'no request got 503 SEGMENTS_NOT_READY')
+  report.check(slowest <= WAIT_TIMEOUT_MS + SLACK_MS, `an answer took ${fmtMs(slowest)} (wait timeout ${WAIT_TIMEOUT_MS} ms)`)
+  report.check(recovered !== undefined && recovered <= RECOVERY_BOUND_MS, `IDs again ${recovered === undefined ? 'never' : fmtMs(recovered)} after MariaDB came back (bound ${RECOVERY_BOUND_MS} ms)`)
+  report.check(ready !== undefined && ready <= RECOVERY_BOUND_MS, `/readyz ready again ${ready === undefined ? 'never' : fmtMs(ready)} after MariaDB came back (bound ${RECOVERY_BOUND_MS} ms)`)
+  report.note(`buffer used up ${at.firstRefused === undefined ? '-' : fmtMs(at.firstRefused - stoppedAt)} after the stop; slowest answer ${fmtMs(slowest)}; ` +
+    `/readyz while down: ${notReadyAnswer.status} ${notReadyAnswer.raw.slice(0, 200)}; /readyz ready ${ready === undefined ? '-' : fmtMs(ready)} after MariaDB came back`)
+  report.recover = recovered === undefined ? 'never' : fmtMs(recovered)
+}

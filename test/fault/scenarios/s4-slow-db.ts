@@ -1,0 +1,65 @@
+import mysql from 'mysql2/promise'
+import { fmtMs, startLeaf, takeIds, unique, watchMaxId, type Report, type Suite } from '../harness.js'
+import { HttpClient, runLoad } from '../load.js'
+import { createProxy } from '../../helpers/tcp-proxy.js'
+
+const CLIENTS = 8
+const RATE = 1000
+// Every 5th request is a batch of 6: 2 IDs per request.
+const BATCH_EVERY = 5
+const BATCH = 6
+const IDS_PER_SECOND = RATE * (BATCH_EVERY - 1 + BATCH) / BATCH_EVERY
+const DELAY_MS = 200
+const RUN_MS = 15_000
+
+/**
+ * 4. MariaDB behind a proxy that holds every packet 200 ms each way: at the load the step
+ * was sized for, no request fails.
+ */
+export async function slowDb (suite: Suite, report: Report): Promise<void> {
+  const proxy = await createProxy(suite.db.port, { delayMs: DELAY_MS })
+  try {
+    // What a segment load costs through the proxy: a new connection (handshake) and a query.
+    const t0 = performance.now()
+    const conn = await mysql.createConnection({ host: '127.0.0.1', port: proxy.port, user: 'leaf', password: 'leaf', database: 'leaf', connectTimeout: 10_000 })
+    const connectMs = performance.now() - t0
+    const t1 = performance.now()
+    await conn.query('SELECT 1')
+    const queryMs = performance.now() - t1
+    await conn.end()
+    report.check(queryMs >= 2 * DELAY_MS, `the proxy did not delay: a query took ${fmtMs(queryMs)}`)
+
+    // The preload starts after 10% of a segment: the other 90% must outlast a load made on a
+    // fresh connection (the worst case), twice over.
+    const worstLoadMs = connectMs + 2 * queryMs
+    const step = Math.ceil(IDS_PER_SECOND * worstLoadMs / 1000 * 2 / 0.9 / 1000) * 1000
+    const tag = unique('s4')
+    await suite.db.addTag(tag, step)
+    const leaf = await startLeaf(suite, 'segment', { name: unique('fault-s4'), segment: suite.db.url(proxy.port) })
+    const watch = watchMaxId(suite.db, tag, 100)
+    const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
+    const latencies: number[] = []
+    const result = await runLoad({
+      clients: CLIENTS,
+      maxRequests: RATE * RUN_MS / 1000,
+      maxMs: RUN_MS + 30_000,
+      ratePerSecond: RATE,
+      async step (c, n) {
+        const { answer } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'segment', tag, n % BATCH_EVERY === BATCH_EVERY - 1 ? BATCH : undefined, `c${c}`)
+        latencies.push(answer.ms)
+      },
+    })
+    for (const client of clients) client.close()
+    await watch.stop()
+
+    latencies.sort((a, b) => a - b)
+    const p99 = latencies[Math.floor(latencies.length * 0.99)] ?? 0
+    const loads = watch.values.length - 1
+    report.check(loads >= 3, `only ${loads} segment loads seen during the run: the delay was not exercised`)
+    report.note(`proxy: connect ${fmtMs(connectMs)}, query ${fmtMs(queryMs)}; step ${step} sized for ${IDS_PER_SECOND} IDs/s; ` +
+      `${result.requests} requests in ${fmtMs(result.ms)}; ${loads} segment loads seen; latency p99 ${fmtMs(p99)}, max ${fmtMs(latencies[latencies.length - 1] ?? 0)} ` +
+      '(the first requests wait for the first load)')
+  } finally {
+    await proxy.close()
+  }
+}

@@ -1,0 +1,244 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { connect, createServer } from 'node:net'
+import { join } from 'node:path'
+import mysql, { type Pool } from 'mysql2/promise'
+import { ROOT } from '../helpers/server-process.js'
+
+// A private MariaDB and a private ZooKeeper for the fault suite: each with its own data
+// folder and loopback port, so stopping them disturbs nothing else on the machine.
+
+/** Debian installs it in /usr/sbin, which a non-root PATH may lack. */
+const MARIADBD = existsSync('/usr/sbin/mariadbd') ? '/usr/sbin/mariadbd' : 'mariadbd'
+
+const children = new Set<ChildProcess>()
+// If the suite dies, the processes it started go with it (by pid, nothing else).
+process.once('exit', () => {
+  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+})
+
+/** Registers a child process so that it is killed if the suite exits first. */
+export function track (child: ChildProcess): ChildProcess {
+  children.add(child)
+  child.once('exit', () => children.delete(child))
+  return child
+}
+
+export function sleep (ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+/** A loopback port nobody listens on right now. */
+export function freePort (): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address()
+      server.close(() => typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port')))
+    })
+  })
+}
+
+/** Polls `check` every `everyMs` until it returns true; false when `timeoutMs` passed first. */
+export async function waitUntil (check: () => boolean | Promise<boolean>, timeoutMs: number, everyMs = 50): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs
+  while (true) {
+    if (await Promise.resolve().then(check).catch(() => false)) return true
+    if (Date.now() >= deadline) return false
+    await sleep(everyMs)
+  }
+}
+
+function exited (child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve()
+  return new Promise((resolve) => child.once('exit', () => resolve()))
+}
+
+export class PrivateMariaDb {
+  readonly dataDir: string
+  private child: ChildProcess | undefined
+  private admin: Pool | undefined
+  /** performance.now() of the last failed ping of the latest start: it came back after this. */
+  lastDownAt = 0
+  /** performance.now() of the first successful ping of the latest start. */
+  upAt = 0
+
+  constructor (readonly dir: string, readonly port: number) {
+    this.dataDir = join(dir, 'data')
+  }
+
+  /** `mysql://` URL of the `leaf` database for the server's leaf.jdbc.url. */
+  url (port = this.port): string {
+    return `mysql://leaf:leaf@127.0.0.1:${port}/leaf`
+  }
+
+  get running (): boolean {
+    return this.child !== undefined
+  }
+
+  /** mariadb-install-db, start, then the `leaf` database, user and table. */
+  async init (): Promise<void> {
+    mkdirSync(this.dir, { recursive: true })
+    const install = spawnSync('mariadb-install-db', [
+      '--no-defaults', '--user=root', `--datadir=${this.dataDir}`,
+      '--auth-root-authentication-method=normal', '--skip-test-db',
+    ], { encoding: 'utf8' })
+    if (install.status !== 0) throw new Error(`mariadb-install-db failed:\n${install.stdout}\n${install.stderr}`)
+    await this.start()
+    const conn = await mysql.createConnection({ host: '127.0.0.1', port: this.port, user: 'root', multipleStatements: true })
+    await conn.query(`
+      CREATE DATABASE leaf;
+      CREATE USER 'leaf'@'%' IDENTIFIED BY 'leaf';
+      GRANT ALL PRIVILEGES ON leaf.* TO 'leaf'@'%';
+      USE leaf;
+      ${readFileSync(join(ROOT, 'sql/leaf_alloc.sql'), 'utf8')}`)
+    await conn.end()
+  }
+
+  async start (): Promise<void> {
+    if (this.child !== undefined) throw new Error('MariaDB already running')
+    const child = track(spawn(MARIADBD, [
+      '--no-defaults', '--user=root', `--datadir=${this.dataDir}`, `--port=${this.port}`,
+      '--bind-address=127.0.0.1', `--socket=${join(this.dir, 'mysqld.sock')}`,
+      `--pid-file=${join(this.dir, 'mysqld.pid')}`, `--log-error=${join(this.dir, 'error.log')}`,
+      '--skip-name-resolve', '--innodb-buffer-pool-size=64M', '--max-connections=500',
+    ], { stdio: 'ignore' }))
+    this.child = child
+    child.once('exit', () => { if (this.child === child) this.child = undefined })
+    const up = await waitUntil(async () => {
+      if (this.child !== child || await this.ping()) return true
+      this.lastDownAt = performance.now()
+      return false
+    }, 60_000, 20)
+    if (!up || this.child !== child) throw new Error(`MariaDB did not start on port ${this.port}; see ${join(this.dir, 'error.log')}`)
+    this.upAt = performance.now()
+  }
+
+  /** SIGKILL is a crash (recovery at the next start); SIGTERM a clean shutdown. */
+  async stop (signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
+    const child = this.child
+    if (child === undefined) return
+    await this.admin?.end().catch(() => {})
+    this.admin = undefined
+    child.kill(signal)
+    await exited(child)
+    this.child = undefined
+  }
+
+  /** True when a fresh connection runs a query. */
+  async ping (): Promise<boolean> {
+    try {
+      const conn = await mysql.createConnection({ host: '127.0.0.1', port: this.port, user: 'root', connectTimeout: 1000 })
+      try {
+        await conn.query('SELECT 1')
+      } finally {
+        conn.destroy()
+      }
+      return true
+    } catch {
+      return false
+    }
+  }
+
+  /** A query as root on the `leaf` database (rejects while the server is down). */
+  async query<T = unknown> (sql: string, values?: unknown[]): Promise<T> {
+    this.admin ??= mysql.createPool({
+      host: '127.0.0.1',
+      port: this.port,
+      user: 'root',
+      database: 'leaf',
+      connectionLimit: 2,
+      connectTimeout: 1000,
+      supportBigNumbers: true,
+      bigNumberStrings: true,
+    })
+    const [rows] = await this.admin.query(sql, values)
+    return rows as T
+  }
+
+  async addTag (tag: string, step: number, maxId = 1n): Promise<void> {
+    await this.query('INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)', [tag, String(maxId), step, 'fault suite'])
+  }
+
+  async maxId (tag: string): Promise<bigint> {
+    const rows = await this.query<{ max_id: string }[]>('SELECT max_id FROM leaf_alloc WHERE biz_tag = ?', [tag])
+    if (rows[0] === undefined) throw new Error(`no tag ${tag}`)
+    return BigInt(rows[0].max_id)
+  }
+}
+
+export class PrivateZooKeeper {
+  private child: ChildProcess | undefined
+  /** How many times it was started, for the log file names. */
+  private starts = 0
+
+  constructor (readonly dir: string, readonly port: number, readonly tickTimeMs = 200) {}
+
+  get address (): string {
+    return `127.0.0.1:${this.port}`
+  }
+
+  get running (): boolean {
+    return this.child !== undefined
+  }
+
+  async start (): Promise<void> {
+    if (this.child !== undefined) throw new Error('ZooKeeper already running')
+    mkdirSync(join(this.dir, 'data'), { recursive: true })
+    // As scripts/test-services.sh, with a short tick: sessions may be as short as 2 ticks.
+    writeFileSync(join(this.dir, 'zoo.cfg'), [
+      `tickTime=${this.tickTimeMs}`,
+      'initLimit=10',
+      'syncLimit=5',
+      `dataDir=${join(this.dir, 'data')}`,
+      `clientPort=${this.port}`,
+      'clientPortAddress=127.0.0.1',
+      `minSessionTimeout=${2 * this.tickTimeMs}`,
+      'maxSessionTimeout=60000',
+      'admin.enableServer=false',
+      '4lw.commands.whitelist=ruok,srvr,stat',
+      '',
+    ].join('\n'))
+    writeFileSync(join(this.dir, 'log4j.properties'), [
+      'log4j.rootLogger=WARN, CONSOLE',
+      'log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender',
+      'log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout',
+      'log4j.appender.CONSOLE.layout.ConversionPattern=%d %-5p %m%n',
+      '',
+    ].join('\n'))
+    const log = createWriteStream(join(this.dir, `zookeeper-${++this.starts}.out`))
+    const child = track(spawn('java', [
+      `-Dzookeeper.log.dir=${this.dir}`, `-Dlog4j.configuration=file:${join(this.dir, 'log4j.properties')}`,
+      '-Xmx256m', '-XX:+UseSerialGC', '-XX:TieredStopAtLevel=1',
+      '-cp', '/etc/zookeeper/conf:/usr/share/java/*',
+      'org.apache.zookeeper.server.quorum.QuorumPeerMain', join(this.dir, 'zoo.cfg'),
+    ], { stdio: ['ignore', 'pipe', 'pipe'] }))
+    child.stdout?.pipe(log)
+    child.stderr?.pipe(log)
+    this.child = child
+    child.once('exit', () => { if (this.child === child) this.child = undefined })
+    const up = await waitUntil(async () => this.child !== child || await this.serving(), 60_000, 100)
+    if (!up || this.child !== child) throw new Error(`ZooKeeper did not start on port ${this.port}; see ${this.dir}`)
+  }
+
+  async stop (signal: 'SIGTERM' | 'SIGKILL' = 'SIGKILL'): Promise<void> {
+    const child = this.child
+    if (child === undefined) return
+    child.kill(signal)
+    await exited(child)
+    this.child = undefined
+  }
+
+  /** `srvr` answers with a Mode line only once the server serves requests. */
+  serving (): Promise<boolean> {
+    return new Promise((resolve) => {
+      let out = ''
+      const socket = connect(this.port, '127.0.0.1', () => socket.end('srvr'))
+      socket.setTimeout(1000, () => socket.destroy())
+      socket.on('data', (c: Buffer) => { out += c.toString() })
+      socket.on('error', () => resolve(false))
+      socket.on('close', () => resolve(/Mode: /.test(out)))
+    })
+  }
+}
