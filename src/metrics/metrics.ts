@@ -92,11 +92,12 @@ export function createMetrics (): Metrics {
       (s) => s.lastHeartbeat === undefined ? undefined : s.lastHeartbeat / 1000),
   ]
 
-  const issuedChildren = new Map<string, { value: number }>()
+  const issuedSegment = new Map<string, { value: number }>()
+  const issuedSnowflake = new Map<string, { value: number }>()
   const snowflakeKeys = new Set<string>()
   let otherKeys: { value: number } | undefined
   const errorChildren = new Map<string, { value: number }>()
-  const requestChildren = new Map<string, HistogramChild>()
+  const requestChildren = new Map<string, Map<string, Map<number, HistogramChild>>>()
 
   for (const metric of [httpDuration, idsIssued, idErrors, ...segmentGauges, ...snowflakeGauges]) {
     registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0])
@@ -105,8 +106,8 @@ export function createMetrics (): Metrics {
   return {
     registry,
     issued (mode, key, count) {
-      const id = mode + '\0' + key
-      let child = issuedChildren.get(id)
+      const byKey = mode === 'segment' ? issuedSegment : issuedSnowflake
+      let child = byKey.get(key)
       if (child === undefined) {
         if (mode === 'snowflake' && snowflakeKeys.size >= MAX_SNOWFLAKE_KEYS) {
           // Keys past the cap share one child and are not remembered one by one.
@@ -116,7 +117,7 @@ export function createMetrics (): Metrics {
         }
         if (mode === 'snowflake') snowflakeKeys.add(key)
         child = idsIssued.child({ mode, key })
-        issuedChildren.set(id, child)
+        byKey.set(key, child)
       }
       child.value += count
     },
@@ -130,12 +131,13 @@ export function createMetrics (): Metrics {
       child.value++
     },
     request (method, route, status, seconds) {
-      const id = method + ' ' + route + ' ' + status
-      let child = requestChildren.get(id)
-      if (child === undefined) {
-        child = httpDuration.child({ method, route, status_code: status })
-        requestChildren.set(id, child)
-      }
+      // Nested maps keyed by the values themselves: no key string is built per request.
+      let byRoute = requestChildren.get(route)
+      if (byRoute === undefined) requestChildren.set(route, byRoute = new Map())
+      let byMethod = byRoute.get(method)
+      if (byMethod === undefined) byRoute.set(method, byMethod = new Map())
+      let child = byMethod.get(status)
+      if (child === undefined) byMethod.set(status, child = httpDuration.child({ method, route, status_code: status }))
       child.observe(seconds)
     },
     segmentLoad (key, seconds, ok) {
