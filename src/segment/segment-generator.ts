@@ -148,6 +148,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
    */
   async function waitForLoad (buf: SegmentBuffer, deadline: number): Promise<void> {
     while (true) {
+      // Another caller's load may have landed while this one slept: take from it first.
+      if (buf.initOk && (buf.nextReady || buf.currentSegment.idle > 0)) return
       const remaining = deadline - Date.now()
       if (remaining <= 0) break
       if (buf.loading === undefined) {
