@@ -19,57 +19,57 @@ const BODY_LIMIT = 16 * 1024
  * behind the bearer token when one is set, and tag management, which exists only then.
  */
 export function registerAdminRoutes (app: FastifyInstance, token: string, logger: Logger): void {
-  app.register(async (admin) => {
-    if (token !== '') admin.addHook('onRequest', requireBearer(token))
-    const { segment, snowflake } = app.leaf
-    const { twepoch } = app.leaf.config.snowflake
+  // Route-level hooks on the root rather than an encapsulated plugin, which would give Fastify
+  // request and reply classes of its own next to the ID routes' on the hot paths they share.
+  const guarded = token === '' ? {} : { onRequest: [requireBearer(token)] }
+  const { segment, snowflake } = app.leaf
+  const { twepoch } = app.leaf.config.snowflake
 
-    admin.get('/api/cache', async () => {
-      const views = enabled(segment).generator.views()
-      return Object.fromEntries(views.map((v) => [v.key, cacheJson(v)]))
-    })
-    admin.get('/api/db', async () => (await rows(enabled(segment))).map(rowJson))
-    admin.get('/api/snowflake/status', async () => {
-      if (snowflake === undefined) throw new LeafError('MODE_DISABLED', 'snowflake mode is disabled on this instance.')
-      const s = snowflake.lease.status()
-      return {
-        workerId: s.workerId,
-        source: s.source,
-        zookeeperConnected: s.zookeeperConnected,
-        paths: { forever: s.foreverPath ?? null, temporary: s.temporaryPath ?? null, cacheFile: s.cacheFile },
-        lastHeartbeat: s.lastHeartbeat === undefined ? null : new Date(s.lastHeartbeat).toISOString(),
-        twepoch,
-      }
-    })
-    admin.get('/cache', async (_request, reply) => {
-      reply.type('text/html; charset=utf-8')
-      return renderCachePage(segment?.generator.views(), snowflake?.lease.status(), twepoch)
-    })
-    admin.get('/db', async (_request, reply) => {
-      reply.type('text/html; charset=utf-8')
-      return renderDbPage(await rows(enabled(segment)))
-    })
+  app.get('/api/cache', guarded, async () => {
+    const views = enabled(segment).generator.views()
+    return Object.fromEntries(views.map((v) => [v.key, cacheJson(v)]))
+  })
+  app.get('/api/db', guarded, async () => (await rows(enabled(segment))).map(rowJson))
+  app.get('/api/snowflake/status', guarded, async () => {
+    if (snowflake === undefined) throw new LeafError('MODE_DISABLED', 'snowflake mode is disabled on this instance.')
+    const s = snowflake.lease.status()
+    return {
+      workerId: s.workerId,
+      source: s.source,
+      zookeeperConnected: s.zookeeperConnected,
+      paths: { forever: s.foreverPath ?? null, temporary: s.temporaryPath ?? null, cacheFile: s.cacheFile },
+      lastHeartbeat: s.lastHeartbeat === undefined ? null : new Date(s.lastHeartbeat).toISOString(),
+      twepoch,
+    }
+  })
+  app.get('/cache', guarded, async (_request, reply) => {
+    reply.type('text/html; charset=utf-8')
+    return renderCachePage(segment?.generator.views(), snowflake?.lease.status(), twepoch)
+  })
+  app.get('/db', guarded, async (_request, reply) => {
+    reply.type('text/html; charset=utf-8')
+    return renderDbPage(await rows(enabled(segment)))
+  })
 
-    if (token === '') return
-    admin.post<{ Body: unknown }>('/api/segment/tags', { bodyLimit: BODY_LIMIT }, async (request, reply) => {
-      const mode = enabled(segment)
-      const tag = parseNewTag(request.body)
-      const row = await storeCall(() => mode.store.createTag(tag))
-      if (row === undefined) throw new LeafError('KEY_EXISTS', `Tag "${tag.key}" is already in the leaf_alloc table.`)
-      mode.generator.addTag(row.key)
-      logger.info({ key: row.key, step: row.step, maxId: String(row.maxId) }, 'segment tag created')
-      return reply.code(201).send(rowJson(row))
-    })
-    admin.patch<{ Params: { key: string }, Body: unknown }>('/api/segment/tags/:key', { bodyLimit: BODY_LIMIT }, async (request) => {
-      const mode = enabled(segment)
-      const key = validKey(request.params.key)
-      const changes = parseTagChanges(request.body)
-      const row = await storeCall(() => mode.store.updateTag(key, changes))
-      if (row === undefined) throw new LeafError('KEY_NOT_FOUND', `Tag "${key}" is not in the leaf_alloc table.`)
-      mode.generator.addTag(row.key)
-      logger.info({ key, ...changes }, 'segment tag changed')
-      return rowJson(row)
-    })
+  if (token === '') return
+  app.post<{ Body: unknown }>('/api/segment/tags', { ...guarded, bodyLimit: BODY_LIMIT }, async (request, reply) => {
+    const mode = enabled(segment)
+    const tag = parseNewTag(request.body)
+    const row = await storeCall(() => mode.store.createTag(tag))
+    if (row === undefined) throw new LeafError('KEY_EXISTS', `Tag "${tag.key}" is already in the leaf_alloc table.`)
+    mode.generator.addTag(row.key)
+    logger.info({ key: row.key, step: row.step, maxId: String(row.maxId) }, 'segment tag created')
+    return reply.code(201).send(rowJson(row))
+  })
+  app.patch<{ Params: { key: string }, Body: unknown }>('/api/segment/tags/:key', { ...guarded, bodyLimit: BODY_LIMIT }, async (request) => {
+    const mode = enabled(segment)
+    const key = validKey(request.params.key)
+    const changes = parseTagChanges(request.body)
+    const row = await storeCall(() => mode.store.updateTag(key, changes))
+    if (row === undefined) throw new LeafError('KEY_NOT_FOUND', `Tag "${key}" is not in the leaf_alloc table.`)
+    mode.generator.addTag(row.key)
+    logger.info({ key, ...changes }, 'segment tag changed')
+    return rowJson(row)
   })
 }
 
