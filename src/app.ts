@@ -57,10 +57,6 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
     drain = setInterval(() => app.server.closeIdleConnections(), 50)
     done()
   })
-  app.addHook('onClose', (_instance, done) => {
-    clearInterval(drain)
-    done()
-  })
 
   const metrics = createMetrics()
   const observe = createObserver(metrics, logger, debug)
@@ -71,6 +67,7 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
   const leaf: FastifyInstance['leaf'] = { config, metrics, segment: undefined, snowflake: undefined }
   app.decorate('leaf', leaf)
   app.addHook('onClose', async () => {
+    clearInterval(drain)
     await Promise.all([leaf.segment?.close(), leaf.snowflake?.close()])
   })
   try {

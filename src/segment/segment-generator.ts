@@ -222,15 +222,10 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       buf.initOk = true
       return
     }
-    if (nextStep === undefined) {
-      buf.updateTimestamp = clock()
-      buf.step = alloc.step
-      buf.minStep = alloc.step
-    } else {
-      buf.updateTimestamp = clock()
-      buf.step = nextStep
-      buf.minStep = alloc.step
-    }
+    // The second load (table step) starts the step clock; later ones use the adapted step.
+    buf.updateTimestamp = clock()
+    buf.step = nextStep ?? alloc.step
+    buf.minStep = alloc.step
     buf.nextSegment.reset(alloc.maxId, buf.step)
     buf.nextReady = true
     logger.debug({ key: buf.key, max: String(alloc.maxId), step: buf.step }, 'segment loaded')
