@@ -1,3 +1,5 @@
+// First: keeps a nextTick record alive before anything else loads (see tick-shape.ts).
+import './tick-shape.js'
 import closeWithGrace from 'close-with-grace'
 import pino from 'pino'
 import { buildApp } from './app.js'
