@@ -6,10 +6,6 @@ import type { Metrics } from '../metrics/metrics.js'
 export const UNMATCHED_ROUTE = 'not_found'
 
 declare module 'fastify' {
-  interface FastifyRequest {
-    /** performance.now() when the request reached its route, for the duration histogram. */
-    startedAt: number
-  }
   interface FastifyContextConfig {
     /** The route records its own duration (the ID routes: no hook runs on their hot path). */
     timesItself?: boolean
@@ -34,13 +30,17 @@ export function createObserver (metrics: Metrics, logger: Logger, debug: boolean
  * themselves. Returns the timing of the not-found handler, which has no route hooks.
  */
 export function timeRoutes (app: FastifyInstance, observe: ObserveRequest) {
-  app.decorateRequest('startedAt', 0)
+  // Start times live beside the requests, not on them: a request decoration would make
+  // Fastify copy one more property onto every request, the ID routes' included.
+  const startedAt = new WeakMap<FastifyRequest, number>()
   const start = (request: FastifyRequest, _reply: FastifyReply, done: () => void) => {
-    request.startedAt = performance.now()
+    startedAt.set(request, performance.now())
     done()
   }
-  const finish = (request: FastifyRequest, reply: FastifyReply, route: string) =>
-    observe(request.method, route, reply.statusCode, performance.now() - request.startedAt)
+  const finish = (request: FastifyRequest, reply: FastifyReply, route: string) => {
+    const now = performance.now()
+    observe(request.method, route, reply.statusCode, now - (startedAt.get(request) ?? now))
+  }
 
   app.addHook('onRoute', (route) => {
     if (route.config?.timesItself === true) return
