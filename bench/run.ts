@@ -1,15 +1,18 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
+import { callgrindAvailable, runCallgrind, type CallgrindRow } from './callgrind.js'
 import { runInProcess, type InProcessRow } from './in-process.js'
 
 // The benchmark harness: in-process generator throughput, then the HTTP routes beside a bare
 // Fastify ceiling measured in the same run. The HTTP comparison is the server's CPU time per
 // request (from /proc/<pid>/stat) over a fixed number of requests, in interleaved rounds,
 // as the median of per-round ratios; server and load generator pinned to different cores.
+// Then, where valgrind is installed, the deterministic count: instructions per request under
+// callgrind (bench/callgrind.ts), which the machine's load does not move.
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url))
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5)
@@ -37,8 +40,21 @@ function start (args: string[]): Promise<Server> {
   })
 }
 
-/** utime + stime of a process, in seconds. */
+/**
+ * CPU time of a process, all its threads, in seconds: the run time the scheduler accounted to
+ * each thread (/proc/<pid>/task/<tid>/schedstat, in nanoseconds), so 20,000 requests are not
+ * measured in 10 ms ticks. Falls back to utime + stime from /proc/<pid>/stat.
+ */
 function cpuSeconds (pid: number): number {
+  try {
+    let ns = 0
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0])
+    }
+    if (Number.isFinite(ns) && ns > 0) return ns / 1e9
+  } catch {
+    // A thread that ended between the listing and the read, or no schedstat: use /proc/<pid>/stat.
+  }
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
   return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
@@ -94,12 +110,19 @@ function summarize (name: string, rounds: Round[], ratios: number[] | null, idsP
   }
 }
 
-async function runHttp (): Promise<HttpRow[]> {
+const CEILING_ARGS = [join(ROOT, 'bench/ceiling-server.mjs')]
+
+/** The service as a user runs it, both modes on, on the embedded store in a fresh folder. */
+function leafArgs (): string[] {
   const data = mkdtempSync(join(tmpdir(), 'leaf-bench-'))
-  const ceiling = await start([join(ROOT, 'bench/ceiling-server.mjs')])
-  const leaf = await start([join(ROOT, 'dist/server.js'), '--server.host=127.0.0.1', '--server.port=0',
+  return [join(ROOT, 'dist/server.js'), '--server.host=127.0.0.1', '--server.port=0',
     '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(data, 'leaf.db')}`,
-    '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`])
+    '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`]
+}
+
+async function runHttp (): Promise<HttpRow[]> {
+  const ceiling = await start(CEILING_ARGS)
+  const leaf = await start(leafArgs())
   try {
     const routes = [
       { name: '/api/segment/get/:key', path: '/api/segment/get/order', amount: REQUESTS, ids: 1 },
@@ -154,6 +177,23 @@ const batch = http.find((r) => r.name.includes('count='))
 if (batch !== undefined && single !== undefined) {
   console.log(`\n  batch of ${BATCH}: ${fmt(batch.idsPerCpuSecond / single.idsPerCpuSecond, 0)}x the single-ID route's IDs per CPU second`)
 }
+let callgrind: CallgrindRow[] | null = null
+if (process.env.BENCH_CALLGRIND === '0') {
+  console.log('\nInstructions per request: skipped (BENCH_CALLGRIND=0)')
+} else if (!callgrindAvailable()) {
+  console.log('\nInstructions per request: skipped (valgrind is not installed)')
+} else {
+  console.log('\nInstructions per request (callgrind, main thread, node --single-threaded, after a warm-up; deterministic)')
+  callgrind = await runCallgrind(CEILING_ARGS, leafArgs(), [
+    { name: '/api/segment/get/:key', path: '/api/segment/get/order' },
+    { name: '/api/snowflake/get/:key', path: '/api/snowflake/get/order' },
+  ], ROOT)
+  for (const r of callgrind) {
+    const ratio = r.ratioToCeiling === null ? '' : `${fmt(r.ratioToCeiling * 100, 1)}%`
+    console.log(`  ${r.name.padEnd(34)} ${fmt(r.instructionsPerRequest).padStart(10)} ${ratio.padStart(10)}`)
+  }
+}
+
 const dir = join(ROOT, 'bench/results')
 mkdirSync(dir, { recursive: true })
 writeFileSync(join(dir, 'latest.json'), JSON.stringify({
@@ -164,6 +204,7 @@ writeFileSync(join(dir, 'latest.json'), JSON.stringify({
   rounds: ROUNDS,
   inProcess,
   http,
+  callgrind,
   batchToSingleIdsPerCpuSecond: batch && single ? batch.idsPerCpuSecond / single.idsPerCpuSecond : null,
 }, null, 2) + '\n')
 console.log('\nwritten to bench/results/latest.json')
