@@ -9,7 +9,7 @@ import { runInProcess, type InProcessRow } from './in-process.js'
 
 // The benchmark harness: in-process generator throughput, then the HTTP routes beside a bare
 // Fastify ceiling measured in the same run. The HTTP comparison is the server's CPU time per
-// request (from /proc/<pid>/stat) over a fixed number of requests, in interleaved rounds,
+// request (from /proc/<pid>/task/*/schedstat) over a fixed number of requests, in interleaved rounds,
 // as the median of per-round ratios; server and load generator pinned to different cores.
 // Then, where valgrind is installed, the deterministic count: instructions per request under
 // callgrind (bench/callgrind.ts), which the machine's load does not move.

@@ -9,9 +9,9 @@ import { createHook } from 'node:async_hooks'
 // moment after start, when this service has more heap to tidy than a bare server) frees
 // them. The next record then gets a new hidden class and the feedback turns megamorphic.
 // From then on, every nextTick (about 20 per HTTP request, from Node's streams) defines
-// `callback` and `args` through the V8 runtime: about 25,000 extra instructions per request.
-// This measured 87k to 101k instructions per ID request, against 62k once the record is
-// kept (callgrind, see the README's Performance section).
+// `callback` and `args` through the V8 runtime: 25,000 to 40,000 extra instructions per
+// request. This measured 87k to 102k instructions per ID request, against 62k once the record
+// is kept (callgrind, see the README's Performance section).
 //
 // One live record keeps the whole chain of hidden classes reachable through its map's back
 // pointers, so the feedback stays monomorphic. The record is taken from an async_hooks init
