@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { LeafError } from '../errors.js'
 import type { Id } from '../segment/segment-buffer.js'
+import { joinIds } from './join-ids.js'
 import type { ObserveRequest } from './timing.js'
 
 /** What both generators offer the routes. */
@@ -51,8 +52,8 @@ export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax,
 
   function sendMany (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, ids: Id[]): void {
     metrics.issued(mode, key, ids.length)
-    if (wantsJson(request)) sendJson(reply, `{"ids":["${ids.join('","')}"]}`)
-    else reply.type(TEXT).send(ids.join('\n'))
+    if (wantsJson(request)) sendJson(reply, `{"ids":["${joinIds(ids, '","')}"]}`)
+    else reply.type(TEXT).send(joinIds(ids, '\n'))
   }
 
   function handler (request: FastifyRequest<IdRequest>, reply: FastifyReply): void | Promise<void> {

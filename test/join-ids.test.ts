@@ -1,0 +1,47 @@
+import t from 'tap'
+import { joinIds } from '../src/http/join-ids.js'
+import type { Id } from '../src/segment/segment-buffer.js'
+
+t.test('joinIds writes what Array.prototype.join writes', async (t) => {
+  const cases: [string, Id[]][] = [
+    ['empty', []],
+    ['one', [7]],
+    ['a run over 9 -> 10 and 99 -> 100', [8, 9, 10, 11, 98, 99, 100, 101]],
+    ['a run over 999,999 -> 1,000,000', Array.from({ length: 5 }, (_, i) => 999_998 + i)],
+    ['jumps between runs (a batch over two segments)', [5, 6, 7, 1001, 1002, 2_000_000_000, 2_000_000_001]],
+    ['IDs past 2^31, as a segment serves them', Array.from({ length: 2000 }, (_, i) => 4_294_967_290 + i)],
+    ['the last exact numbers', [Number.MAX_SAFE_INTEGER - 2, Number.MAX_SAFE_INTEGER - 1, Number.MAX_SAFE_INTEGER]],
+    ['bigints: a snowflake millisecond and the next', [2127220875605311488n, 2127220875605311489n, 2127220875609505792n, 2127220875609505793n]],
+    ['bigint carry to one more digit', [9999999999999999999n, 10000000000000000000n, 10000000000000000001n]],
+    ['a number then a bigint one higher', [41, 42n, 43n]],
+    ['not increasing', [5, 4, 4, 3]],
+  ]
+  for (const [name, ids] of cases) {
+    t.equal(joinIds(ids, '\n'), ids.join('\n'), `${name}, newline`)
+    t.equal(joinIds(ids, '","'), ids.join('","'), `${name}, JSON separator`)
+  }
+})
+
+t.test('joinIds matches join on random batches of runs and jumps', async (t) => {
+  let seed = 12345
+  const random = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648
+  let mismatches = 0
+  for (let round = 0; round < 500; round++) {
+    const ids: Id[] = []
+    // Half past 2^30, where joinIds counts digits; the rest small, where it hands over to join.
+    let next = (random() < 0.5 ? 2 ** 30 : 0) + Math.floor(random() * 10 ** Math.floor(random() * 15))
+    const big = random() < 0.3
+    const count = 1 + Math.floor(random() * 300)
+    for (let i = 0; i < count; i++) {
+      ids.push(big ? BigInt(next) + 2_000_000_000_000_000_000n : next)
+      next += random() < 0.9 ? 1 : 1 + Math.floor(random() * 5000)
+    }
+    if (joinIds(ids, '\n') !== ids.join('\n')) mismatches++
+  }
+  t.equal(mismatches, 0)
+})
+
+t.test('a batch larger than the buffer grows it', async (t) => {
+  const ids = Array.from({ length: 20_000 }, (_, i) => 1_000_000_000_000 + i)
+  t.equal(joinIds(ids, '","'), ids.join('","'))
+})
