@@ -11,8 +11,9 @@ import autocannon from 'autocannon'
 // the main thread, so they are counted, and counted the same way in every run). Counting is
 // off during a warm-up of several separate load runs: every new batch of connections changes
 // the shape of Node's socket objects and makes V8 recompile, and this settles after two or
-// three runs. Then counting is switched on for a fixed number of requests. A check that V8
-// compiled nothing while counting keeps a late recompile from passing for the steady state.
+// three runs. Then counting is switched on for a fixed number of requests. A run with more
+// than 1% of its count in V8's optimizing compiler (functions in v8::internal::compiler) is
+// refused, so a late recompile does not pass for the steady state.
 
 export interface CallgrindRow { name: string, instructionsPerRequest: number, ratioToCeiling: number | null }
 
@@ -25,32 +26,45 @@ export function callgrindAvailable (): boolean {
   return spawnSync('valgrind', ['--version']).status === 0 && spawnSync('callgrind_control', ['-h']).status === 0
 }
 
-async function countOne (args: string[], path: string, cwd: string): Promise<number> {
+async function countOne (args: string[], path: string, cwd: string, pin: string[]): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'leaf-callgrind-'))
-  const proc = spawn('valgrind', ['--tool=callgrind', '--separate-threads=yes', '--instr-atstart=no',
-    `--callgrind-out-file=${join(dir, 'cg.out')}`, process.execPath, '--single-threaded', ...args],
-  { cwd, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } })
+  const command = [...pin, 'valgrind', '--tool=callgrind', '--separate-threads=yes', '--instr-atstart=no',
+    `--callgrind-out-file=${join(dir, 'cg.out')}`, process.execPath, '--single-threaded', ...args]
+  const proc = spawn(command[0] as string, command.slice(1), { cwd, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } })
   let out = ''
   proc.stderr.on('data', () => {})
-  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()))
+  const exited = new Promise<void>((resolve) => proc.once('close', () => resolve()))
   try {
     const url = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`server under callgrind did not listen within 120 s: ${out}`)), 120_000)
       proc.stdout.on('data', (chunk: Buffer) => {
         out += chunk
         const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(out)
-        if (m !== null) resolve(m[1] as string)
+        if (m !== null) {
+          clearTimeout(timer)
+          resolve(m[1] as string)
+        }
       })
+      proc.once('error', reject)
       proc.once('exit', (code) => reject(new Error(`server under callgrind exited with ${code}: ${out}`)))
     })
     for (let i = 0; i < WARM_RUNS; i++) await autocannon({ url: url + path, connections: CONNECTIONS, amount: WARM_REQUESTS })
-    const control = (state: 'on' | 'off') => spawnSync('callgrind_control', ['-i', state, String(proc.pid)], { stdio: 'ignore' })
+    // callgrind_control exits 0 even when it finds no run: its output says whether it did.
+    const control = (state: 'on' | 'off') => {
+      const r = spawnSync('callgrind_control', ['-i', state, String(proc.pid)], { encoding: 'utf8', timeout: 30_000 })
+      if (r.status !== 0 || /not detected|No active callgrind/i.test(r.stdout + r.stderr)) {
+        throw new Error(`callgrind_control -i ${state} failed: ${r.stdout}${r.stderr}`)
+      }
+    }
     control('on')
     const counted = await autocannon({ url: url + path, connections: CONNECTIONS, amount: COUNTED_REQUESTS })
     control('off')
     const failed = counted.errors + counted.non2xx + counted.timeouts
     if (failed > 0) throw new Error(`${failed} failed requests while counting ${path}`)
     proc.kill('SIGTERM')
+    const killer = setTimeout(() => proc.kill('SIGKILL'), 30_000)
     await exited
+    clearTimeout(killer)
     // With --separate-threads the main thread's counts are in the file ending in -01.
     const file = readdirSync(dir).find((f) => f.endsWith('-01'))
     if (file === undefined) throw new Error(`callgrind wrote no main-thread file in ${dir}`)
@@ -58,9 +72,14 @@ async function countOne (args: string[], path: string, cwd: string): Promise<num
     if (totals === null) throw new Error(`no totals line in ${file}`)
     const compiled = readCompiles(readFileSync(join(dir, file), 'utf8'))
     if (compiled > 0.01) throw new Error(`V8's optimizing compiler ran while counting ${path} (${(compiled * 100).toFixed(1)}% of the count): not a steady state`)
-    return Number(totals[1]) / COUNTED_REQUESTS
+    const perRequest = Number(totals[1]) / COUNTED_REQUESTS
+    if (perRequest < 1000) throw new Error(`${perRequest} instructions per request for ${path}: counting did not cover the requests`)
+    return perRequest
   } finally {
-    if (proc.exitCode === null) proc.kill('SIGKILL')
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGKILL')
+      await exited
+    }
     rmSync(dir, { recursive: true, force: true })
   }
 }
@@ -95,11 +114,12 @@ function readCompiles (text: string): number {
   return total === 0 ? 0 : compiler / total
 }
 
-export async function runCallgrind (ceiling: string[], leaf: string[], routes: { name: string, path: string }[], cwd: string): Promise<CallgrindRow[]> {
-  const base = await countOne(ceiling, '/api/ceiling/get/order', cwd)
+/** `pin`: a command prefix that pins the server to a core (`taskset -c 0`), or none. */
+export async function runCallgrind (ceiling: string[], leaf: string[], routes: { name: string, path: string }[], cwd: string, pin: string[]): Promise<CallgrindRow[]> {
+  const base = await countOne(ceiling, '/api/ceiling/get/order', cwd, pin)
   const rows: CallgrindRow[] = [{ name: 'bare Fastify (ceiling)', instructionsPerRequest: base, ratioToCeiling: null }]
   for (const r of routes) {
-    const n = await countOne(leaf, r.path, cwd)
+    const n = await countOne(leaf, r.path, cwd, pin)
     rows.push({ name: r.name, instructionsPerRequest: n, ratioToCeiling: n / base })
   }
   return rows

@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -46,15 +46,21 @@ function start (args: string[]): Promise<Server> {
  * measured in 10 ms ticks. Falls back to utime + stime from /proc/<pid>/stat.
  */
 function cpuSeconds (pid: number): number {
+  let ns = 0
+  let threads = 0
   try {
-    let ns = 0
     for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0])
+      try {
+        ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0])
+        threads++
+      } catch {
+        // A thread that ended since the listing: its time is gone from both readings.
+      }
     }
-    if (Number.isFinite(ns) && ns > 0) return ns / 1e9
   } catch {
-    // A thread that ended between the listing and the read, or no schedstat: use /proc/<pid>/stat.
+    // No /proc/<pid>/task: fall back below.
   }
+  if (threads > 0 && Number.isFinite(ns)) return ns / 1e9
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
   return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
@@ -112,9 +118,12 @@ function summarize (name: string, rounds: Round[], ratios: number[] | null, idsP
 
 const CEILING_ARGS = [join(ROOT, 'bench/ceiling-server.mjs')]
 
+const dataDirs: string[] = []
+
 /** The service as a user runs it, both modes on, on the embedded store in a fresh folder. */
 function leafArgs (): string[] {
   const data = mkdtempSync(join(tmpdir(), 'leaf-bench-'))
+  dataDirs.push(data)
   return [join(ROOT, 'dist/server.js'), '--server.host=127.0.0.1', '--server.port=0',
     '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(data, 'leaf.db')}`,
     '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`]
@@ -192,7 +201,7 @@ if (process.env.BENCH_CALLGRIND === '0') {
   callgrind = await runCallgrind(CEILING_ARGS, leafArgs(), [
     { name: '/api/segment/get/:key', path: '/api/segment/get/order' },
     { name: '/api/snowflake/get/:key', path: '/api/snowflake/get/order' },
-  ], ROOT)
+  ], ROOT, pinned ? ['taskset', '-c', '0'] : [])
   for (const r of callgrind) {
     const ratio = r.ratioToCeiling === null ? '' : `${fmt(r.ratioToCeiling * 100, 1)}%`
     console.log(`  ${r.name.padEnd(34)} ${fmt(r.instructionsPerRequest).padStart(10)} ${ratio.padStart(10)}`)
@@ -213,3 +222,4 @@ writeFileSync(join(dir, 'latest.json'), JSON.stringify({
   batchToSingleIdsPerCpuSecond: batchToSingle,
 }, null, 2) + '\n')
 console.log('\nwritten to bench/results/latest.json')
+for (const d of dataDirs) rmSync(d, { recursive: true, force: true })

@@ -1,4 +1,4 @@
-import { createHook } from 'node:async_hooks'
+import { executionAsyncResource } from 'node:async_hooks'
 
 // Keeps one process.nextTick() record alive for the life of the process.
 //
@@ -14,29 +14,28 @@ import { createHook } from 'node:async_hooks'
 // is kept (callgrind, see the README's Performance section).
 //
 // One live record keeps the whole chain of hidden classes reachable through its map's back
-// pointers, so the feedback stays monomorphic. The record is taken from an async_hooks init
-// hook that is enabled only for this one call. The cost is one small object and no work per
-// request.
+// pointers, so the feedback stays monomorphic. The record is the resource of a nextTick
+// callback's own tick (executionAsyncResource), so no async hook is ever enabled: enabling one
+// would turn off V8's promise fast paths for the life of the process. The record sits in
+// Node's queue until the callback runs and takes it, so it is alive throughout. The cost is one
+// small object and no work per request.
 
 let kept: object | undefined
+let asked = false
 
-/** Keeps one nextTick record alive; returns it (for tests) or undefined if Node made none. */
-export function keepTickShape (): object | undefined {
-  if (kept !== undefined) return kept
-  const hook = createHook({
-    init (_asyncId, type, _triggerAsyncId, resource) {
-      if (type === 'TickObject') kept = resource
-    },
-  }).enable()
-  try {
-    process.nextTick(noop)
-  } finally {
-    hook.disable()
-  }
-  return kept
+/** Keeps the record of one nextTick alive, from the moment this is called. */
+export function keepTickShape (): void {
+  if (asked) return
+  asked = true
+  process.nextTick(() => {
+    kept = executionAsyncResource()
+  })
 }
 
-function noop (): void {}
+/** The record kept, once its tick has run (for tests). */
+export function keptTickRecord (): object | undefined {
+  return kept
+}
 
 // On import: the entry point imports this module first, so the record is taken before the
 // rest of the service loads and allocates.

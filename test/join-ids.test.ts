@@ -15,6 +15,10 @@ t.test('joinIds writes what Array.prototype.join writes', async (t) => {
     ['bigint carry to one more digit', [9999999999999999999n, 10000000000000000000n, 10000000000000000001n]],
     ['a number then a bigint one higher', [41, 42n, 43n]],
     ['not increasing', [5, 4, 4, 3]],
+    ['a bigint then a number one higher', [5n, 6, 7]],
+    ['numbers past 2^31 then a bigint then numbers', [2 ** 31, 2 ** 31 + 1, 3n, 4, 5]],
+    ['negative IDs (rows written straight to the table)', [-3, -2, -1, 0, 1, 2 ** 31, -5n, -4n, -3n]],
+    ['a bigint over 32 digits, carrying to one more', [10n ** 40n - 2n, 10n ** 40n - 1n, 10n ** 40n, 10n ** 40n + 1n]],
   ]
   for (const [name, ids] of cases) {
     t.equal(joinIds(ids, '\n'), ids.join('\n'), `${name}, newline`)
@@ -28,8 +32,8 @@ t.test('joinIds matches join on random batches of runs and jumps', async (t) => 
   let mismatches = 0
   for (let round = 0; round < 500; round++) {
     const ids: Id[] = []
-    // Half past 2^30, where joinIds counts digits; the rest small, where it hands over to join.
-    let next = (random() < 0.5 ? 2 ** 30 : 0) + Math.floor(random() * 10 ** Math.floor(random() * 15))
+    // Half past 2^31, where joinIds counts digits; the rest small, where it hands over to join.
+    let next = (random() < 0.5 ? 2 ** 31 : 0) + Math.floor(random() * 10 ** Math.floor(random() * 15))
     const big = random() < 0.3
     const count = 1 + Math.floor(random() * 300)
     for (let i = 0; i < count; i++) {
@@ -44,4 +48,9 @@ t.test('joinIds matches join on random batches of runs and jumps', async (t) => 
 t.test('a batch larger than the buffer grows it', async (t) => {
   const ids = Array.from({ length: 20_000 }, (_, i) => 1_000_000_000_000 + i)
   t.equal(joinIds(ids, '","'), ids.join('","'))
+})
+
+t.test('a separator outside printable ASCII goes to join', async (t) => {
+  const ids = [2 ** 40, 2 ** 40 + 1]
+  t.equal(joinIds(ids, ' € '), ids.join(' € '))
 })
