@@ -68,9 +68,10 @@ async function countOne (args: string[], path: string, cwd: string, pin: string[
     // With --separate-threads the main thread's counts are in the file ending in -01.
     const file = readdirSync(dir).find((f) => f.endsWith('-01'))
     if (file === undefined) throw new Error(`callgrind wrote no main-thread file in ${dir}`)
-    const totals = /^totals: (\d+)/m.exec(readFileSync(join(dir, file), 'utf8'))
+    const text = readFileSync(join(dir, file), 'utf8')
+    const totals = /^totals: (\d+)/m.exec(text)
     if (totals === null) throw new Error(`no totals line in ${file}`)
-    const compiled = readCompiles(readFileSync(join(dir, file), 'utf8'))
+    const compiled = readCompiles(text)
     if (compiled > 0.01) throw new Error(`V8's optimizing compiler ran while counting ${path} (${(compiled * 100).toFixed(1)}% of the count): not a steady state`)
     const perRequest = Number(totals[1]) / COUNTED_REQUESTS
     if (perRequest < 1000) throw new Error(`${perRequest} instructions per request for ${path}: counting did not cover the requests`)
