@@ -95,6 +95,24 @@ t.test('restart window: no ID for a millisecond before notBefore; callers wait',
   t.equal(batch.length, 3)
 })
 
+t.test('restart window: a timer that fires a millisecond early is waited out again', async (t) => {
+  const f = fakeTime()
+  // libuv's clock and Date.now() tick apart: a timer's millisecond can end before the wall clock's.
+  const early = async (ms: number) => { f.time.slept.push(ms); f.time.now += Math.max(ms - 1, 1) }
+  const gen = createSnowflakeGenerator({ workerId: 7, clock: f.clock, sleep: early, random: () => 42, notBefore: T0 + 300 })
+  const id = await gen.next()
+  t.same(f.time.slept, [300, 1], 'slept again for the missing millisecond')
+  t.equal(gen.decode(id).timestamp, T0 + 300)
+})
+
+t.test('restart window: a clock that never gets there is refused with how far it is behind', async (t) => {
+  const f = fakeTime()
+  const stuck = async (ms: number) => { f.time.slept.push(ms) }
+  const gen = createSnowflakeGenerator({ workerId: 7, clock: f.clock, sleep: stuck, notBefore: T0 + 40 })
+  await t.rejects(Promise.resolve(gen.next()), { code: 'CLOCK_BACKWARDS', message: /The clock is 40 ms behind/ })
+  t.same(f.time.slept, [40, 40, 40], 'a bounded number of waits')
+})
+
 t.test('worker ids outside [0, 1023] are refused', async (t) => {
   t.throws(() => createSnowflakeGenerator({ workerId: 1024 }), RangeError)
   t.throws(() => createSnowflakeGenerator({ workerId: -1 }), RangeError)

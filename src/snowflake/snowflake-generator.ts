@@ -16,6 +16,8 @@ export const DEFAULT_TWEPOCH = 1288834974657
 export const SEQUENCE_START_SPREAD = 100
 /** A clock this far behind (ms) is waited out (twice the offset); further behind fails. */
 export const MAX_BACKWARDS_WAIT_MS = 5
+/** Sleeps spent waiting out the restart window before a request is refused. */
+const RESTART_WINDOW_PASSES = 3
 
 export interface SnowflakeGeneratorOptions {
   workerId: number
@@ -99,9 +101,14 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
 
   /** The clock is behind the last ID (or inside the restart window): wait or refuse. */
   async function nextAfterWait (): Promise<bigint> {
-    const now = clock()
+    let now = clock()
     if (now < notBefore) {
-      await sleep(notBefore - now)
+      // A timer can fire up to a millisecond early by the wall clock (libuv's clock is
+      // monotonic and truncated to the millisecond), so wait until the clock is there.
+      for (let pass = 0; now < notBefore && pass < RESTART_WINDOW_PASSES; pass++) {
+        await sleep(notBefore - now)
+        now = clock()
+      }
     } else {
       const offset = lastTimestamp - now
       onClockBackwards?.(offset)
@@ -109,7 +116,10 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
       await sleep(offset * 2)
     }
     const id = tryNext()
-    if (id === undefined) throw clockBackwards(lastTimestamp - clock())
+    if (id === undefined) {
+      now = clock()
+      throw clockBackwards(Math.max(lastTimestamp, notBefore) - now)
+    }
     return id
   }
 
