@@ -107,6 +107,40 @@ t.test('a batch crosses segments and stays increasing', async (t) => {
   t.same([ids[0], ids.at(-1)], [1n, 35n])
 })
 
+t.test('a batch the current segment holds is answered at once, and preloads like single IDs', async (t) => {
+  const store = new FakeStore({ order: { step: 100 } })
+  const { generator } = setup(store)
+  await generator.init()
+  t.same((await generator.nextBatch('order', 10)).map(Number), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 'the first batch waits for the first load')
+  t.equal(store.calls.length, 1, 'exactly 10% used: no preload yet')
+  const held = generator.nextBatch('order', 80)
+  t.ok(Array.isArray(held), 'an array, not a promise')
+  t.same([(held as Id[])[0], (held as Id[]).at(-1)].map(Number), [11, 90])
+  t.equal(store.calls.length, 2, 'the preload started')
+  t.same((generator.nextBatch('order', 10) as Id[]).map(Number), [91, 92, 93, 94, 95, 96, 97, 98, 99, 100], 'to the segment\'s last ID')
+  await settle()
+  t.same((await generator.nextBatch('order', 2)).map(Number), [101, 102], 'then the preloaded segment')
+  t.throws(() => generator.nextBatch('missing', 5), { code: 'KEY_NOT_FOUND' })
+})
+
+t.test('nextRanges: one range per segment the batch comes from', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const { generator } = setup(store)
+  await generator.init()
+  t.same(await generator.nextRanges('order', 4), [{ first: 1, count: 4 }], 'the first waits for the first load')
+  t.same(generator.nextRanges('order', 3), [{ first: 5, count: 3 }], 'then synchronous')
+  t.same(await generator.nextRanges('order', 15), [{ first: 8, count: 3 }, { first: 11, count: 10 }, { first: 21, count: 2 }], 'across three segments')
+})
+
+t.test('a batch from a segment reaching past 2^53 is exact bigints', async (t) => {
+  const start = 2n ** 53n - 3n
+  const store = new FakeStore({ big: { step: 6, maxId: start } })
+  const { generator } = setup(store)
+  await generator.init()
+  const ids = await generator.nextBatch('big', 6)
+  t.same(ids, Array.from({ length: 6 }, (_, i) => start + BigInt(i)))
+})
+
 t.test('DB down: buffered IDs keep flowing, then SEGMENTS_NOT_READY in time, then recovery', async (t) => {
   const store = new FakeStore({ order: { step: 100 } })
   const { generator } = setup(store, { waitTimeoutMs: 200 })

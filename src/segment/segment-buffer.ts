@@ -3,6 +3,19 @@
 /** An ID: a number while it is exactly representable (|id| < 2^53), a bigint beyond. */
 export type Id = number | bigint
 
+/** `count` consecutive IDs from `first`; a range's IDs are all numbers or all bigints. */
+export interface IdRange { first: Id, count: number }
+
+/** The IDs of some ranges, in order. */
+export function expandRanges (ranges: readonly IdRange[]): Id[] {
+  const ids: Id[] = []
+  for (const { first, count } of ranges) {
+    if (typeof first === 'number') for (let i = 0; i < count; i++) ids.push(first + i)
+    else for (let i = 0; i < count; i++) ids.push(first + BigInt(i))
+  }
+  return ids
+}
+
 const SAFE_LIMIT = BigInt(Number.MAX_SAFE_INTEGER) + 1n
 /** Leaf preloads the next segment once less than 90% of the current one is left. */
 export const PRELOAD_USED_FRACTION = 0.1
@@ -36,6 +49,14 @@ export class Segment {
     const offset = this.pos++
     const b = this.baseNumber
     return Number.isNaN(b) ? this.base + BigInt(offset) : b + offset
+  }
+
+  /** The next `n` IDs as a range; the caller checks `idle >= n` first. */
+  takeRange (n: number): IdRange {
+    const offset = this.pos
+    this.pos += n
+    const b = this.baseNumber
+    return { first: Number.isNaN(b) ? this.base + BigInt(offset) : b + offset, count: n }
   }
 
   /** Java Leaf's `value`: the next ID this segment would hand out. */

@@ -1,10 +1,10 @@
 import { LeafError } from '../errors.js'
 import type { Logger } from '../logger.js'
-import { SegmentBuffer, type Id } from './segment-buffer.js'
+import { SegmentBuffer, expandRanges, type Id, type IdRange } from './segment-buffer.js'
 import type { Allocation, SegmentStore } from './store.js'
 import { settlesWithin, sleep, withTimeout } from '../timers.js'
 
-export type { Id } from './segment-buffer.js'
+export type { Id, IdRange } from './segment-buffer.js'
 
 /** Leaf never doubles the step past this. */
 export const MAX_STEP = 1_000_000
@@ -52,7 +52,12 @@ export interface SegmentGenerator {
   /** The next ID of a tag: synchronous while the current segment has IDs left. */
   next (key: string): Id | Promise<Id>
   /** `count` increasing IDs of a tag, crossing into further segments as needed. */
-  nextBatch (key: string, count: number): Promise<Id[]>
+  nextBatch (key: string, count: number): Id[] | Promise<Id[]>
+  /**
+   * The same IDs as ranges of consecutive IDs, one per segment they come from: synchronous
+   * while the current segment holds the whole batch.
+   */
+  nextRanges (key: string, count: number): IdRange[] | Promise<IdRange[]>
   /** Re-reads the tag list: adds new tags, drops removed ones. */
   refreshTags (): Promise<void>
   /** Makes a tag servable at once (after it was inserted in the store). */
@@ -96,9 +101,22 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     return take(buf, 1).then(firstId)
   }
 
-  async function nextBatch (key: string, count: number): Promise<Id[]> {
+  function nextBatch (key: string, count: number): Id[] | Promise<Id[]> {
+    const ranges = nextRanges(key, count)
+    return ranges instanceof Promise ? ranges.then(expandRanges) : expandRanges(ranges)
+  }
+
+  function nextRanges (key: string, count: number): IdRange[] | Promise<IdRange[]> {
     const buf = buffers.get(key)
     if (buf === undefined) throw missingKey(key)
+    if (buf.initOk) {
+      const seg = buf.currentSegment
+      if (seg.idle >= count) {
+        const range = seg.takeRange(count)
+        if (!buf.nextReady && buf.loading === undefined && seg.pos > seg.preloadAfter) preload(buf)
+        return [range]
+      }
+    }
     return take(buf, count)
   }
 
@@ -107,16 +125,18 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
    * timeout fails, however many loads others used up meanwhile; a batch that makes progress
    * gets a new wait for each further segment.
    */
-  async function take (buf: SegmentBuffer, count: number): Promise<Id[]> {
-    const ids: Id[] = []
+  async function take (buf: SegmentBuffer, count: number): Promise<IdRange[]> {
+    const ranges: IdRange[] = []
+    let taken = 0
     let deadline = Date.now() + waitTimeoutMs
     while (true) {
       if (buf.initOk) {
         const seg = buf.currentSegment
-        const n = Math.min(count - ids.length, seg.idle)
-        for (let i = 0; i < n; i++) ids.push(seg.take())
+        const n = Math.min(count - taken, seg.idle)
+        if (n > 0) ranges.push(seg.takeRange(n))
+        taken += n
         if (!buf.nextReady && buf.loading === undefined && seg.pos > seg.preloadAfter) preload(buf)
-        if (ids.length === count) return ids
+        if (taken === count) return ranges
         if (n > 0) deadline = Date.now() + waitTimeoutMs
         if (buf.nextReady) {
           buf.switchSegment()
@@ -127,8 +147,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     }
   }
 
-  function firstId (ids: Id[]): Id {
-    return ids[0] as Id
+  function firstId (ranges: IdRange[]): Id {
+    return (ranges[0] as IdRange).first
   }
 
   function missingKey (key: string): LeafError {
@@ -282,6 +302,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     },
     next,
     nextBatch,
+    nextRanges,
     refreshTags,
     addTag (key) {
       if (!buffers.has(key)) buffers.set(key, new SegmentBuffer(key))
