@@ -1,6 +1,6 @@
 import t from 'tap'
-import { joinIds } from '../src/http/join-ids.js'
-import type { Id } from '../src/segment/segment-buffer.js'
+import { joinIds, joinRanges } from '../src/http/join-ids.js'
+import { expandRanges, type Id, type IdRange } from '../src/segment/segment-buffer.js'
 
 t.test('joinIds writes what Array.prototype.join writes', async (t) => {
   const cases: [string, Id[]][] = [
@@ -19,6 +19,8 @@ t.test('joinIds writes what Array.prototype.join writes', async (t) => {
     ['numbers past 2^31 then a bigint then numbers', [2 ** 31, 2 ** 31 + 1, 3n, 4, 5]],
     ['negative IDs (rows written straight to the table)', [-3, -2, -1, 0, 1, 2 ** 31, -5n, -4n, -3n]],
     ['a bigint over 32 digits, carrying to one more', [10n ** 40n - 2n, 10n ** 40n - 1n, 10n ** 40n, 10n ** 40n + 1n]],
+    ['carries at the edge of the 64-byte scratch text', [10n ** 58n - 1n, 10n ** 58n, 10n ** 58n + 1n, 10n ** 59n - 1n, 10n ** 59n, 10n ** 60n - 1n, 10n ** 60n]],
+    ['texts of 1 to 16 digits (whole and partial 4-byte words)', Array.from({ length: 16 }, (_, i) => [10 ** i - 1, 10 ** i]).flat()],
   ]
   for (const [name, ids] of cases) {
     t.equal(joinIds(ids, '\n'), ids.join('\n'), `${name}, newline`)
@@ -32,7 +34,7 @@ t.test('joinIds matches join on random batches of runs and jumps', async (t) => 
   let mismatches = 0
   for (let round = 0; round < 500; round++) {
     const ids: Id[] = []
-    // Half past 2^31, where joinIds counts digits; the rest small, where it hands over to join.
+    // Half past 2^31, the rest small.
     let next = (random() < 0.5 ? 2 ** 31 : 0) + Math.floor(random() * 10 ** Math.floor(random() * 15))
     const big = random() < 0.3
     const count = 1 + Math.floor(random() * 300)
@@ -53,4 +55,23 @@ t.test('a batch larger than the buffer grows it', async (t) => {
 t.test('a separator outside printable ASCII goes to join', async (t) => {
   const ids = [2 ** 40, 2 ** 40 + 1]
   t.equal(joinIds(ids, ' € '), ids.join(' € '))
+})
+
+t.test('joinRanges writes the ranges\' IDs as join does', async (t) => {
+  const cases: [string, IdRange[]][] = [
+    ['none', []],
+    ['an empty range', [{ first: 5, count: 0 }]],
+    ['one segment\'s batch', [{ first: 4_294_967_000, count: 1000 }]],
+    ['a batch over two segments', [{ first: 95, count: 10 }, { first: 2001, count: 3 }]],
+    ['a carry to one more digit', [{ first: 999_995, count: 10 }]],
+    ['bigints past 2^53', [{ first: 2n ** 53n - 2n, count: 5 }, { first: 10n ** 20n - 2n, count: 4 }]],
+    ['a range from negative to positive (rows written straight to the table)', [{ first: -3, count: 6 }, { first: -2n, count: 4 }]],
+    ['a range ending at 2^53 - 1', [{ first: Number.MAX_SAFE_INTEGER - 3, count: 4 }]],
+  ]
+  for (const [name, ranges] of cases) {
+    const ids = expandRanges(ranges)
+    t.equal(joinRanges(ranges, '\n'), ids.join('\n'), `${name}, newline`)
+    t.equal(joinRanges(ranges, '","'), ids.join('","'), `${name}, JSON separator`)
+  }
+  t.equal(joinRanges([{ first: 7, count: 2 }], ' € '), '7 € 8', 'a separator outside printable ASCII goes to join')
 })

@@ -1,13 +1,15 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { LeafError } from '../errors.js'
-import type { Id } from '../segment/segment-buffer.js'
-import { joinIds } from './join-ids.js'
+import type { Id, IdRange } from '../segment/segment-buffer.js'
+import { joinIds, joinRanges } from './join-ids.js'
 import type { ObserveRequest } from './timing.js'
 
 /** What both generators offer the routes. */
 export interface IdSource {
   next (key: string): Id | Promise<Id>
   nextBatch (key: string, count: number): Id[] | Promise<Id[]>
+  /** The batch as ranges of consecutive IDs, where the source has them (segment mode). */
+  nextRanges? (key: string, count: number): IdRange[] | Promise<IdRange[]>
 }
 
 export interface IdRouteOptions {
@@ -50,10 +52,10 @@ export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax,
     else reply.type(TEXT).send(String(id))
   }
 
-  function sendMany (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, ids: Id[]): void {
-    metrics.issued(mode, key, ids.length)
-    if (wantsJson(request)) sendJson(reply, `{"ids":["${joinIds(ids, '","')}"]}`)
-    else reply.type(TEXT).send(joinIds(ids, '\n'))
+  function sendMany (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, count: number, join: (sep: string) => string): void {
+    metrics.issued(mode, key, count)
+    if (wantsJson(request)) sendJson(reply, `{"ids":["${join('","')}"]}`)
+    else reply.type(TEXT).send(join('\n'))
   }
 
   function handler (request: FastifyRequest<IdRequest>, reply: FastifyReply): void | Promise<void> {
@@ -66,8 +68,14 @@ export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax,
       const id = source.next(key)
       return id instanceof Promise ? id.then((v) => sendOne(request, reply, key, v)) : sendOne(request, reply, key, id)
     }
+    if (source.nextRanges !== undefined) {
+      const ranges = source.nextRanges(key, count)
+      const send = (r: IdRange[]) => sendMany(request, reply, key, count, (sep) => joinRanges(r, sep))
+      return ranges instanceof Promise ? ranges.then(send) : send(ranges)
+    }
     const ids = source.nextBatch(key, count)
-    return ids instanceof Promise ? ids.then((v) => sendMany(request, reply, key, v)) : sendMany(request, reply, key, ids)
+    const send = (v: Id[]) => sendMany(request, reply, key, count, (sep) => joinIds(v, sep))
+    return ids instanceof Promise ? ids.then(send) : send(ids)
   }
 
   function failed (request: FastifyRequest, started: number, err: unknown): never {
