@@ -49,6 +49,7 @@ t.test('joinIds matches join on random batches of runs and jumps', async (t) => 
 
 t.test('a batch larger than the buffer grows it', async (t) => {
   const ids = Array.from({ length: 20_000 }, (_, i) => 1_000_000_000_000 + i)
+  t.ok(ids.join('","').length > 64 * 1024, 'past the first 64 KiB')
   t.equal(joinIds(ids, '","'), ids.join('","'))
 })
 
@@ -67,6 +68,8 @@ t.test('joinRanges writes the ranges\' IDs as join does', async (t) => {
     ['bigints past 2^53', [{ first: 2n ** 53n - 2n, count: 5 }, { first: 10n ** 20n - 2n, count: 4 }]],
     ['a range from negative to positive (rows written straight to the table)', [{ first: -3, count: 6 }, { first: -2n, count: 4 }]],
     ['a range ending at 2^53 - 1', [{ first: Number.MAX_SAFE_INTEGER - 3, count: 4 }]],
+    ['a number range past 2^53 (rounded as first + i)', [{ first: 2 ** 53 - 2, count: 5 }]],
+    ['over 64 KiB of text', [{ first: 10 ** 15, count: 5000 }]],
   ]
   for (const [name, ranges] of cases) {
     const ids = expandRanges(ranges)

@@ -127,9 +127,9 @@ t.test('nextRanges: one range per segment the batch comes from', async (t) => {
   const store = new FakeStore({ order: { step: 10 } })
   const { generator } = setup(store)
   await generator.init()
-  t.same(await generator.nextRanges('order', 4), [{ first: 1, count: 4 }], 'the first waits for the first load')
-  t.same(generator.nextRanges('order', 3), [{ first: 5, count: 3 }], 'then synchronous')
-  t.same(await generator.nextRanges('order', 15), [{ first: 8, count: 3 }, { first: 11, count: 10 }, { first: 21, count: 2 }], 'across three segments')
+  t.strictSame(await generator.nextRanges('order', 4), [{ first: 1, count: 4 }], 'the first waits for the first load')
+  t.strictSame(generator.nextRanges('order', 3), [{ first: 5, count: 3 }], 'then synchronous')
+  t.strictSame(await generator.nextRanges('order', 15), [{ first: 8, count: 3 }, { first: 11, count: 10 }, { first: 21, count: 2 }], 'across three segments')
 })
 
 t.test('a batch from a segment reaching past 2^53 is exact bigints', async (t) => {
@@ -138,7 +138,7 @@ t.test('a batch from a segment reaching past 2^53 is exact bigints', async (t) =
   const { generator } = setup(store)
   await generator.init()
   const ids = await generator.nextBatch('big', 6)
-  t.same(ids, Array.from({ length: 6 }, (_, i) => start + BigInt(i)))
+  t.strictSame(ids, Array.from({ length: 6 }, (_, i) => start + BigInt(i)))
 })
 
 t.test('DB down: buffered IDs keep flowing, then SEGMENTS_NOT_READY in time, then recovery', async (t) => {

@@ -113,6 +113,21 @@ t.test('restart window: a clock that never gets there is refused with how far it
   t.same(f.time.slept, [40, 40, 40], 'a bounded number of waits')
 })
 
+t.test('restart window: a clock that reaches the window between two reads is served, not reported as backwards', async (t) => {
+  const reads = [T0 + 99, T0 + 100] // the first read is a millisecond short, the next is there
+  let i = 0
+  const reported: number[] = []
+  const gen = createSnowflakeGenerator({ workerId: 7, clock: () => reads[Math.min(i++, reads.length - 1)] as number, random: () => 0, notBefore: T0 + 100, onClockBackwards: (o) => reported.push(o) })
+  i = 0 // the constructor read the clock once
+  t.equal(gen.decode(await gen.next()).timestamp, T0 + 100)
+  t.same(reported, [], 'no clock-backwards report')
+})
+
+t.test('a clock giving fractions of a millisecond is refused, not folded into the worker bits', async (t) => {
+  const gen = createSnowflakeGenerator({ workerId: 0, clock: () => T0 + 0.5 })
+  t.throws(() => gen.next(), RangeError)
+})
+
 t.test('worker ids outside [0, 1023] are refused', async (t) => {
   t.throws(() => createSnowflakeGenerator({ workerId: 1024 }), RangeError)
   t.throws(() => createSnowflakeGenerator({ workerId: -1 }), RangeError)

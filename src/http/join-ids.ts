@@ -75,7 +75,7 @@ function writeRun (first: Id, count: number, sep: string, pos: number): number {
     pos += chunk
     if (i + 1 === count) return pos
     if (!countable) {
-      length = setText(typeof first === 'number' ? first + i + 1 : first + BigInt(i + 1), sep)
+      length = setText(typeof first === 'number' ? first + (i + 1) : first + BigInt(i + 1), sep)
       d = text
       dv = textView
       continue
@@ -88,7 +88,7 @@ function writeRun (first: Id, count: number, sep: string, pos: number): number {
     if (k >= 0) {
       d[k] = (d[k] as number) + 1
     } else if (chunk + 1 + SLACK > d.length) {
-      length = setText(typeof first === 'number' ? first + i + 1 : first + BigInt(i + 1), sep)
+      length = setText(typeof first === 'number' ? first + (i + 1) : first + BigInt(i + 1), sep)
       d = text
       dv = textView
     } else {

@@ -76,6 +76,8 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
   function beginMillisecond (ts: number, seq: number): void {
     lastTimestamp = ts
     sequence = seq
+    // A fraction of a millisecond would spill into the worker bits below.
+    if (!Number.isInteger(ts)) throw new RangeError(`the clock gave ${ts}, not whole milliseconds`)
     // One BigInt conversion per millisecond, no shift: each is a heap allocation.
     msBits = BigInt((ts - twepoch) * TIMESTAMP_FACTOR) | workerBits
   }
@@ -113,7 +115,8 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
         await sleep(notBefore - now)
         now = clock()
       }
-    } else {
+    } else if (now < lastTimestamp) {
+      // (A clock already at or past both, read between the two reads, needs no wait.)
       const offset = lastTimestamp - now
       onClockBackwards?.(offset)
       if (offset > MAX_BACKWARDS_WAIT_MS) throw clockBackwards(offset)
