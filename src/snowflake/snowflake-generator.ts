@@ -74,10 +74,10 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
   const workerBits = BigInt(workerId) << WORKER_SHIFT
 
   function beginMillisecond (ts: number, seq: number): void {
-    lastTimestamp = ts
-    sequence = seq
     // A fraction of a millisecond would spill into the worker bits below.
     if (!Number.isInteger(ts)) throw new RangeError(`the clock gave ${ts}, not whole milliseconds`)
+    lastTimestamp = ts
+    sequence = seq
     // One BigInt conversion per millisecond, no shift: each is a heap allocation.
     msBits = BigInt((ts - twepoch) * TIMESTAMP_FACTOR) | workerBits
   }
