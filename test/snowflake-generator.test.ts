@@ -1,6 +1,7 @@
 import t from 'tap'
 import { LeafError } from '../src/errors.js'
-import { DEFAULT_TWEPOCH, MAX_WORKER_ID, createSnowflakeGenerator, decodeSnowflakeId, type SnowflakeGeneratorOptions } from '../src/snowflake/snowflake-generator.js'
+import { expandRanges } from '../src/id-range.js'
+import { DEFAULT_TWEPOCH, MAX_WORKER_ID, SEQUENCE_MASK, createSnowflakeGenerator, decodeSnowflakeId, type SnowflakeGeneratorOptions } from '../src/snowflake/snowflake-generator.js'
 
 const T0 = 1_790_000_000_000
 
@@ -137,6 +138,26 @@ t.test('a real clock: 100,000 IDs, all unique and increasing', async (t) => {
   const gen = createSnowflakeGenerator({ workerId: 5 })
   const ids = await gen.nextBatch('k', 100_000)
   t.ok(ids.every((id, i) => i === 0 || id > (ids[i - 1] as bigint)))
+})
+
+t.test('nextRanges: one range per millisecond, its sequence running up by one', async (t) => {
+  let reads = 0
+  // 3 IDs per millisecond: the clock moves on every third read.
+  const gen = createSnowflakeGenerator({ workerId: 7, clock: () => T0 + Math.floor(reads++ / 3), random: () => 10 })
+  reads = 0
+  const ranges = gen.nextRanges('k', 7) as { first: bigint, count: number }[]
+  t.strictSame(ranges.map((r) => [gen.decode(r.first), r.count]), [
+    [{ timestamp: T0, workerId: 7, sequence: 10 }, 3],
+    [{ timestamp: T0 + 1, workerId: 7, sequence: 10 }, 3],
+    [{ timestamp: T0 + 2, workerId: 7, sequence: 10 }, 1],
+  ])
+  const wrapped = generator({ random: () => SEQUENCE_MASK - 1 })
+  const across = wrapped.gen.nextRanges('k', 2) as { first: bigint, count: number }[]
+  t.equal(across.length, 1, 'the last two sequence numbers of a millisecond: one range')
+  const behind = generator({ notBefore: T0 + 5 })
+  const waited = await behind.gen.nextRanges('k', 3)
+  t.strictSame(waited.map((r) => r.count), [1, 2], 'a range closes at a wait: other requests may take IDs meanwhile')
+  t.same(expandRanges(waited).map((id) => behind.gen.decode(id as bigint).sequence), [42, 43, 44])
 })
 
 t.test('a clock stepping back while the sequence waits for the next millisecond: CLOCK_BACKWARDS, no spin', async (t) => {

@@ -1,15 +1,15 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { LeafError } from '../errors.js'
-import type { Id, IdRange } from '../segment/segment-buffer.js'
-import { joinIds, joinRanges } from './join-ids.js'
+import type { IdRange } from '../id-range.js'
+import type { Id } from '../segment/segment-buffer.js'
+import { joinRanges } from './join-ids.js'
 import type { ObserveRequest } from './timing.js'
 
 /** What both generators offer the routes. */
 export interface IdSource {
   next (key: string): Id | Promise<Id>
-  nextBatch (key: string, count: number): Id[] | Promise<Id[]>
-  /** The batch as ranges of consecutive IDs, where the source has them (segment mode). */
-  nextRanges? (key: string, count: number): IdRange[] | Promise<IdRange[]>
+  /** A batch, as ranges of consecutive IDs. */
+  nextRanges (key: string, count: number): IdRange[] | Promise<IdRange[]>
 }
 
 export interface IdRouteOptions {
@@ -52,10 +52,10 @@ export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax,
     else reply.type(TEXT).send(String(id))
   }
 
-  function sendMany (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, count: number, join: (sep: string) => string): void {
+  function sendMany (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, count: number, ranges: IdRange[]): void {
     metrics.issued(mode, key, count)
-    if (wantsJson(request)) sendJson(reply, `{"ids":["${join('","')}"]}`)
-    else reply.type(TEXT).send(join('\n'))
+    if (wantsJson(request)) sendJson(reply, `{"ids":["${joinRanges(ranges, '","')}"]}`)
+    else reply.type(TEXT).send(joinRanges(ranges, '\n'))
   }
 
   function handler (request: FastifyRequest<IdRequest>, reply: FastifyReply): void | Promise<void> {
@@ -68,14 +68,8 @@ export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax,
       const id = source.next(key)
       return id instanceof Promise ? id.then((v) => sendOne(request, reply, key, v)) : sendOne(request, reply, key, id)
     }
-    if (source.nextRanges !== undefined) {
-      const ranges = source.nextRanges(key, count)
-      const send = (r: IdRange[]) => sendMany(request, reply, key, count, (sep) => joinRanges(r, sep))
-      return ranges instanceof Promise ? ranges.then(send) : send(ranges)
-    }
-    const ids = source.nextBatch(key, count)
-    const send = (v: Id[]) => sendMany(request, reply, key, count, (sep) => joinIds(v, sep))
-    return ids instanceof Promise ? ids.then(send) : send(ids)
+    const ranges = source.nextRanges(key, count)
+    return ranges instanceof Promise ? ranges.then((r) => sendMany(request, reply, key, count, r)) : sendMany(request, reply, key, count, ranges)
   }
 
   function failed (request: FastifyRequest, started: number, err: unknown): never {

@@ -1,20 +1,9 @@
 // The double buffer of one business tag (Java Leaf's SegmentBuffer and Segment).
 
+import type { IdRange } from '../id-range.js'
+
 /** An ID: a number while it is exactly representable (|id| < 2^53), a bigint beyond. */
 export type Id = number | bigint
-
-/** `count` consecutive IDs from `first`; a range's IDs are all numbers or all bigints. */
-export interface IdRange { first: Id, count: number }
-
-/** The IDs of some ranges, in order. */
-export function expandRanges (ranges: readonly IdRange[]): Id[] {
-  const ids: Id[] = []
-  for (const { first, count } of ranges) {
-    if (typeof first === 'number') for (let i = 0; i < count; i++) ids.push(first + i)
-    else for (let i = 0; i < count; i++) ids.push(first + BigInt(i))
-  }
-  return ids
-}
 
 const SAFE_LIMIT = BigInt(Number.MAX_SAFE_INTEGER) + 1n
 /** Leaf preloads the next segment once less than 90% of the current one is left. */

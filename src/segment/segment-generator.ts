@@ -1,10 +1,11 @@
 import { LeafError } from '../errors.js'
 import type { Logger } from '../logger.js'
-import { SegmentBuffer, expandRanges, type Id, type IdRange } from './segment-buffer.js'
+import { expandRanges, type IdRange } from '../id-range.js'
+import { SegmentBuffer, type Id } from './segment-buffer.js'
 import type { Allocation, SegmentStore } from './store.js'
 import { settlesWithin, sleep, withTimeout } from '../timers.js'
 
-export type { Id, IdRange } from './segment-buffer.js'
+export type { Id } from './segment-buffer.js'
 
 /** Leaf never doubles the step past this. */
 export const MAX_STEP = 1_000_000

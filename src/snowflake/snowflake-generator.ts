@@ -1,4 +1,5 @@
 import { LeafError, StartRefused } from '../errors.js'
+import { expandRanges, type IdRange } from '../id-range.js'
 
 // Java Leaf's layout: 41 bits of milliseconds since twepoch, 10 bits of worker id,
 // 12 bits of sequence.
@@ -47,6 +48,8 @@ export interface SnowflakeGenerator {
   /** Synchronous except while the clock is waited out. */
   next (key?: string): bigint | Promise<bigint>
   nextBatch (key: string, count: number): bigint[] | Promise<bigint[]>
+  /** The same IDs as ranges: one per millisecond they come from (its sequence runs up by one). */
+  nextRanges (key: string, count: number): IdRange<bigint>[] | Promise<IdRange<bigint>[]>
   decode (id: bigint): SnowflakeParts
 }
 
@@ -84,6 +87,11 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
 
   /** One ID now, or undefined when the clock is behind (the caller decides how to wait). */
   function tryNext (): bigint | undefined {
+    return advance() ? msBits | BigInt(sequence) : undefined
+  }
+
+  /** Moves to the next ID's millisecond and sequence; false when the clock is behind. */
+  function advance (): boolean {
     let ts = clock()
     if (ts === lastTimestamp) {
       if (sequence < SEQUENCE_MASK) {
@@ -93,16 +101,16 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
         // clock stepping back meanwhile goes to the backwards rule, the millisecond still spent.
         while (ts <= lastTimestamp) {
           ts = clock()
-          if (ts < lastTimestamp) return undefined
+          if (ts < lastTimestamp) return false
         }
         beginMillisecond(ts, random(SEQUENCE_START_SPREAD))
       }
     } else if (ts > lastTimestamp && ts >= notBefore) {
       beginMillisecond(ts, random(SEQUENCE_START_SPREAD))
     } else {
-      return undefined
+      return false
     }
-    return msBits | BigInt(sequence)
+    return true
   }
 
   /** The clock is behind the last ID (or inside the restart window): wait or refuse. */
@@ -134,19 +142,32 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
     return tryNext() ?? nextAfterWait()
   }
 
-  async function nextBatchAsync (ids: bigint[], count: number): Promise<bigint[]> {
-    while (ids.length < count) ids.push(tryNext() ?? await nextAfterWait())
-    return ids
+  function nextBatch (key: string, count: number): bigint[] | Promise<bigint[]> {
+    const ranges = nextRanges(key, count)
+    return ranges instanceof Promise ? ranges.then(expandRanges) : expandRanges(ranges)
   }
 
-  function nextBatch (_key: string, count: number): bigint[] | Promise<bigint[]> {
-    const ids: bigint[] = []
-    while (ids.length < count) {
-      const id = tryNext()
-      if (id === undefined) return nextBatchAsync(ids, count)
-      ids.push(id)
+  function nextRanges (_key: string, count: number): IdRange<bigint>[] | Promise<IdRange<bigint>[]> {
+    return fillRanges([], 0, count)
+  }
+
+  /** Adds IDs to `ranges` until they hold `count`; waits (asynchronously) only when the clock is behind. */
+  function fillRanges (ranges: IdRange<bigint>[], taken: number, count: number): IdRange<bigint>[] | Promise<IdRange<bigint>[]> {
+    // The range the next ID extends: only one begun in this same synchronous stretch, since
+    // other requests take IDs of the same millisecond during a wait.
+    let open: IdRange<bigint> | undefined
+    for (; taken < count; taken++) {
+      const ms = lastTimestamp
+      if (!advance()) return fillAfterWait(ranges, taken, count)
+      if (open !== undefined && lastTimestamp === ms) open.count++
+      else ranges.push(open = { first: msBits | BigInt(sequence), count: 1 })
     }
-    return ids
+    return ranges
+  }
+
+  async function fillAfterWait (ranges: IdRange<bigint>[], taken: number, count: number): Promise<IdRange<bigint>[]> {
+    ranges.push({ first: await nextAfterWait(), count: 1 })
+    return fillRanges(ranges, taken + 1, count)
   }
 
   return {
@@ -154,6 +175,7 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
     twepoch,
     next,
     nextBatch,
+    nextRanges,
     decode: (id) => decodeSnowflakeId(id, twepoch),
   }
 }
