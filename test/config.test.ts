@@ -108,3 +108,23 @@ t.test('JDBC URLs in every accepted form', async (t) => {
   t.throws(() => parseJdbcUrl('redis://x', '', ''), /unknown scheme "redis"/)
   t.throws(() => parseJdbcUrl('mysql://leaf:50%off@db/leaf', '', ''), { name: 'ConfigError', message: /malformed percent-encoding in its password/ })
 })
+
+t.test('string values are kept as Java\'s Properties reads them: an escaped trailing space stays', async (t) => {
+  const dir = dirWith([
+    'leaf.jdbc.url=jdbc:mysql://db/leaf',
+    'leaf.jdbc.username=\\ leaf',
+    'leaf.jdbc.password=pass\\ ',
+    'leaf.admin.token=  tok\\t\\ ',
+    'server.port = 81  ',
+    'leaf.segment.enable = true ',
+    'log.level = debug ',
+  ].join('\n'))
+  const { config } = loadConfig({ argv: ['--config', join(dir, 'leaf.properties')] })
+  t.match(config.segment.store, { kind: 'mysql', user: ' leaf', password: 'pass ' })
+  t.equal(config.adminToken, 'tok\t ', 'leading separator space dropped, escaped characters kept')
+  t.equal(config.server.port, 81, 'numbers still read leniently')
+  t.equal(config.segment.enabled, true, 'booleans still read leniently')
+  t.equal(config.logLevel, 'debug', 'the log level is one of a set: read leniently')
+  const fromEnv = loadConfig({ cwd: dirWith(), env: { LEAF_JDBC_URL: 'jdbc:mysql://db/leaf', LEAF_JDBC_PASSWORD: ' p ' }, argv: ['--leaf.jdbc.username=u '] })
+  t.match(fromEnv.config.segment.store, { user: 'u ', password: ' p ' }, 'environment and command line values kept as given')
+})
