@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import { parseJdbcUrl } from '../src/config/jdbc-url.js'
-import { KEYS, envName } from '../src/config/keys.js'
-import { ConfigError, loadConfig } from '../src/config/load-config.js'
+import { CONFIG_KEYS, envName, type ConfigKey } from '../src/config/keys.js'
+import { ConfigError, loadConfig, type Config } from '../src/config/load-config.js'
 
 function dirWith (properties?: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'leaf-config-'))
@@ -59,9 +59,98 @@ t.test('environment names follow Spring Boot: dots and dashes to underscores, up
   t.equal(envName('leaf.jdbc.url'), 'LEAF_JDBC_URL')
   t.equal(envName('leaf.segment.wait-timeout-ms'), 'LEAF_SEGMENT_WAIT_TIMEOUT_MS')
   t.equal(envName('log.level'), 'LOG_LEVEL')
-  for (const key of Object.keys(KEYS)) {
-    const { config } = loadConfig({ cwd: dirWith(), env: { [envName(key)]: KEYS[key as keyof typeof KEYS].default } })
-    t.ok(config, `${key} takes its default from ${envName(key)}`)
+})
+
+/**
+ * Where each key lands in the Config, with two valid values and what each becomes: `a` is not
+ * the default, `b` differs from `a`. A key added to the table without a line here fails the
+ * type check and the tests below.
+ */
+interface Landing { read: (c: Config) => unknown, a: [string, unknown], b: [string, unknown] }
+
+const mysql = (c: Config) => c.segment.store.kind === 'mysql' ? c.segment.store : undefined
+
+const LANDINGS: Record<ConfigKey, Landing> = {
+  'leaf.name': { read: (c) => c.name, a: ['ids-a', 'ids-a'], b: ['ids-b', 'ids-b'] },
+  'server.host': { read: (c) => c.server.host, a: ['127.0.0.2', '127.0.0.2'], b: ['::1', '::1'] },
+  'server.port': { read: (c) => c.server.port, a: ['8181', 8181], b: ['8282', 8282] },
+  'log.level': { read: (c) => c.logLevel, a: ['debug', 'debug'], b: ['warn', 'warn'] },
+  'leaf.segment.enable': { read: (c) => c.segment.enabled, a: ['true', true], b: ['false', false] },
+  'leaf.jdbc.url': {
+    read: (c) => [mysql(c)?.host, mysql(c)?.port, mysql(c)?.database],
+    a: ['jdbc:mysql://db-a:3307/leaf_a?useUnicode=true', ['db-a', 3307, 'leaf_a']],
+    b: ['mysql://db-b/leaf_b', ['db-b', 3306, 'leaf_b']],
+  },
+  'leaf.jdbc.username': { read: (c) => mysql(c)?.user, a: ['user-a', 'user-a'], b: ['user-b', 'user-b'] },
+  'leaf.jdbc.password': { read: (c) => mysql(c)?.password, a: ['pw-a', 'pw-a'], b: ['pw-b', 'pw-b'] },
+  'leaf.jdbc.connect-timeout-ms': { read: (c) => c.segment.connectTimeoutMs, a: ['2500', 2500], b: ['3500', 3500] },
+  'leaf.jdbc.pool-size': { read: (c) => c.segment.poolSize, a: ['4', 4], b: ['5', 5] },
+  'leaf.segment.wait-timeout-ms': { read: (c) => c.segment.waitTimeoutMs, a: ['4000', 4000], b: ['5000', 5000] },
+  'leaf.segment.refresh-interval-ms': { read: (c) => c.segment.refreshIntervalMs, a: ['30000', 30000], b: ['45000', 45000] },
+  'leaf.batch.max': { read: (c) => c.batchMax, a: ['500', 500], b: ['600', 600] },
+  'leaf.snowflake.enable': { read: (c) => c.snowflake.enabled, a: ['true', true], b: ['false', false] },
+  'leaf.snowflake.zk.address': { read: (c) => c.snowflake.zkAddress, a: ['zk-a:2181', 'zk-a:2181'], b: ['zk-b:2181,zk-c:2181', 'zk-b:2181,zk-c:2181'] },
+  'leaf.snowflake.port': { read: (c) => c.snowflake.port, a: ['9091', 9091], b: ['9092', 9092] },
+  'leaf.snowflake.ip': { read: (c) => c.snowflake.ip, a: ['10.0.0.1', '10.0.0.1'], b: ['10.0.0.2', '10.0.0.2'] },
+  'leaf.snowflake.worker.id': { read: (c) => c.snowflake.workerId, a: ['7', 7], b: ['8', 8] },
+  'leaf.snowflake.twepoch': { read: (c) => c.snowflake.twepoch, a: ['1500000000000', 1500000000000], b: ['1600000000000', 1600000000000] },
+  'leaf.snowflake.cache.dir': { read: (c) => c.snowflake.cacheDir, a: ['/var/cache/leaf-a', '/var/cache/leaf-a'], b: ['/var/cache/leaf-b', '/var/cache/leaf-b'] },
+  'leaf.snowflake.max-clock-drift-ms': { read: (c) => c.snowflake.maxClockDriftMs, a: ['1000', 1000], b: ['2000', 2000] },
+  'leaf.snowflake.heartbeat-interval-ms': { read: (c) => c.snowflake.heartbeatIntervalMs, a: ['1500', 1500], b: ['2500', 2500] },
+  'leaf.snowflake.zk.connect-timeout-ms': { read: (c) => c.snowflake.zkConnectTimeoutMs, a: ['6000', 6000], b: ['7000', 7000] },
+  'leaf.snowflake.zk.session-timeout-ms': { read: (c) => c.snowflake.zkSessionTimeoutMs, a: ['20000', 20000], b: ['30000', 30000] },
+  'leaf.admin.token': { read: (c) => c.adminToken, a: ['tok-a', 'tok-a'], b: ['tok-b', 'tok-b'] },
+}
+
+/** The landing of a key, failing loudly for a key the table above does not know. */
+function landing (key: string): Landing {
+  const found = (LANDINGS as Record<string, Landing | undefined>)[key]
+  if (found === undefined) throw new Error(`${key} is in the key table but not in LANDINGS (test/config.test.ts): say where it lands in the Config`)
+  return found
+}
+
+type Source = 'file' | 'environment' | 'command line'
+
+/** Loads a config with every key set by the given sources, each to the value the picker gives. */
+function loadFrom (sources: Partial<Record<Source, (l: Landing) => [string, unknown]>>): Config {
+  const lines: string[] = []
+  const env: Record<string, string> = {}
+  const argv: string[] = []
+  for (const key of CONFIG_KEYS) {
+    const l = landing(key)
+    if (sources.file !== undefined) lines.push(`${key}=${sources.file(l)[0]}`)
+    if (sources.environment !== undefined) env[envName(key)] = sources.environment(l)[0]
+    if (sources['command line'] !== undefined) argv.push(`--${key}=${sources['command line'](l)[0]}`)
+  }
+  const dir = dirWith(lines.join('\n') + '\n')
+  return loadConfig({ cwd: dir, env, argv: sources.file === undefined ? argv : ['--config', join(dir, 'leaf.properties'), ...argv] }).config
+}
+
+t.test('every key of the table has a landing, and its value `a` is not the default\'s', async (t) => {
+  t.same(Object.keys(LANDINGS).sort(), [...CONFIG_KEYS].sort(), 'LANDINGS lists exactly the keys of the table')
+  const defaults = loadConfig({ cwd: dirWith() }).config
+  for (const key of CONFIG_KEYS) {
+    const l = landing(key)
+    t.notSame(l.a[1], l.read(defaults), `${key}: a is not the default`)
+    t.notSame(l.a[1], l.b[1], `${key}: a and b differ`)
+  }
+})
+
+for (const source of ['file', 'environment', 'command line'] as const) {
+  t.test(`every key set through the ${source} lands in the config`, async (t) => {
+    const config = loadFrom({ [source]: (l: Landing) => l.a })
+    for (const key of CONFIG_KEYS) t.same(landing(key).read(config), landing(key).a[1], key)
+  })
+}
+
+t.test('for every key: environment over file, command line over environment', async (t) => {
+  const envOverFile = loadFrom({ file: (l) => l.a, environment: (l) => l.b })
+  const cliOverEnv = loadFrom({ file: (l) => l.b, environment: (l) => l.b, 'command line': (l) => l.a })
+  const cliOverFile = loadFrom({ file: (l) => l.b, 'command line': (l) => l.a })
+  for (const key of CONFIG_KEYS) {
+    t.same(landing(key).read(envOverFile), landing(key).b[1], `${key}: environment over file`)
+    t.same(landing(key).read(cliOverEnv), landing(key).a[1], `${key}: command line over environment`)
+    t.same(landing(key).read(cliOverFile), landing(key).a[1], `${key}: command line over file`)
   }
 })
 
