@@ -239,9 +239,10 @@ export function unique (prefix: string): string {
 }
 
 /**
- * One ID request, checked and recorded: a 200 with the IDs asked for goes to the ledger
- * (unique per tag or over all snowflake IDs, increasing along `stream`), anything else is
- * a failure unless `expected` accepts it.
+ * One ID request, checked and recorded: every ID of a 2xx answer goes to the ledger (unique
+ * per tag or over all snowflake IDs, increasing along `stream`), even when the answer is
+ * wrong otherwise; an answer without the IDs asked for is a failure unless `expected`
+ * accepts it.
  */
 export async function takeIds (
   report: Report, client: HttpClient, base: string, mode: Mode, key: string, count: number | undefined,
@@ -249,12 +250,13 @@ export async function takeIds (
 ): Promise<IdAnswer> {
   report.requests++
   const r = await fetchIds(client, base, mode, key, count)
-  if (r.ids !== undefined) {
-    report.ledger.record(mode === 'segment' ? `segment:${key}` : 'snowflake', stream === undefined ? undefined : `${stream}:${mode === 'segment' ? key : 'snowflake'}`, r.ids)
-  } else if (expected?.(r.answer) === true) {
-    report.expected++
-  } else {
-    report.failure(`${mode} ${key}${count === undefined ? '' : ` count=${count}`}: ${r.answer.status === 200 ? `bad body ${describe(r.answer)}` : describe(r.answer)}`)
+  const received = r.answer.status >= 200 && r.answer.status < 300 ? parseIds(r.answer.body) : undefined
+  if (received !== undefined) {
+    report.ledger.record(mode === 'segment' ? `segment:${key}` : 'snowflake', stream === undefined ? undefined : `${stream}:${mode === 'segment' ? key : 'snowflake'}`, received)
+  }
+  if (r.ids === undefined) {
+    if (expected?.(r.answer) === true) report.expected++
+    else report.failure(`${mode} ${key}${count === undefined ? '' : ` count=${count}`}: ${r.answer.status === 200 ? `bad body ${describe(r.answer)}` : describe(r.answer)}`)
   }
   return r
 }

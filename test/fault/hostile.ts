@@ -42,8 +42,23 @@ export interface HostileRequest {
   target: string
   /** A request the service must answer 200 with IDs: a known tag or a snowflake key, a valid count. */
   valid?: { mode: 'segment' | 'snowflake', key: string, count: number | undefined }
+  /** Set when the target names an ID route: where the IDs of a 200 belong. */
+  idRoute?: IdRoute
+  /**
+   * The answers documented for this request, and only those: `200`, `201`, `<status> <CODE>`
+   * for an error body, `503 not ready` for /readyz's own body.
+   */
+  allowed: Set<string>
   /** What makes it hostile, for messages. */
   kind: string
+}
+
+export interface IdRoute {
+  mode: 'segment' | 'snowflake'
+  /** The key as the server reads it (percent-decoded), or the raw key if it does not decode. */
+  key: string
+  /** The IDs a 200 carries: 1 without `count`, the count when it is valid; undefined when no 200 fits. */
+  count: number | undefined
 }
 
 const HEX = '0123456789ABCDEF'
@@ -104,9 +119,13 @@ export function hostileRequest (r: Random, port: number, tag: string, token: str
     const count = r.chance(0.5) ? undefined : r.between(1, 100)
     const target = `/api/${mode}/get/${key}${count === undefined ? '' : `?count=${count}`}`
     const bytes = Buffer.from(`GET ${target} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`, 'latin1')
-    return { bytes, headLength: bytes.length, method: 'GET', target, valid: { mode, key, count }, kind: 'valid' }
+    const idRoute = { mode, key, count: count ?? 1 } as const
+    const allowed = new Set(['200', ...(mode === 'segment' ? SEGMENT_503 : SNOWFLAKE_503)])
+    return { bytes, headLength: bytes.length, method: 'GET', target, valid: { mode, key, count }, idRoute, allowed, kind: 'valid' }
   }
   const kinds: string[] = []
+  // Anything in the request a parser may refuse with 400 BAD_REQUEST, besides the target.
+  let oddHeaders = false
   const method = r.pick(METHODS)
   let target = r.pick(PATHS)
   if (target.endsWith('/') || target.endsWith('=')) target += hostileKey(r)
@@ -120,12 +139,26 @@ export function hostileRequest (r: Random, port: number, tag: string, token: str
   const version = r.chance(0.93) ? 'HTTP/1.1' : r.pick(['HTTP/1.0', 'HTTP/2.0', 'HTTP/0.9', 'http/1.1', 'HTTP/1.1 ', 'HTTP/9.9', ''])
   const headers: string[] = []
   if (r.chance(0.97)) headers.push(`Host: 127.0.0.1:${port}`)
-  if (r.chance(0.2)) headers.push(`Accept: ${r.pick(['application/json', '*/*', 'text/plain', 'application/json;q=0', hostileKey(r).slice(0, 80)])}`)
-  if (r.chance(0.15)) headers.push(`Authorization: ${r.pick([`Bearer ${token}`, 'Bearer wrong', 'Bearer ', 'Basic Zm9vOmJhcg==', `bearer ${token}`, hostileKey(r).slice(0, 200)])}`)
-  if (r.chance(0.05)) headers.push(`X-${hostileKey(r).slice(0, 20)}: ${hostileKey(r).slice(0, 200)}`)
+  if (r.chance(0.2)) {
+    const accept = r.pick(['application/json', '*/*', 'text/plain', 'application/json;q=0', hostileKey(r).slice(0, 80)])
+    headers.push(`Accept: ${accept}`)
+    oddHeaders ||= !PRINTABLE.test(accept)
+  }
+  let authorization: string | undefined
+  if (r.chance(0.15)) {
+    authorization = r.pick([`Bearer ${token}`, 'Bearer wrong', 'Bearer ', 'Basic Zm9vOmJhcg==', `bearer ${token}`, hostileKey(r).slice(0, 200)])
+    headers.push(`Authorization: ${authorization}`)
+    oddHeaders ||= !PRINTABLE.test(authorization)
+  }
   if (r.chance(0.05)) {
-    headers.push(r.pick(['Connection: close', 'Connection: upgrade\r\nUpgrade: websocket', 'Expect: 100-continue', 'Transfer-Encoding: gzip, chunked',
-      'Content-Length: 5\r\nContent-Length: 6', 'Content-Length: -1', 'Range: bytes=0-1', 'If-None-Match: *', 'Cookie: ' + 'a=b; '.repeat(500)]))
+    headers.push(`X-${hostileKey(r).slice(0, 20)}: ${hostileKey(r).slice(0, 200)}`)
+    oddHeaders = true
+  }
+  if (r.chance(0.05)) {
+    const extra = r.pick(['Connection: close', 'Connection: upgrade\r\nUpgrade: websocket', 'Expect: 100-continue', 'Transfer-Encoding: gzip, chunked',
+      'Content-Length: 5\r\nContent-Length: 6', 'Content-Length: -1', 'Range: bytes=0-1', 'If-None-Match: *', 'Cookie: ' + 'a=b; '.repeat(500)])
+    headers.push(extra)
+    oddHeaders ||= FRAMING.test(extra)
   }
   if (r.chance(0.04)) {
     // Oversized: a header block past Node's 16 KiB limit (431), from one header or many.
@@ -134,10 +167,12 @@ export function hostileRequest (r: Random, port: number, tag: string, token: str
     kinds.push('oversized headers')
   }
   let body = ''
+  let contentType: string | undefined
   if (['POST', 'PUT', 'PATCH', 'DELETE'].includes(method) && r.chance(0.7)) {
     body = r.chance(0.03) ? 'x'.repeat(r.between(1024 * 1024, 1200 * 1024)) : r.pick(BODIES)
     const type = r.pick(CONTENT_TYPES)
     if (type !== '') headers.push(`Content-Type: ${type}`)
+    contentType = type
     if (r.chance(0.9)) {
       headers.push(`Content-Length: ${Buffer.byteLength(body, 'latin1')}`)
     } else {
@@ -149,7 +184,170 @@ export function hostileRequest (r: Random, port: number, tag: string, token: str
   kinds.push(`method ${JSON.stringify(method)}`)
   const head = `${method} ${target} ${version}`.replace(/ $/, '')
   const headBytes = Buffer.from(`${head}\r\n${headers.join('\r\n')}${headers.length > 0 ? '\r\n' : ''}\r\n`, 'latin1')
-  return { bytes: Buffer.concat([headBytes, Buffer.from(body, 'latin1')]), headLength: headBytes.length, method, target, kind: kinds.join(', ') }
+  const { allowed, idRoute } = documentedAnswers({
+    method,
+    target,
+    version: version.trim(),
+    oddHeaders,
+    headLength: headBytes.length,
+    body: body === '' ? undefined : { bytes: Buffer.byteLength(body, 'latin1'), contentType },
+    authorized: authorization === `Bearer ${token}`,
+    tag,
+  })
+  return { bytes: Buffer.concat([headBytes, Buffer.from(body, 'latin1')]), headLength: headBytes.length, method, target, idRoute, allowed, kind: kinds.join(', ') }
+}
+
+/** Header values a parser takes as they are: visible ASCII and spaces. */
+const PRINTABLE = /^[\x20-\x7e]*$/
+/** Extra headers that frame the body in ways a parser refuses. */
+const FRAMING = /Content-Length: -1|Content-Length: 5\r\nContent-Length: 6|Transfer-Encoding: gzip/
+/** Methods Node's parser knows (the rest, and lower case, are 400 before any route). */
+const KNOWN_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'OPTIONS', 'PATCH', 'TRACE', 'CONNECT', 'PROPFIND', 'M-SEARCH'])
+/** Node's limit on the request line and header block (`--max-http-header-size`). */
+const MAX_HEADER_BYTES = 16 * 1024
+/** The admin routes' body limit: the smallest a body can be refused at with 413. */
+const SMALLEST_BODY_LIMIT = 16 * 1024
+const MAX_KEY_LENGTH = 128
+const BATCH_MAX = 10_000
+const INT64 = { min: -(2n ** 63n), max: 2n ** 63n - 1n }
+const SEGMENT_503 = ['503 SEGMENTS_NOT_READY', '503 NOT_READY']
+const SNOWFLAKE_503 = ['503 CLOCK_BACKWARDS', '503 WORKER_ID_UNAVAILABLE']
+/** GET routes that are the admin views (behind the token in this scenario). */
+const VIEWS = new Set(['/api/cache', '/api/db', '/api/snowflake/status', '/cache', '/db'])
+const VIEWS_ON_DB = new Set(['/api/db', '/db'])
+
+export interface RequestFacts {
+  method: string
+  target: string
+  version: string
+  /** A header a parser may refuse (control or high bytes, a bad name, conflicting framing). */
+  oddHeaders: boolean
+  headLength: number
+  body: { bytes: number, contentType: string | undefined } | undefined
+  /** `Authorization: Bearer <the token>`. */
+  authorized: boolean
+  /** The segment tag that exists. */
+  tag: string
+}
+
+/**
+ * The answers the README documents for this very request, worked out from what the server
+ * is told to do with it: the route its path names, its method, count, key, token and body. A
+ * code counts only where it fits: 400 INVALID_COUNT only for a count that is not an integer
+ * from 1 to 10,000, 503 on a snowflake route only a snowflake code, 401 only on an admin route
+ * without the token, 431 only past 16 KiB of head, 413 and 415 only with a body. The rules are
+ * spelled out in docs/reliability.md.
+ */
+export function documentedAnswers (f: RequestFacts): { allowed: Set<string>, idRoute: IdRoute | undefined } {
+  const allowed = new Set<string>()
+  // What a parser may refuse before any route.
+  if (!KNOWN_METHODS.has(f.method) || !['HTTP/1.1', 'HTTP/1.0'].includes(f.version) || /[^\x21-\x7e]/.test(f.target) ||
+    f.oddHeaders || f.method === 'CONNECT') allowed.add('400 BAD_REQUEST')
+  if (f.headLength > MAX_HEADER_BYTES) allowed.add('431 HEADERS_TOO_LARGE')
+  if (f.body !== undefined) {
+    allowed.add('400 BAD_REQUEST')
+    if (f.body.bytes > SMALLEST_BODY_LIMIT) allowed.add('413 PAYLOAD_TOO_LARGE')
+    if (f.body.contentType !== 'application/json') allowed.add('415 UNSUPPORTED_MEDIA_TYPE')
+  }
+  // Node's parser ends the target at a raw space, tab, line end or control byte: the route
+  // may see only what comes before it.
+  const targets = [f.target]
+  const end = [...f.target].findIndex((c) => c <= ' ' || c === '\x7f')
+  if (end >= 0) targets.push(f.target.slice(0, end))
+  let idRoute: IdRoute | undefined
+  for (const target of targets) {
+    const route = routeAnswers(f, target)
+    for (const a of route.allowed) allowed.add(a)
+    idRoute ??= route.idRoute
+  }
+  return { allowed, idRoute }
+}
+
+/**
+ * The answers of the route `target` names. Fastify's router (find-my-way) reads an absolute
+ * target's path (a `#` anywhere in it is malformed), takes `*` as a path with no route and
+ * refuses any other target that does not start with `/`.
+ */
+function routeAnswers (f: RequestFacts, target: string): { allowed: Set<string>, idRoute: IdRoute | undefined } {
+  const allowed = new Set<string>()
+  const add = (...answers: string[]) => { for (const a of answers) allowed.add(a) }
+  if (f.method === 'CONNECT' || target === '*') return { allowed: new Set(['404 NOT_FOUND']), idRoute: undefined }
+  let origin = target
+  const absolute = /^https?:\/\/[^/?#]+/i.exec(target)
+  if (absolute !== null && !target.includes('#')) origin = target.slice(absolute[0].length).replace(/^(?!\/)/, '/')
+  if (!origin.startsWith('/')) return { allowed: new Set(['400 BAD_REQUEST']), idRoute: undefined }
+  const cut = origin.search(/[?#]/)
+  const path = cut < 0 ? origin : origin.slice(0, cut)
+  const query = new URLSearchParams(cut < 0 ? '' : origin.slice(cut + 1))
+  if (decode(path) === undefined) add('400 BAD_REQUEST')
+
+  const get = f.method === 'GET' || f.method === 'HEAD'
+  const param = (prefix: string) => path.startsWith(prefix) && !path.slice(prefix.length).includes('/') ? path.slice(prefix.length) : undefined
+  const idMode = param('/api/segment/get/') !== undefined ? 'segment' : param('/api/snowflake/get/') !== undefined ? 'snowflake' : undefined
+  let idRoute: IdRoute | undefined
+
+  if (idMode !== undefined && get) {
+    const raw = param(`/api/${idMode}/get/`) as string
+    const key = decode(raw) ?? raw
+    const counts = query.getAll('count')
+    const count = counts.length === 0 ? 1 : counts.length === 1 ? validCount(counts[0] as string) : undefined
+    const keyOk = key.length > 0 && Array.from(key).length <= MAX_KEY_LENGTH
+    if (key === '') add('404 NOT_FOUND')
+    if (!keyOk) add('400 INVALID_KEY')
+    if (count === undefined) add('400 INVALID_COUNT')
+    idRoute = { mode: idMode, key, count: keyOk ? count : undefined }
+    if (keyOk && count !== undefined) {
+      add('200')
+      if (idMode === 'segment') add(...SEGMENT_503, ...(key === f.tag ? [] : ['404 KEY_NOT_FOUND']))
+      else add(...SNOWFLAKE_503)
+    }
+  } else if (param('/api/snowflake/decode/') !== undefined && get) {
+    const id = param('/api/snowflake/decode/') as string
+    if (id === '') add('404 NOT_FOUND')
+    add(isInt64(decode(id)) ? '200' : '400 INVALID_ID')
+  } else if (path === '/decodeSnowflakeId' && get) {
+    const ids = query.getAll('snowflakeId')
+    add(ids.length === 1 && isInt64(ids[0]) ? '200' : '400 INVALID_ID')
+  } else if (VIEWS.has(path) && get) {
+    add(f.authorized ? '200' : '401 UNAUTHORIZED')
+    if (f.authorized && VIEWS_ON_DB.has(path)) add('503 STORE_UNAVAILABLE')
+  } else if (path === '/api/segment/tags' && f.method === 'POST') {
+    if (f.authorized) add('201', '400 INVALID_BODY', '409 KEY_EXISTS', '503 STORE_UNAVAILABLE')
+    else add('401 UNAUTHORIZED')
+  } else if (param('/api/segment/tags/') !== undefined && f.method === 'PATCH') {
+    const key = decode(param('/api/segment/tags/') as string)
+    if (key === '') add('404 NOT_FOUND')
+    if (f.authorized) add('200', '400 INVALID_BODY', '400 INVALID_KEY', '404 KEY_NOT_FOUND', '503 STORE_UNAVAILABLE')
+    else add('401 UNAUTHORIZED')
+  } else if ((path === '/healthz' || path === '/metrics') && get) {
+    add('200')
+  } else if (path === '/readyz' && get) {
+    add('200', '503 not ready')
+  } else {
+    add('404 NOT_FOUND')
+  }
+  return { allowed, idRoute }
+}
+
+/** Percent-decoding as the router does it; undefined when it fails (400 BAD_REQUEST). */
+function decode (s: string): string | undefined {
+  try {
+    return decodeURIComponent(s)
+  } catch {
+    return undefined
+  }
+}
+
+function validCount (raw: string): number | undefined {
+  if (!/^[0-9]{1,9}$/.test(raw)) return undefined
+  const n = Number(raw)
+  return n >= 1 && n <= BATCH_MAX ? n : undefined
+}
+
+function isInt64 (raw: string | undefined): boolean {
+  if (raw === undefined || !/^-?[0-9]{1,19}$/.test(raw)) return false
+  const n = BigInt(raw)
+  return n >= INT64.min && n <= INT64.max
 }
 
 export interface RawAnswer {

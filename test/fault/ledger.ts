@@ -80,3 +80,17 @@ export function parseIds (body: string): bigint[] | undefined {
   if (!/^[0-9]{1,19}(\n[0-9]{1,19})*$/.test(body)) return undefined
   return body.split('\n').map(BigInt)
 }
+
+/** The IDs of an ID route's answer, text (`parseIds`) or JSON (`{"id"}`, `{"ids"}`), or undefined. */
+export function parseAnswerIds (body: string, contentType: string | undefined): bigint[] | undefined {
+  if (contentType?.startsWith('application/json') !== true) return parseIds(body)
+  let json: { id?: unknown, ids?: unknown }
+  try {
+    json = JSON.parse(body) as typeof json
+  } catch {
+    return undefined
+  }
+  const ids = json.ids ?? (json.id === undefined ? undefined : [json.id])
+  if (!Array.isArray(ids) || ids.length === 0 || !ids.every((id) => typeof id === 'string' && /^[0-9]{1,19}$/.test(id))) return undefined
+  return ids.map((id) => BigInt(id as string))
+}

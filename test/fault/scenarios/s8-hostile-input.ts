@@ -1,7 +1,7 @@
 import { join } from 'node:path'
 import { alive, fmtMs, metrics, procStats, startLeaf, takeIds, unique, type Report, type Suite } from '../harness.js'
 import { createRandom, hostileRequest, rawRequest, type HostileRequest, type RawAnswer } from '../hostile.js'
-import { parseIds } from '../ledger.js'
+import { parseAnswerIds, parseIds } from '../ledger.js'
 import { HttpClient, runLoad } from '../load.js'
 import { sleep } from '../services.js'
 
@@ -47,8 +47,8 @@ export async function hostileInput (suite: Suite, report: Report): Promise<void>
       const a = await rawRequest(leaf.port, Buffer.from(`GET ${target} HTTP/1.1\r\nHost: 127.0.0.1:${leaf.port}\r\n\r\n`))
       const ids = a.status === 200 ? parseIds(a.body) : undefined
       report.requests++
-      if (ids?.length === (count ?? 1)) report.ledger.record(mode === 'segment' ? `segment:${key}` : 'snowflake', undefined, ids)
-      else report.failure(`warm-up ${target}: ${a.status ?? 'none'} ${a.body.slice(0, 100)}`)
+      if (ids !== undefined) report.ledger.record(mode === 'segment' ? `segment:${key}` : 'snowflake', undefined, ids)
+      if (ids?.length !== (count ?? 1)) report.failure(`warm-up ${target}: ${a.status ?? 'none'} ${a.body.slice(0, 100)}`)
     },
   })
   await sleep(1000)
@@ -63,6 +63,7 @@ export async function hostileInput (suite: Suite, report: Report): Promise<void>
     problems.set(what, entry)
   }
   let replays = 0
+  const idAnswers = { valid: 0, hostile: 0 }
   const started = performance.now()
   const result = await runLoad({
     clients: CONCURRENCY,
@@ -85,17 +86,21 @@ export async function hostileInput (suite: Suite, report: Report): Promise<void>
       if (verdict !== undefined) {
         report.failure(verdict)
         problem(verdict, req, a)
-        return
       }
-      if (req.valid !== undefined && a.status === 200) {
-        const ids = parseIds(a.body)
-        if (ids?.length !== (req.valid.count ?? 1)) {
-          report.failure('valid request without its IDs')
-          problem('valid request without its IDs', req, a)
-        } else {
-          report.ledger.record(req.valid.mode === 'segment' ? `segment:${req.valid.key}` : 'snowflake', undefined, ids)
+      // Every ID a 2xx of an ID route carries is recorded, whatever the request looked like.
+      const route = req.idRoute
+      if (route !== undefined && a.status !== undefined && a.status >= 200 && a.status < 300 && req.method !== 'HEAD') {
+        const ids = parseAnswerIds(a.body, a.headers['content-type'])
+        if (ids !== undefined) {
+          idAnswers[req.valid === undefined ? 'hostile' : 'valid']++
+          report.ledger.record(route.mode === 'segment' ? `segment:${route.key}` : 'snowflake', undefined, ids)
         }
-      } else if (req.valid !== undefined) {
+        if (ids === undefined || (route.count !== undefined && ids.length !== route.count)) {
+          report.failure('2xx from an ID route without its IDs')
+          problem('2xx from an ID route without its IDs', req, a)
+        }
+      }
+      if (req.valid !== undefined && a.status !== 200 && verdict === undefined) {
         report.failure('valid request refused')
         problem('valid request refused', req, a)
       }
@@ -119,7 +124,7 @@ export async function hostileInput (suite: Suite, report: Report): Promise<void>
   for (const [what, { n, sample }] of problems) report.problems.push(`${n} x ${what}, e.g. ${sample}`)
   report.note(`seed ${seed} (FAULT_SEED=${seed} replays it); ${result.requests} hostile requests in ${fmtMs(runMs)}; answers: ` +
     [...statuses].sort((a, b) => b[1] - a[1]).map(([s, n]) => `${s}: ${n}`).join(', ') +
-    `; ${replays} answers lost to a reset and replayed with a pause before the body` +
+    `; ${replays} answers lost to a reset and replayed with a pause before the body; ${idAnswers.valid + idAnswers.hostile} 2xx answers of ID routes recorded (${idAnswers.hostile} to hostile requests)` +
     `; RSS ${Math.round(before.rssKb / 1024)} MB before, ${Math.round(after.rssKb / 1024)} MB after (V8 heap before ${heapBefore}, after ${heapAfter}); fds ${before.fds} -> ${after.fds}`)
 }
 
@@ -137,22 +142,29 @@ async function heap (base: string): Promise<string> {
   }
 }
 
-/** Undefined when the answer is documented for this request, else what is wrong with it. */
+/**
+ * Undefined when the answer is one the README documents for this very request (the
+ * generator works out which: `HostileRequest.allowed`), else what is wrong with it.
+ */
 function judge (suite: Suite, req: HostileRequest, a: RawAnswer): string | undefined {
   if (a.timedOut) return 'no answer within 10 s'
   if (a.status === undefined) return `connection closed without an answer (method ${JSON.stringify(req.method)})`
   if (a.status === 500) return '500'
-  if (a.status === 200 || a.status === 201) return undefined
+  const fits = (what: string) => req.allowed.has(what) ? undefined : `${what} where only ${[...req.allowed].sort().join(' / ')} fit`
+  if (a.status >= 200 && a.status < 300) return fits(String(a.status))
   const codes = suite.documented.get(a.status)
   if (codes === undefined) return `undocumented status ${a.status}`
-  if (req.method === 'HEAD' && a.body === '') return undefined
+  if (req.method === 'HEAD' && a.body === '') {
+    return [...req.allowed].some((x) => x.startsWith(`${a.status} `)) ? undefined : `${a.status} (HEAD) where only ${[...req.allowed].sort().join(' / ')} fit`
+  }
   let json: { error?: unknown, status?: unknown }
   try {
     json = JSON.parse(a.body) as typeof json
   } catch {
     return `${a.status} without a JSON body`
   }
-  if (typeof json.error === 'string' && codes.has(json.error)) return undefined
-  if (a.status === 503 && json.status === 'not ready') return undefined // /readyz's own body
-  return `${a.status} with undocumented body ${JSON.stringify(json).slice(0, 80)}`
+  if (a.status === 503 && json.status === 'not ready') return fits('503 not ready') // /readyz's own body
+  if (typeof json.error !== 'string') return `${a.status} with undocumented body ${JSON.stringify(json).slice(0, 80)}`
+  if (!codes.has(json.error)) return `${a.status} ${json.error}: not in the README's Errors table`
+  return fits(`${a.status} ${json.error}`)
 }
