@@ -295,3 +295,26 @@ export function watchMaxId (db: PrivateMariaDb, tag: string, everyMs = 200, maxM
     },
   }
 }
+
+/** The answers of a run in time: the slowest, and the longest stretch with no successful answer. */
+export class Timeline {
+  /** performance.now() when each successful answer was complete. */
+  private readonly successes: number[] = []
+  slowest = { ms: 0, sentAt: 0, what: '' }
+
+  add (answer: Answer, ok: boolean, what: string): void {
+    if (ok) this.successes.push(answer.sentAt + answer.ms)
+    if (answer.ms > this.slowest.ms) this.slowest = { ms: answer.ms, sentAt: answer.sentAt, what }
+  }
+
+  /** The longest time between two successful answers (or a bound and the nearest one) in [from, to]. */
+  largestGap (from: number, to: number): { ms: number, from: number } {
+    const points = [from, ...this.successes.filter((t) => t > from && t < to).sort((a, b) => a - b), to]
+    let gap = { ms: 0, from }
+    for (let i = 1; i < points.length; i++) {
+      const ms = (points[i] as number) - (points[i - 1] as number)
+      if (ms > gap.ms) gap = { ms, from: points[i - 1] as number }
+    }
+    return gap
+  }
+}

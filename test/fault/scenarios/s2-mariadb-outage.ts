@@ -1,4 +1,4 @@
-import { fmtMs, startLeaf, takeIds, unique, watchMaxId, type Report, type Suite } from '../harness.js'
+import { Timeline, fmtMs, startLeaf, takeIds, unique, watchMaxId, type Report, type Suite } from '../harness.js'
 import { HttpClient, runLoad } from '../load.js'
 import { sleep } from '../services.js'
 
@@ -17,21 +17,27 @@ const RESTART_ALLOWANCE_MS = 10_000
  */
 const STEP = Math.ceil(IDS_PER_SECOND * (OUTAGE_MS + RESTART_ALLOWANCE_MS) / 1000 * 2 / 0.9 / 1000) * 1000
 const DRAIN_BATCH = 10_000
+/** leaf.segment.wait-timeout-ms, given explicitly: the latency bound is this plus LATENCY_SLACK_MS. */
+const WAIT_TIMEOUT_MS = 3000
+const LATENCY_SLACK_MS = 1000
 const MAX_DRAIN_REQUESTS = 100
 
 /**
  * 2. MariaDB crashes (SIGKILL) for 20 s under segment load on a tag whose step outlasts it:
- * no request fails, service goes on after it, and max_id never moves backwards.
+ * no request fails, no answer takes longer than the wait timeout + 1 s, service goes on
+ * after it, and max_id never moves backwards. Its recovery figure is the longest time with
+ * no successful answer from the crash to the end of the paced load.
  */
 export async function mariadbOutage (suite: Suite, report: Report): Promise<void> {
   const tag = unique('s2')
   await suite.db.addTag(tag, STEP)
-  const leaf = await startLeaf(suite, 'segment', { name: unique('fault-s2'), segment: suite.db.url() })
+  const leaf = await startLeaf(suite, 'segment', { name: unique('fault-s2'), segment: suite.db.url(), args: [`--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`] })
   const watch = watchMaxId(suite.db, tag)
   const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
   let phase: 'before' | 'outage' | 'after' = 'before'
   let stop = false
   const outage = { requests: 0, failed: 0, maxMs: 0 }
+  const timeline = new Timeline()
 
   const load = runLoad({
     clients: CLIENTS,
@@ -43,7 +49,8 @@ export async function mariadbOutage (suite: Suite, report: Report): Promise<void
       const client = clients[c] as HttpClient
       const during = phase === 'outage'
       const failedBefore = report.failed
-      const { answer } = await takeIds(report, client, leaf.url, 'segment', tag, n % BATCH_EVERY === BATCH_EVERY - 1 ? BATCH : undefined, `c${c}`)
+      const { answer, ids } = await takeIds(report, client, leaf.url, 'segment', tag, n % BATCH_EVERY === BATCH_EVERY - 1 ? BATCH : undefined, `c${c}`)
+      timeline.add(answer, ids !== undefined, `client ${c} request ${n}`)
       if (during) {
         outage.requests++
         outage.failed += report.failed - failedBefore
@@ -66,12 +73,14 @@ export async function mariadbOutage (suite: Suite, report: Report): Promise<void
   await sleep(5000)
   stop = true
   const result = await load
+  const loadEnd = performance.now()
 
   // Service after the outage: IDs from a segment reserved after MariaDB came back.
   let servedMax = 0n
   let drained = 0
   while (servedMax < maxAtUp && drained < MAX_DRAIN_REQUESTS) {
-    const { ids } = await takeIds(report, clients[0] as HttpClient, leaf.url, 'segment', tag, DRAIN_BATCH, 'c0')
+    const { answer, ids } = await takeIds(report, clients[0] as HttpClient, leaf.url, 'segment', tag, DRAIN_BATCH, 'c0')
+    timeline.add(answer, ids !== undefined, `drain batch ${drained}`)
     drained++
     if (ids === undefined) break
     servedMax = ids[ids.length - 1] as bigint
@@ -83,12 +92,16 @@ export async function mariadbOutage (suite: Suite, report: Report): Promise<void
 
   report.check(servedMax >= maxAtUp, `no ID from a segment reserved after the outage (served up to ${servedMax}, max_id at restart ${maxAtUp})`)
   report.check(outage.requests > 0 && outage.failed === 0, `${outage.failed} of ${outage.requests} requests failed during the outage`)
+  const { slowest } = timeline
+  report.check(slowest.ms <= WAIT_TIMEOUT_MS + LATENCY_SLACK_MS, `an answer took ${fmtMs(slowest.ms)} (${slowest.what}, sent ${fmtMs(slowest.sentAt - stoppedAt)} after the crash; bound ${WAIT_TIMEOUT_MS} + ${LATENCY_SLACK_MS} ms)`)
+  const gap = timeline.largestGap(stoppedAt, loadEnd)
   report.check(watch.backwards.length === 0, `max_id moved backwards: ${watch.backwards.join(', ')}`)
   const sorted = report.ledger.sorted(`segment:${tag}`)
   const last = sorted[sorted.length - 1]
   report.check(last !== undefined && last < finalMax, `an ID (${last}) at or past max_id ${finalMax}`)
   report.note(`step ${STEP} for ${IDS_PER_SECOND} IDs/s; MariaDB down ${fmtMs(downMs)} (SIGKILL, restart with crash recovery); ` +
-    `${outage.requests} requests during the outage, slowest ${fmtMs(outage.maxMs)}; ${result.requests} paced requests then ${drained} batches of ${DRAIN_BATCH}; ` +
+    `${outage.requests} requests during the outage, slowest ${fmtMs(outage.maxMs)}; slowest of the scenario ${fmtMs(slowest.ms)} (${slowest.what}); ` +
+    `longest time without a successful answer ${fmtMs(gap.ms)}, from ${fmtMs(gap.from - stoppedAt)} after the crash; ${result.requests} paced requests then ${drained} batches of ${DRAIN_BATCH}; ` +
     `max_id ${maxBefore} before, ${maxAtUp} at restart, ${finalMax} at the end, ${watch.values.length} distinct values read, never backwards`)
-  report.recover = `no gap (DB down ${fmtMs(downMs)})`
+  report.recover = `longest gap ${fmtMs(gap.ms)} (DB down ${fmtMs(downMs)})`
 }

@@ -13,7 +13,9 @@ const RECOVERY_BOUND_MS = 2000
 /**
  * 3. MariaDB stopped until the buffer of a small-step tag is used up: requests get 503
  * SEGMENTS_NOT_READY within the wait timeout, /readyz says not ready, and service comes back
- * by itself within 2 s of MariaDB accepting connections again.
+ * by itself within 2 s of MariaDB accepting connections again. That 503 counts only for a
+ * request sent after the stop and answered before MariaDB's restart + 2 s; any other is a
+ * failure.
  */
 export async function mariadbDrained (suite: Suite, report: Report): Promise<void> {
   const tag = unique('s3')
@@ -30,7 +32,13 @@ export async function mariadbDrained (suite: Suite, report: Report): Promise<voi
   // Moments (performance.now()) the load loop and the scenario share.
   const at: { firstRefused?: number, up?: number, firstOkAfterUp?: number } = {}
   let slowest = 0
-  const notReady = (a: Answer) => a.status === 503 && errorCode(a) === 'SEGMENTS_NOT_READY' && a.ms <= WAIT_TIMEOUT_MS + SLACK_MS
+  // Judged once the restart time is known: see the check after the load.
+  const refusals: Answer[] = []
+  const notReady = (a: Answer) => {
+    const ok = a.status === 503 && errorCode(a) === 'SEGMENTS_NOT_READY' && a.ms <= WAIT_TIMEOUT_MS + SLACK_MS
+    if (ok) refusals.push(a)
+    return ok
+  }
 
   const load = runLoad({
     clients: CLIENTS,
@@ -48,8 +56,8 @@ export async function mariadbDrained (suite: Suite, report: Report): Promise<voi
   })
 
   await sleep(1500)
-  await suite.db.stop('SIGTERM')
   const stoppedAt = performance.now()
+  await suite.db.stop('SIGTERM')
   const drained = await waitUntil(() => at.firstRefused !== undefined, 30_000)
   report.check(drained, 'the buffer never ran out within 30 s of the stop')
   await sleep(2000)
@@ -74,13 +82,26 @@ export async function mariadbDrained (suite: Suite, report: Report): Promise<voi
   await load
   for (const client of clients) client.close()
 
+  // A refusal outside [stop, restart + bound] is a failure, not an expected answer.
+  const outside = refusals.filter((a) => a.sentAt < stoppedAt || a.sentAt + a.ms > upAt + RECOVERY_BOUND_MS)
+  for (const a of outside) {
+    report.expected--
+    report.failure(`503 SEGMENTS_NOT_READY for a request sent ${relative(a.sentAt - stoppedAt, 'the stop')} and answered ${relative(a.sentAt + a.ms - upAt, 'the restart')} (accepted from the stop to the restart + ${RECOVERY_BOUND_MS} ms)`)
+  }
   const recovered = at.firstOkAfterUp === undefined ? undefined : at.firstOkAfterUp - upAt
   const ready = readyAt === undefined ? undefined : readyAt - upAt
   report.check(report.expected > 0, 'no request got 503 SEGMENTS_NOT_READY')
   report.check(slowest <= WAIT_TIMEOUT_MS + SLACK_MS, `an answer took ${fmtMs(slowest)} (wait timeout ${WAIT_TIMEOUT_MS} ms)`)
   report.check(recovered !== undefined && recovered <= RECOVERY_BOUND_MS, `IDs again ${recovered === undefined ? 'never' : fmtMs(recovered)} after MariaDB came back (bound ${RECOVERY_BOUND_MS} ms)`)
   report.check(ready !== undefined && ready <= RECOVERY_BOUND_MS, `/readyz ready again ${ready === undefined ? 'never' : fmtMs(ready)} after MariaDB came back (bound ${RECOVERY_BOUND_MS} ms)`)
+  const lastRefusal = Math.max(...refusals.map((a) => a.sentAt + a.ms))
   report.note(`buffer used up ${at.firstRefused === undefined ? '-' : fmtMs(at.firstRefused - stoppedAt)} after the stop; slowest answer ${fmtMs(slowest)}; ` +
+    `${refusals.length} SEGMENTS_NOT_READY, the last answered ${refusals.length === 0 ? '-' : relative(lastRefusal - upAt, "MariaDB's restart")}, ${outside.length} outside the window; ` +
     `/readyz while down: ${notReadyAnswer.status} ${notReadyAnswer.raw.slice(0, 200)}; /readyz ready ${ready === undefined ? '-' : fmtMs(ready)} after MariaDB came back`)
   report.recover = recovered === undefined ? 'never' : fmtMs(recovered)
+}
+
+/** `ms` (signed) as "1.20 s after `what`" or "150 ms before `what`". */
+function relative (ms: number, what: string): string {
+  return `${fmtMs(Math.abs(ms))} ${ms < 0 ? 'before' : 'after'} ${what}`
 }

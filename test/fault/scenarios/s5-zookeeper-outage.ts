@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
-import { fmtMs, metrics, startLeaf, takeIds, unique, zkInspector, type Report, type Suite, type ZkInspector } from '../harness.js'
+import { Timeline, fmtMs, metrics, startLeaf, takeIds, unique, zkInspector, type Report, type Suite, type ZkInspector } from '../harness.js'
 import { HttpClient, runLoad } from '../load.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'
 import { sleep, waitUntil } from '../services.js'
@@ -13,6 +13,9 @@ const HEARTBEAT_MS = 1000
 const BLINK_MS = 5000
 /** Bounds the /metrics scrape loop (every 50 ms: 150 s). */
 const MAX_SCRAPES = 3000
+/** leaf.segment.wait-timeout-ms (given explicitly, though segment mode is off): the latency bound is this plus LATENCY_SLACK_MS. */
+const WAIT_TIMEOUT_MS = 3000
+const LATENCY_SLACK_MS = 1000
 
 /**
  * 5. ZooKeeper stopped (SIGKILL) twice under snowflake load; the instance reaches it through
@@ -20,8 +23,8 @@ const MAX_SCRAPES = 3000
  * sessions at start and gives them a full timeout, so the session may survive). Phase B:
  * down, and once back the instance still cannot reach it (proxy closed) until the server
  * has expired the session and deleted the ephemeral node; then the proxy opens. Throughout:
- * no failed request; leaf_zookeeper_connected goes 1 -> 0 -> 1 each time; the ephemeral
- * node is back, owned by a new session, after the expiry.
+ * no failed request, none slower than the wait timeout + 1 s; leaf_zookeeper_connected goes
+ * 1 -> 0 -> 1 each time; the ephemeral node is back, owned by a new session, after the expiry.
  */
 export async function zookeeperOutage (suite: Suite, report: Report): Promise<void> {
   const proxy = await createProxy(suite.zk.port)
@@ -33,7 +36,9 @@ export async function zookeeperOutage (suite: Suite, report: Report): Promise<vo
     const leaf = await startLeaf(suite, 'snowflake', {
       name,
       snowflake: { zk: `127.0.0.1:${proxy.port}`, port, cacheDir: join(suite.dir, name), sessionTimeoutMs: SESSION_TIMEOUT_MS, heartbeatMs: HEARTBEAT_MS },
+      args: [`--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`],
     })
+    const timeline = new Timeline()
     const clients = Array.from({ length: CLIENTS + 1 }, () => new HttpClient())
     const scraper = clients[CLIENTS] as HttpClient
     const workerIds = new Set<number>()
@@ -63,7 +68,8 @@ export async function zookeeperOutage (suite: Suite, report: Report): Promise<vo
       ratePerSecond: RATE,
       stop: () => state.stop,
       async step (c, n) {
-        const { ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'snowflake', `k${c}`, n % 10 === 9 ? 20 : undefined, `c${c}`)
+        const { answer, ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'snowflake', `k${c}`, n % 10 === 9 ? 20 : undefined, `c${c}`)
+        timeline.add(answer, ids !== undefined, `client ${c} request ${n}`)
         for (const id of ids ?? []) workerIds.add(decodeSnowflakeId(id).workerId)
       },
     })
@@ -119,15 +125,20 @@ export async function zookeeperOutage (suite: Suite, report: Report): Promise<vo
     await sleep(2000)
     state.stop = true
     const result = await load
+    const loadEnd = performance.now()
     await scraping
     for (const client of clients) client.close()
 
     report.check(connected.join(',') === '1,0,1,0,1', `leaf_zookeeper_connected went ${connected.join(' -> ')} (expected 1 -> 0 -> 1 -> 0 -> 1)`)
     report.check(scrapeErrors.length === 0, `/metrics failed ${scrapeErrors.length} times: ${scrapeErrors.slice(0, 3).join(' | ')}`)
+    const { slowest } = timeline
+    report.check(slowest.ms <= WAIT_TIMEOUT_MS + LATENCY_SLACK_MS, `an answer took ${fmtMs(slowest.ms)} (${slowest.what}; bound ${WAIT_TIMEOUT_MS} + ${LATENCY_SLACK_MS} ms)`)
+    const gap = timeline.largestGap(downA, loadEnd)
     report.check(workerIds.size === 1, `worker ids seen: ${[...workerIds].join(', ')}`)
     report.note(`${result.requests} requests in ${fmtMs(result.ms)}; phase A: ZooKeeper down ${fmtMs(upA - downA)}, connected again ${fmtMs(recoverA)} after its restart, ` +
       `session ${ownerA === owner0 ? 'survived (same owner)' : 'replaced'}; phase B: down ${fmtMs(upB - downB)}, session expired ${fmtMs(expiredMs)} after the restart, ` +
-      `node back (new owner) and connected ${fmtMs(recoverB)} after ZooKeeper became reachable`)
+      `node back (new owner) and connected ${fmtMs(recoverB)} after ZooKeeper became reachable; slowest answer ${fmtMs(slowest.ms)} (${slowest.what}), ` +
+      `longest time without a successful answer from the first stop ${fmtMs(gap.ms)}`)
     report.recover = `A ${fmtMs(recoverA)}, B ${fmtMs(recoverB)}`
   } finally {
     await inspector?.close()
