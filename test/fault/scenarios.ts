@@ -8,6 +8,7 @@ import { killRestart } from './scenarios/s6-kill-restart.js'
 import { sigterm } from './scenarios/s7-sigterm.js'
 import { hostileInput } from './scenarios/s8-hostile-input.js'
 import { soak } from './scenarios/s9-soak.js'
+import { zookeeperLate } from './scenarios/s10-zookeeper-late.js'
 
 export interface Scenario {
   id: number
@@ -25,4 +26,5 @@ export const SCENARIOS: Scenario[] = [
   { id: 7, title: 'SIGTERM under load', run: sigterm },
   { id: 8, title: 'hostile input, 20k requests', run: hostileInput },
   { id: 9, title: 'soak: 60 s mixed load, unpaced', run: soak },
+  { id: 10, title: 'ZooKeeper late at start, connection resets', run: zookeeperLate },
 ]
