@@ -191,7 +191,7 @@ export function hostileRequest (r: Random, port: number, tag: string, token: str
     oddHeaders,
     headLength: headBytes.length,
     body: body === '' ? undefined : { bytes: Buffer.byteLength(body, 'latin1'), contentType },
-    authorized: authorization === `Bearer ${token}`,
+    authorized: authorization !== undefined && /^bearer +(.*)$/is.exec(authorization.trim())?.[1] === token,
     tag,
   })
   return { bytes: Buffer.concat([headBytes, Buffer.from(body, 'latin1')]), headLength: headBytes.length, method, target, idRoute, allowed, kind: kinds.join(', ') }
@@ -224,7 +224,7 @@ export interface RequestFacts {
   oddHeaders: boolean
   headLength: number
   body: { bytes: number, contentType: string | undefined } | undefined
-  /** `Authorization: Bearer <the token>`. */
+  /** `Authorization: Bearer <the token>` (the scheme in any case, RFC 7235). */
   authorized: boolean
   /** The segment tag that exists. */
   tag: string
@@ -278,7 +278,8 @@ function routeAnswers (f: RequestFacts, target: string): { allowed: Set<string>,
   if (!origin.startsWith('/')) return { allowed: new Set(['400 BAD_REQUEST']), idRoute: undefined }
   const cut = origin.search(/[?#]/)
   const path = cut < 0 ? origin : origin.slice(0, cut)
-  const query = new URLSearchParams(cut < 0 ? '' : origin.slice(cut + 1))
+  // (URLSearchParams drops one leading `?`, which the router keeps as part of a name.)
+  const query = new URLSearchParams(cut < 0 ? '' : `&${origin.slice(cut + 1)}`)
   if (decode(path) === undefined) add('400 BAD_REQUEST')
 
   const get = f.method === 'GET' || f.method === 'HEAD'
