@@ -3,8 +3,11 @@ import { join } from 'node:path'
 import { connectZookeeper, zk, type Client } from '../../src/snowflake/worker-id/zookeeper.js'
 import { ROOT, SERVER_JS, startServer, type ServerProcess } from '../helpers/server-process.js'
 import { IdLedger, parseIds } from './ledger.js'
+import { fmtMs } from './render.js'
 import type { Answer, HttpClient } from './load.js'
 import { track, type PrivateMariaDb, type PrivateZooKeeper } from './services.js'
+
+export { fmtMs }
 
 // What every scenario shares: the private services, the server processes it starts, the
 // checks on each answer, and its line in the table.
@@ -28,6 +31,8 @@ export class Report {
   expected = 0
   expectedWhat = ''
   recover = 'n/a'
+  /** The slowest answer to an ID request (ms). */
+  slowestMs = 0
   readonly problems: string[] = []
   readonly notes: string[] = []
   readonly ledger = new IdLedger()
@@ -230,10 +235,6 @@ export function documentedErrors (): Map<number, Set<string>> {
   return table
 }
 
-export function fmtMs (ms: number): string {
-  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(2)} s`
-}
-
 export function unique (prefix: string): string {
   return `${prefix}-${Date.now().toString(36)}${Math.floor(Math.random() * 1296).toString(36)}`
 }
@@ -250,6 +251,7 @@ export async function takeIds (
 ): Promise<IdAnswer> {
   report.requests++
   const r = await fetchIds(client, base, mode, key, count)
+  if (r.answer.ms > report.slowestMs) report.slowestMs = r.answer.ms
   const received = r.answer.status >= 200 && r.answer.status < 300 ? parseIds(r.answer.body) : undefined
   if (received !== undefined) {
     report.ledger.record(mode === 'segment' ? `segment:${key}` : 'snowflake', stream === undefined ? undefined : `${stream}:${mode === 'segment' ? key : 'snowflake'}`, received)

@@ -1,29 +1,25 @@
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
+import { runInfo } from '../../scripts/run-info.js'
 import { ROOT } from '../helpers/server-process.js'
 import { Report, SERVER_SCRIPT, cleanUpServers, documentedErrors, fmtMs, type Suite } from './harness.js'
+import { LATEST, renderFigures, renderTable, replaceFigures, type FaultResults, type ScenarioResult } from './render.js'
 import { SCENARIOS } from './scenarios.js'
 import { PrivateMariaDb, PrivateZooKeeper, freePort } from './services.js'
 
 // The fault and load suite: real server processes against a private MariaDB and ZooKeeper
 // that the scenarios stop and start. Usage: node --import tsx test/fault/run.ts [1 2 ...]
-// (no numbers: all scenarios). Needs the build (npm run build). Prints one table, then
-// "N passed, M failed"; exits 1 when a scenario failed.
+// [--publish] (no numbers: all scenarios). Needs the build (npm run build). Prints one table,
+// then "N passed, M failed"; exits 1 when a scenario failed. Every run writes its results to
+// test-output/fault/results.json; --publish (or FAULT_PUBLISH=1), on a run of every scenario,
+// also writes test/fault/results/latest.json and the README's figures from it.
 
 /** No scenario may run longer than this (each is designed to take well under it). */
 const SCENARIO_TIMEOUT_MS = 240_000
 
 function log (line: string): void {
   process.stdout.write(`[fault] ${line}\n`)
-}
-
-interface Row {
-  id: number
-  title: string
-  report: Report
-  duplicates: number | undefined
-  ms: number
 }
 
 function readdirSafe (dir: string): string[] {
@@ -34,14 +30,27 @@ function readdirSafe (dir: string): string[] {
   }
 }
 
+const wanted = process.argv.slice(2).filter((a) => /^\d+$/.test(a)).map(Number)
+const publish = process.argv.includes('--publish') || process.env.FAULT_PUBLISH === '1'
+
 /** The scenarios named on the command line, or all. */
 function selected (): typeof SCENARIOS {
-  const wanted = process.argv.slice(2).map(Number).filter((n) => Number.isInteger(n))
   return SCENARIOS.filter((s) => wanted.length === 0 || wanted.includes(s.id))
 }
 
 async function main (): Promise<number> {
   const scenarios = selected()
+  const unknown = process.argv.slice(2).filter((a) => !/^\d+$/.test(a) && a !== '--publish')
+  if (unknown.length > 0 || wanted.some((id) => !SCENARIOS.some((s) => s.id === id))) {
+    log(`usage: run.ts [scenario numbers ${SCENARIOS.map((s) => s.id).join(' ')}] [--publish]; got ${process.argv.slice(2).join(' ')}`)
+    return 1
+  }
+  if (publish && (scenarios.length !== SCENARIOS.length || process.env.FAULT_SERVER_JS !== undefined)) {
+    log('--publish needs a run of every scenario (name none) on this checkout\'s build (no FAULT_SERVER_JS)')
+    return 1
+  }
+  // Taken before anything runs: the commit and src/ state the figures describe.
+  const info = runInfo()
   if (!existsSync(SERVER_SCRIPT)) {
     log(`${SERVER_SCRIPT} is missing: run npm run build first`)
     process.stdout.write(`0 passed, ${scenarios.length} failed\n`)
@@ -55,7 +64,7 @@ async function main (): Promise<number> {
 
   const db = new PrivateMariaDb(join(dir, 'mariadb'), await freePort())
   const zk = new PrivateZooKeeper(join(dir, 'zookeeper'), await freePort())
-  const rows: Row[] = []
+  const rows: ScenarioResult[] = []
   try {
     log(`private MariaDB on 127.0.0.1:${db.port}, ZooKeeper on 127.0.0.1:${zk.port} (data under ${dir})`)
     await Promise.all([db.init(), zk.start()])
@@ -83,8 +92,24 @@ async function main (): Promise<number> {
         await cleanUpServers(logDir, `s${scenario.id}`)
       }
       const ms = performance.now() - started
-      rows.push({ id: scenario.id, title: scenario.title, report, duplicates, ms })
-      log(`scenario ${scenario.id}: ${report.problems.length === 0 ? 'PASS' : 'FAIL'} in ${fmtMs(ms)}`)
+      const status = report.problems.length === 0 ? 'PASS' : 'FAIL'
+      rows.push({
+        id: scenario.id,
+        title: scenario.title,
+        status,
+        requests: report.requests,
+        ids: report.ledger.ids,
+        duplicates,
+        failed: report.failed,
+        expected: report.expected,
+        expectedWhat: report.expectedWhat,
+        slowestMs: Math.round(report.slowestMs),
+        recover: report.recover,
+        ms: Math.round(ms),
+        problems: report.problems,
+        notes: report.notes,
+      })
+      log(`scenario ${scenario.id}: ${status} in ${fmtMs(ms)}`)
       for (const note of report.notes) log(`  note: ${note}`)
       for (const problem of report.problems) log(`  problem: ${problem}`)
     }
@@ -97,39 +122,22 @@ async function main (): Promise<number> {
     rmSync(dir, { recursive: true, force: true })
   }
 
-  printTable(rows, performance.now() - suiteStart, logDir)
-  const failed = rows.filter((r) => r.report.problems.length > 0).length
+  const results: FaultResults = { run: info, selected: wanted, totalMs: Math.round(performance.now() - suiteStart), scenarios: rows }
+  const resultsFile = join(logDir, 'results.json')
+  writeFileSync(resultsFile, JSON.stringify(results, null, 2) + '\n')
+  const out = ['', renderTable(rows), '', `Total ${fmtMs(results.totalMs)}. Server logs: ${logDir}; results: ${resultsFile}`]
+  for (const r of rows) if (r.status === 'FAIL') out.push(`Scenario ${r.id} failed: ${r.problems.join('; ')}`)
+  process.stdout.write(out.join('\n') + '\n')
+  if (publish) {
+    mkdirSync(dirname(LATEST), { recursive: true })
+    writeFileSync(LATEST, JSON.stringify(results, null, 2) + '\n')
+    const readme = join(ROOT, 'README.md')
+    writeFileSync(readme, replaceFigures(readFileSync(readme, 'utf8'), renderFigures(results)))
+    log(`published: ${LATEST} and README.md's figures${info.dirty ? ' (src/ had uncommitted changes: the figures say so)' : ''}`)
+  }
+  const failed = rows.filter((r) => r.status === 'FAIL').length
   process.stdout.write(`${rows.length - failed} passed, ${failed} failed\n`)
   return failed === 0 && rows.length > 0 ? 0 : 1
-}
-
-function printTable (rows: Row[], totalMs: number, logDir: string): void {
-  const n = (x: number) => x.toLocaleString('en-US')
-  const header = ['#', 'scenario', 'requests', 'IDs checked', 'duplicates', 'failed requests', 'time to recover', 'status']
-  const body = rows.map((r) => [
-    String(r.id),
-    r.title,
-    n(r.report.requests),
-    n(r.report.ledger.ids),
-    r.duplicates === undefined ? '-' : n(r.duplicates),
-    n(r.report.failed) + (r.report.expected > 0 ? ` (+${n(r.report.expected)} ${r.report.expectedWhat})` : ''),
-    r.report.recover,
-    r.report.problems.length === 0 ? 'PASS' : 'FAIL',
-  ])
-  const widths = header.map((h, i) => Math.max(h.length, ...body.map((row) => (row[i] as string).length)))
-  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i] as number)).join(' | ')} |`
-  const out = [
-    '',
-    line(header),
-    `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`,
-    ...body.map(line),
-    '',
-    `Total ${fmtMs(totalMs)}. Server logs: ${logDir}`,
-  ]
-  for (const r of rows) {
-    if (r.report.problems.length > 0) out.push(`Scenario ${r.id} failed: ${r.report.problems.join('; ')}`)
-  }
-  process.stdout.write(out.join('\n') + '\n')
 }
 
 // On Ctrl-C or a kill, exit through process.exit so that the services' exit hook stops the

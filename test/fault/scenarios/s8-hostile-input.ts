@@ -72,7 +72,9 @@ export async function hostileInput (suite: Suite, report: Report): Promise<void>
     async step () {
       const req = hostileRequest(random, leaf.port, tag, TOKEN)
       report.requests++
+      const sentAt = performance.now()
       let a = await rawRequest(leaf.port, req.bytes, { head: req.method === 'HEAD' })
+      if (req.idRoute !== undefined) report.slowestMs = Math.max(report.slowestMs, performance.now() - sentAt)
       if (a.status === undefined && req.headLength < req.bytes.length) {
         // A server that refuses the head closes the connection while the body is still being
         // written: the reset can destroy its answer before it is read. Replay, with the body
