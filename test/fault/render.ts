@@ -79,6 +79,7 @@ export function renderFigures (results: FaultResults): string {
       `${run.date.slice(0, 10)}, ${run.cores} cores, ${fmtMs(results.totalMs)} in all, ${summary}:`,
     '',
     renderTable(results.scenarios),
+    '',
     FIGURES_END,
   ].join('\n')
 }
