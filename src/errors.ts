@@ -17,6 +17,7 @@ export const ERRORS = {
   SEGMENTS_NOT_READY: { status: 503, message: 'Both segments are used up and the database did not answer in time.' },
   STORE_UNAVAILABLE: { status: 503, message: 'The database did not answer.' },
   CLOCK_BACKWARDS: { status: 503, message: 'The clock moved backwards; no ID is issued until it catches up.' },
+  WORKER_ID_UNAVAILABLE: { status: 503, message: 'This instance holds no worker id it may issue snowflake IDs with now.' },
   BAD_REQUEST: { status: 400, message: 'The request is malformed.' },
   INTERNAL: { status: 500, message: 'Internal error.' },
 } as const satisfies Record<string, { status: number, message: string }>

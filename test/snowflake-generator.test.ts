@@ -124,6 +124,61 @@ t.test('restart window: a clock that reaches the window between two reads is ser
   t.same(reported, [], 'no clock-backwards report')
 })
 
+t.test('restart window: the wait is capped, whatever the clock does meanwhile', async (t) => {
+  const far = generator({ notBefore: T0 + 600_000, maxRestartWaitMs: 3000 })
+  await t.rejects(Promise.resolve(far.gen.next()), { code: 'CLOCK_BACKWARDS', message: /600000 ms behind/ }, 'a window past the cap: refused at once')
+  t.same(far.time.slept, [], 'without sleeping')
+  const f = fakeTime()
+  // Each sleep ends with the clock stepped back by as much again: the window keeps receding.
+  const receding = async (ms: number) => { f.time.slept.push(ms); f.time.now -= ms }
+  const gen = createSnowflakeGenerator({ workerId: 7, clock: f.clock, sleep: receding, notBefore: T0 + 2000, maxRestartWaitMs: 3000 })
+  await t.rejects(Promise.resolve(gen.next()), { code: 'CLOCK_BACKWARDS' })
+  t.ok(f.time.slept.reduce((a, b) => a + b, 0) <= 3002, `slept ${f.time.slept.join(' + ')} ms in all: within the cap`)
+})
+
+t.test('guard: nothing is issued past issuableUntil without extending it first; a refusal stops issuing at once', async (t) => {
+  const extended: number[] = []
+  const guard = {
+    issuableUntil: T0 + 1,
+    refuse: false,
+    extend (ms: number) {
+      if (guard.refuse) throw new LeafError('WORKER_ID_UNAVAILABLE')
+      extended.push(ms)
+      guard.issuableUntil = ms + 3000
+    },
+  }
+  const { gen, time } = generator({ guard })
+  gen.next()
+  time.now = T0 + 1
+  gen.next()
+  t.same(extended, [], 'within the recorded time: no extension')
+  time.now = T0 + 2
+  t.equal(gen.decode(gen.next() as bigint).timestamp, T0 + 2)
+  t.same(extended, [T0 + 2], 'the first millisecond past it was recorded before its ID')
+  time.now = T0 + 3003
+  gen.nextBatch('k', 10)
+  t.same(extended, [T0 + 2, T0 + 3003], 'batches too')
+  guard.refuse = true
+  guard.issuableUntil = -Infinity
+  t.throws(() => gen.next(), { code: 'WORKER_ID_UNAVAILABLE' }, 'same millisecond, but the lease is gone: no ID')
+  time.now++
+  t.throws(() => gen.nextRanges('k', 5), { code: 'WORKER_ID_UNAVAILABLE' })
+})
+
+t.test('guard: the millisecond reached by spinning past a full sequence is recorded too', async (t) => {
+  const extended: number[] = []
+  const guard = { issuableUntil: T0, extend (ms: number) { extended.push(ms); guard.issuableUntil = ms } }
+  const f = fakeTime()
+  let reads = 0
+  // The clock moves to the next millisecond only after a few reads while the sequence is full.
+  const clock = () => (++reads > 4096 + 3 ? T0 + 1 : T0)
+  const gen = createSnowflakeGenerator({ workerId: 7, clock, sleep: f.sleep, random: () => 0, guard })
+  reads = 0
+  const ids = gen.nextBatch('k', 4097) as bigint[]
+  t.equal(gen.decode(ids[4096] as bigint).timestamp, T0 + 1)
+  t.same(extended, [T0 + 1])
+})
+
 t.test('a clock giving fractions of a millisecond is refused, not folded into the worker bits', async (t) => {
   const gen = createSnowflakeGenerator({ workerId: 0, clock: () => T0 + 0.5 })
   t.throws(() => gen.next(), RangeError)

@@ -1,12 +1,12 @@
 import { writeFileSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { readWorkerCache, writeWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
-import { LeaseRefused, acquireWorkerLease, type WorkerLeaseOptions } from '../src/snowflake/worker-id/worker-lease.js'
-import { CreateMode } from '../src/snowflake/worker-id/zookeeper.js'
+import { LeaseRefused, acquireWorkerLease, type WorkerLease, type WorkerLeaseOptions } from '../src/snowflake/worker-id/worker-lease.js'
+import { CreateMode, connectZookeeper, sessionIdOf } from '../src/snowflake/worker-id/zookeeper.js'
 import { tempDir } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
-import { createProxy } from './helpers/tcp-proxy.js'
+import { createProxy, type TcpProxy } from './helpers/tcp-proxy.js'
 import { TEST_ZK, inspector, uniqueName, zk } from './helpers/zookeeper.js'
 
 const HEARTBEAT = 3000
@@ -29,21 +29,59 @@ function options (overrides: Partial<WorkerLeaseOptions> = {}): WorkerLeaseOptio
   }
 }
 
-async function lease (o: WorkerLeaseOptions) {
+/** A lease closed when test `t` ends (before the proxies its own teardowns close). */
+async function lease (t: Test, o: WorkerLeaseOptions) {
   const l = await acquireWorkerLease(o)
   t.teardown(() => l.close())
   return l
 }
 
+const ZK_PORT = Number(TEST_ZK.split(':')[1])
+
+/**
+ * A ZooKeeper address that resets every connection until `proxy.unblock()`. At teardown the
+ * proxy lets clients through for a moment first: a client is only closed once it has
+ * connected (zookeeper.ts), so one left retrying would keep the test process alive.
+ */
+async function unreachableZk (t: Test): Promise<TcpProxy> {
+  const proxy = await createProxy(ZK_PORT)
+  proxy.block()
+  t.teardown(async () => {
+    proxy.unblock()
+    await sleep(1500)
+    await proxy.close()
+  })
+  return proxy
+}
+
+function sleep (ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+async function until (what: () => boolean, ms: number): Promise<boolean> {
+  const end = Date.now() + ms
+  while (!what() && Date.now() < end) await sleep(50)
+  return what()
+}
+
+function issuing (l: WorkerLease, ms = Date.now()): boolean {
+  try {
+    if (ms > l.issuableUntil) l.extend(ms)
+    return true
+  } catch {
+    return false
+  }
+}
+
 t.test('the cache file keeps Java Leaf\'s workerID line plus lastTimestamp', async (t) => {
   const dir = tempDir()
-  writeWorkerCache(dir, { workerId: 12, lastTimestamp: 1234 })
+  writeWorkerCache(dir, { workerId: 12, lastTimestamp: 1234, address: '10.1.2.3:8080' })
   t.match(readFileSync(join(dir, 'workerID.properties'), 'utf8'), /^workerID = 12$/m)
-  t.same(readWorkerCache(dir), { workerId: 12, lastTimestamp: 1234 })
+  t.same(readWorkerCache(dir), { workerId: 12, lastTimestamp: 1234, address: '10.1.2.3:8080' })
   writeFileSync(join(dir, 'workerID.properties'), 'workerID=5\n') // as Java Leaf writes it
-  t.same(readWorkerCache(dir), { workerId: 5, lastTimestamp: undefined })
+  t.same(readWorkerCache(dir), { workerId: 5, lastTimestamp: undefined, address: undefined })
   writeFileSync(join(dir, 'workerID.properties'), 'workerID=5\nlastTimestamp=\n')
-  t.same(readWorkerCache(dir), { workerId: 5, lastTimestamp: undefined }, 'an empty value is no value, not 0')
+  t.same(readWorkerCache(dir), { workerId: 5, lastTimestamp: undefined, address: undefined }, 'an empty value is no value, not 0')
   writeFileSync(join(dir, 'workerID.properties'), 'workerID=\n')
   t.equal(readWorkerCache(dir), undefined)
   t.equal(readWorkerCache(tempDir()), undefined)
@@ -59,7 +97,7 @@ t.test('without ZooKeeper: the configured worker id, guarded by the cache', asyn
   const written = readWorkerCache(o.cacheDir)
   t.equal(written?.workerId, 9)
 
-  const again = await lease(o)
+  const again = await lease(t, o)
   t.equal(again.notBefore, (written?.lastTimestamp as number) + HEARTBEAT, 'restart window from the cached time')
 
   writeWorkerCache(o.cacheDir, { workerId: 9, lastTimestamp: Date.now() + 60_000 })
@@ -71,7 +109,7 @@ t.test('first start creates both nodes with worker id 0 and Leaf\'s JSON', async
   const zkc = await inspector()
   t.teardown(() => zkc.close())
   const before = Date.now()
-  const l = await lease(o)
+  const l = await lease(t, o)
   t.equal(l.workerId, 0)
   const forever = `/snowflake/${o.name}/forever`
   t.same(await zkc.children(forever), ['10.1.2.3:8080-0000000000'])
@@ -94,7 +132,7 @@ t.test('restart on the same ip:port keeps the worker id and waits out the restar
   t.teardown(() => zkc.close())
   t.same(await zkc.children(`/snowflake/${o.name}/temporary`), ['10.1.2.3:8081'], 'closing removed the ephemeral node at once')
   const stored = (await zkc.data(`/snowflake/${o.name}/forever/10.1.2.3:8080-0000000000`)).timestamp as number
-  const again = await lease(o)
+  const again = await lease(t, o)
   t.equal(again.workerId, 0)
   t.ok(again.notBefore >= stored + HEARTBEAT, 'notBefore is one heartbeat past the stored time')
   await second.close()
@@ -103,7 +141,7 @@ t.test('restart on the same ip:port keeps the worker id and waits out the restar
 t.test('three instances on three ports get three distinct ids', async (t) => {
   const o = options()
   const ids = []
-  for (const port of [1, 2, 3]) ids.push((await lease({ ...o, port })).workerId)
+  for (const port of [1, 2, 3]) ids.push((await lease(t, { ...o, port })).workerId)
   t.same(ids, [0, 1, 2])
 })
 
@@ -120,14 +158,16 @@ t.test('a stored timestamp ahead of the clock refuses the start, naming both tim
   t.match((err as Error).message, new RegExp(`stored ${future} .*now \\d+`))
 })
 
-t.test('a worker id past 1023 refuses the start and names the path to clean', async (t) => {
+t.test('a worker id past 1023 refuses the start: recreating forever is the remedy, not deleting nodes', async (t) => {
   const o = options()
   const zkc = await inspector()
   t.teardown(() => zkc.close())
   const forever = `/snowflake/${o.name}/forever`
   await zk.mkdirp(zkc, forever)
   await Promise.all(Array.from({ length: 1024 }, (_, i) => zk.create(zkc, `${forever}/10.9.9.9:${i + 1}-`, '{}', CreateMode.PERSISTENT_SEQUENTIAL)))
-  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: new RegExp(`worker id 1024 .* under ${forever}`) })
+  const err = await acquireWorkerLease(o).then(() => undefined, (e: Error) => e)
+  t.match(err, { name: 'LeaseRefused', message: new RegExp(`worker id 1024 .*never goes back.*does not help.*recreate ${forever}`) })
+  t.notMatch(err?.message, /remove the nodes/, 'no advice that cannot work')
 })
 
 t.test('a new instance whose clock is far from its live peers\' refuses to start', async (t) => {
@@ -140,32 +180,169 @@ t.test('a new instance whose clock is far from its live peers\' refuses to start
   await zk.create(zkc, `${temporary}/10.0.0.1:1`, JSON.stringify({ ip: '10.0.0.1', port: '1', timestamp: peerTime }), CreateMode.EPHEMERAL)
   await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /ms off the average of 1 live peers/ })
   t.same(await zkc.children(`/snowflake/${o.name}/forever`), [], 'nothing registered')
-  const tolerant = await lease({ ...o, maxClockDriftMs: 120_000 })
+  const tolerant = await lease(t, { ...o, maxClockDriftMs: 120_000 })
   t.equal(tolerant.workerId, 0)
 })
 
-t.test('a stale ephemeral node (a killed process) is replaced', async (t) => {
-  const o = options()
+t.test('a second live instance on the same ip:port waits for the first\'s session, then refuses naming both', async (t) => {
+  const o = options({ zkSessionTimeoutMs: 2000 })
+  const first = await lease(t, o)
   const zkc = await inspector()
   t.teardown(() => zkc.close())
   const temporary = `/snowflake/${o.name}/temporary/10.1.2.3:8080`
-  await zk.mkdirp(zkc, temporary.slice(0, temporary.lastIndexOf('/')))
-  await zk.create(zkc, temporary, '{"stale":true}', CreateMode.EPHEMERAL)
-  await lease(o)
-  t.match(await zkc.data(temporary), { ip: '10.1.2.3', port: '8080' })
+  const owner = (await zk.getOwned(zkc, temporary))?.owner
+  const started = Date.now()
+  const err = await acquireWorkerLease({ ...o, cacheDir: tempDir() }).then(() => undefined, (e: Error) => e)
+  const waited = Date.now() - started
+  t.ok(err instanceof LeaseRefused, 'refused')
+  t.match(err?.message, new RegExp(`another live instance holds ${temporary} \\(ZooKeeper session ${owner}.*this instance \\(session 0x[0-9a-f]{16}\\)`))
+  t.ok(waited >= 2000, `waited out the session timeout first (${waited} ms)`)
+  t.equal((await zk.getOwned(zkc, temporary))?.owner, owner, 'the first instance keeps its node')
+  t.ok(issuing(first), 'and keeps issuing')
+  t.same(await zkc.children(`/snowflake/${o.name}/forever`), ['10.1.2.3:8080-0000000000'], 'no second registration')
 })
 
-t.test('ZooKeeper unreachable at start: the cached worker id, only with the clock past it', async (t) => {
-  const o = options({ zkAddress: '127.0.0.1:1', zkConnectTimeoutMs: 500 })
+t.test('a node left by a dead session (a killed process) is taken once that session expires', async (t) => {
+  const o = options({ zkSessionTimeoutMs: 2000 })
+  const proxy = await createProxy(ZK_PORT)
+  t.teardown(() => proxy.close())
+  // The "killed process": a session whose connection goes silent, so ZooKeeper expires it.
+  const dead = await connectZookeeper(`127.0.0.1:${proxy.port}`, 2000, 5000)
+  const temporary = `/snowflake/${o.name}/temporary/10.1.2.3:8080`
+  await zk.mkdirp(dead, temporary.slice(0, temporary.lastIndexOf('/')))
+  await zk.create(dead, temporary, '{"stale":true}', CreateMode.EPHEMERAL)
+  const deadSession = sessionIdOf(dead)
+  proxy.block()
+  t.teardown(async () => { proxy.unblock(); await sleep(1500) }) // let the dead client end itself
+  const started = Date.now()
+  const l = await lease(t, o)
+  t.ok(Date.now() - started >= 500, `waited for the old session to expire (${Date.now() - started} ms)`)
+  const zkc = await inspector()
+  t.teardown(() => zkc.close())
+  const node = await zk.getOwned(zkc, temporary)
+  t.not(node?.owner, deadSession, 'the node is a new session\'s')
+  t.match(JSON.parse(String(node?.data)), { ip: '10.1.2.3', port: '8080' })
+  t.equal(l.workerId, 0)
+})
+
+t.test('port 0 is refused as a registration port', async (t) => {
+  await t.rejects(acquireWorkerLease(options({ port: 0 })), { name: 'LeaseRefused', message: /registration port is 0/ })
+})
+
+t.test('ZooKeeper unreachable at start: the cached worker id, only with the clock past it and the same ip:port', async (t) => {
+  const proxy = await unreachableZk(t)
+  const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, zkConnectTimeoutMs: 500 })
   await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /no cached worker id/ })
-  writeWorkerCache(o.cacheDir, { workerId: 77, lastTimestamp: Date.now() + 60_000 })
+  writeWorkerCache(o.cacheDir, { workerId: 77, lastTimestamp: Date.now() + 60_000, address: '10.1.2.3:8080' })
   await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /not past the cached lastTimestamp/ })
   const last = Date.now() - 1000
+  writeWorkerCache(o.cacheDir, { workerId: 77, lastTimestamp: last, address: '10.9.9.9:8080' })
+  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /leased for 10\.9\.9\.9:8080, not for 10\.1\.2\.3:8080/ }, 'a former identity\'s id is not taken')
   writeWorkerCache(o.cacheDir, { workerId: 77, lastTimestamp: last })
-  const l = await lease(o)
+  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /leased for an unrecorded address/ }, 'nor one of unknown identity')
+  writeWorkerCache(o.cacheDir, { workerId: 77, lastTimestamp: last, address: '10.1.2.3:8080' })
+  const before = Date.now()
+  const l = await lease(t, o)
   t.equal(l.workerId, 77)
   t.equal(l.notBefore, last + HEARTBEAT)
-  t.match(l.status(), { source: 'cache', zookeeperConnected: false })
+  t.match(l.status(), { source: 'cache', zookeeperConnected: false, unavailable: undefined })
+  const recorded = readWorkerCache(o.cacheDir)?.lastTimestamp as number
+  t.ok(recorded >= before, `the start recorded its time in the cache before returning (${recorded - before} ms after the call)`)
+  t.ok(l.issuableUntil <= recorded + HEARTBEAT, 'nothing issuable past the recorded time plus one heartbeat')
+})
+
+t.test('a start from the cache that ZooKeeper then contradicts stops issuing at once', async (t) => {
+  for (const [what, prepare] of [
+    ['ZooKeeper holds no node for this ip:port', async () => {}],
+    ['ZooKeeper holds this ip:port under another worker id', async (name: string, zkc: Awaited<ReturnType<typeof inspector>>) => {
+      await zk.mkdirp(zkc, `/snowflake/${name}/forever`)
+      await zk.create(zkc, `/snowflake/${name}/forever/10.0.0.7:1-`, '{}', CreateMode.PERSISTENT_SEQUENTIAL)
+      await zk.create(zkc, `/snowflake/${name}/forever/10.1.2.3:8080-`, '{}', CreateMode.PERSISTENT_SEQUENTIAL)
+    }],
+  ] as const) {
+    const proxy = await unreachableZk(t)
+    const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, zkConnectTimeoutMs: 300, heartbeatIntervalMs: 200 })
+    const zkc = await inspector()
+    t.teardown(() => zkc.close())
+    await prepare(o.name, zkc)
+    writeWorkerCache(o.cacheDir, { workerId: 0, lastTimestamp: Date.now() - 1000, address: '10.1.2.3:8080' })
+    const l = await lease(t, o)
+    t.ok(issuing(l), `${what}: issuing from the cache while ZooKeeper is away`)
+    proxy.unblock()
+    t.ok(await until(() => l.status().unavailable !== undefined, 5000), `${what}: the conflict is found`)
+    t.equal(l.issuableUntil, -Infinity)
+    t.throws(() => l.extend(Date.now()), { code: 'WORKER_ID_UNAVAILABLE' }, `${what}: no ID`)
+    t.match(l.status().unavailable, /restart this instance/)
+  }
+})
+
+t.test('a start from the cache whose ephemeral node another live session holds: stopped until it goes, then resumed', async (t) => {
+  const proxy = await unreachableZk(t)
+  const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, zkConnectTimeoutMs: 300, heartbeatIntervalMs: 200 })
+  const zkc = await inspector()
+  t.teardown(() => zkc.close())
+  await zk.mkdirp(zkc, `/snowflake/${o.name}/forever`)
+  await zk.create(zkc, `/snowflake/${o.name}/forever/10.1.2.3:8080-`, '{}', CreateMode.PERSISTENT_SEQUENTIAL)
+  const other = await connectZookeeper(TEST_ZK, 4000, 5000)
+  const temporary = `/snowflake/${o.name}/temporary/10.1.2.3:8080`
+  await zk.mkdirp(other, temporary.slice(0, temporary.lastIndexOf('/')))
+  await zk.create(other, temporary, '{}', CreateMode.EPHEMERAL)
+  writeWorkerCache(o.cacheDir, { workerId: 0, lastTimestamp: Date.now() - 1000, address: '10.1.2.3:8080' })
+  const l = await lease(t, o)
+  proxy.unblock()
+  t.ok(await until(() => l.status().unavailable !== undefined, 5000), 'the other live holder is found')
+  t.notOk(issuing(l), 'no ID while another session holds the node')
+  await zk.close(other)
+  t.ok(await until(() => l.status().unavailable === undefined, 5000), 'resumed once the node is free')
+  t.ok(issuing(l))
+  t.match(l.status(), { source: 'zookeeper', zookeeperConnected: true, foreverPath: `/snowflake/${o.name}/forever/10.1.2.3:8080-0000000000` })
+  t.equal((await zk.getOwned(zkc, temporary)) !== undefined, true, 'the node is ours now')
+})
+
+t.test('a cache ahead of the clock refuses the start even when ZooKeeper is up and behind it', async (t) => {
+  const o = options()
+  const first = await acquireWorkerLease(o)
+  await first.close()
+  writeWorkerCache(o.cacheDir, { workerId: 0, lastTimestamp: Date.now() + 600_000, address: '10.1.2.3:8080' })
+  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /the clock is behind the worker-id cache .*stored \d+/ })
+})
+
+t.test('ZooKeeper answering after the connect timeout does not crash the process', async (t) => {
+  // node-zookeeper-client throws "Unknown code" from its socket handler when a client closed
+  // before connecting gets the late answer: an uncaught exception would end this test file.
+  for (const lateBy of [100, 1500, 4000]) {
+    const proxy = await createProxy(ZK_PORT)
+    t.teardown(() => proxy.close())
+    const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, zkConnectTimeoutMs: 500, zkSessionTimeoutMs: 20_000, heartbeatIntervalMs: 300 })
+    writeWorkerCache(o.cacheDir, { workerId: 0, lastTimestamp: Date.now() - 1000, address: '10.1.2.3:8080' })
+    const zkc = await inspector()
+    t.teardown(() => zkc.close())
+    await zk.mkdirp(zkc, `/snowflake/${o.name}/forever`)
+    await zk.create(zkc, `/snowflake/${o.name}/forever/10.1.2.3:8080-`, '{}', CreateMode.PERSISTENT_SEQUENTIAL)
+    proxy.delayMs = o.zkConnectTimeoutMs + lateBy
+    const l = await lease(t, o)
+    t.equal(l.status().source, 'cache', `late by ${lateBy} ms: started from the cache`)
+    t.ok(await until(() => l.status().zookeeperConnected, lateBy + 8000), `late by ${lateBy} ms: the same client connected when the answer came`)
+    proxy.delayMs = 0
+    t.ok(await until(() => l.status().source === 'zookeeper' && l.status().lastHeartbeat !== undefined, 5000), 'registered')
+    t.ok(issuing(l))
+  }
+})
+
+t.test('connections reset and restored within 200 ms, again and again: the lease lives and ends up connected', async (t) => {
+  const proxy = await createProxy(ZK_PORT)
+  t.teardown(() => proxy.close())
+  const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, zkConnectTimeoutMs: 500, heartbeatIntervalMs: 200 })
+  const l = await lease(t, o)
+  for (let i = 0; i < 10; i++) {
+    proxy.block()
+    await sleep(20 + (i * 17) % 180)
+    proxy.unblock()
+    await sleep(150)
+  }
+  t.ok(await until(() => l.status().zookeeperConnected, 8000), 'connected again')
+  t.ok(issuing(l))
+  t.equal(l.status().unavailable, undefined)
 })
 
 t.test('ZooKeeper cut off: the lease keeps serving and keeps the cache current; connected again after', async (t) => {
@@ -173,7 +350,7 @@ t.test('ZooKeeper cut off: the lease keeps serving and keeps the cache current; 
   t.teardown(() => proxy.close())
   const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, heartbeatIntervalMs: 200, zkSessionTimeoutMs: 6000 })
   const changes: boolean[] = []
-  const l = await lease(o)
+  const l = await lease(t, o)
   l.onConnectionChange = (connected) => changes.push(connected)
   proxy.block()
   const cutAt = Date.now()

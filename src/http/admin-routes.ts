@@ -37,6 +37,8 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
       workerId: s.workerId,
       source: s.source,
       zookeeperConnected: s.zookeeperConnected,
+      issuing: s.unavailable === undefined,
+      unavailable: s.unavailable ?? null,
       paths: { forever: s.foreverPath ?? null, temporary: s.temporaryPath ?? null, cacheFile: s.cacheFile },
       lastHeartbeat: s.lastHeartbeat === undefined ? null : new Date(s.lastHeartbeat).toISOString(),
       twepoch,

@@ -15,8 +15,11 @@ export function registerHealthRoutes (app: FastifyInstance): void {
     const modes: Record<string, ModeReadiness> = {}
     if (segment !== undefined) modes.segment = await segmentReadiness(segment)
     if (snowflake !== undefined) {
-      const wait = snowflake.lease.notBefore - Date.now()
-      modes.snowflake = wait > 0 ? { ready: false, reason: `restart window: first ID in ${wait} ms` } : { ready: true }
+      const { unavailable } = snowflake.lease.status()
+      const wait = snowflake.lease.notBefore - snowflake.clock()
+      modes.snowflake = unavailable !== undefined
+        ? { ready: false, reason: 'another instance may hold this worker id: no snowflake ID until it is ours alone (details in the log and /api/snowflake/status)' }
+        : wait > 0 ? { ready: false, reason: `restart window: first ID in ${wait} ms` } : { ready: true }
     }
     const ready = Object.values(modes).every((m) => m.ready)
     return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', modes })

@@ -6,6 +6,8 @@ import { acquireWorkerLease, type WorkerLease } from '../snowflake/worker-id/wor
 export interface SnowflakeMode {
   lease: WorkerLease
   generator: SnowflakeGenerator
+  /** The wall clock the generator and the lease read. */
+  clock: () => number
   close (): Promise<void>
 }
 
@@ -31,8 +33,18 @@ export async function startSnowflakeMode (
     clock,
     logger,
   })
-  const generator = createSnowflakeGenerator({ workerId: lease.workerId, twepoch: s.twepoch, notBefore: lease.notBefore, ...extra, clock })
+  const generator = createSnowflakeGenerator({
+    workerId: lease.workerId,
+    twepoch: s.twepoch,
+    notBefore: lease.notBefore,
+    // The stored times are at or behind the clock (the lease refuses otherwise), so the restart
+    // window is at most one heartbeat away.
+    maxRestartWaitMs: s.heartbeatIntervalMs,
+    guard: lease,
+    ...extra,
+    clock,
+  })
   const waitMs = Math.max(0, lease.notBefore - clock())
   logger.info({ workerId: lease.workerId, source: lease.status().source, restartWindowMs: waitMs }, 'snowflake mode enabled')
-  return { lease, generator, close: () => lease.close() }
+  return { lease, generator, clock, close: () => lease.close() }
 }

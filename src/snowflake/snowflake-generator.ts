@@ -21,6 +21,21 @@ export const SEQUENCE_START_SPREAD = 100
 export const MAX_BACKWARDS_WAIT_MS = 5
 /** Sleeps spent waiting out the restart window before a request is refused. */
 const RESTART_WINDOW_PASSES = 3
+/** A timer may fire this much early by the wall clock: the wait cap allows for it. */
+const TIMER_SLACK_MS = 2
+
+/**
+ * What the worker-id lease promises the generator: IDs may be issued for milliseconds up to
+ * `issuableUntil`, because a restart waits past it. Past it, `extend(ms)` records `ms` first,
+ * or throws (a LeafError) when the instance may not issue at all. A lease that loses its
+ * worker id sets `issuableUntil` to -Infinity: issuing stops at the next ID.
+ */
+export interface IssueGuard {
+  readonly issuableUntil: number
+  extend (ms: number): void
+}
+
+const UNGUARDED: IssueGuard = { issuableUntil: Infinity, extend () {} }
 
 export interface SnowflakeGeneratorOptions {
   workerId: number
@@ -32,6 +47,10 @@ export interface SnowflakeGeneratorOptions {
   random?: (n: number) => number
   /** No ID is issued for a millisecond before this one (the restart window). */
   notBefore?: number
+  /** A request waits at most this long (ms) for the restart window, then gets CLOCK_BACKWARDS. */
+  maxRestartWaitMs?: number
+  /** The lease's recording rule (see IssueGuard); none: no limit. */
+  guard?: IssueGuard
   /** Told each time the clock is found behind the last ID's millisecond. */
   onClockBackwards?: (offsetMs: number) => void
 }
@@ -61,6 +80,8 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
     sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
     random = (n) => Math.floor(Math.random() * n),
     notBefore = 0,
+    maxRestartWaitMs = Infinity,
+    guard = UNGUARDED,
     onClockBackwards,
   } = options
   if (!Number.isInteger(workerId) || workerId < 0 || workerId > MAX_WORKER_ID) {
@@ -93,6 +114,7 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
   /** Moves to the next ID's millisecond and sequence; false when the clock is behind. */
   function advance (): boolean {
     let ts = clock()
+    if (ts > guard.issuableUntil) guard.extend(ts)
     if (ts === lastTimestamp) {
       if (sequence < SEQUENCE_MASK) {
         sequence++
@@ -103,6 +125,7 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
           ts = clock()
           if (ts < lastTimestamp) return false
         }
+        if (ts > guard.issuableUntil) guard.extend(ts)
         beginMillisecond(ts, random(SEQUENCE_START_SPREAD))
       }
     } else if (ts > lastTimestamp && ts >= notBefore) {
@@ -118,9 +141,15 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
     let now = clock()
     if (now < notBefore) {
       // A timer can fire up to a millisecond early by the wall clock (libuv's clock is
-      // monotonic and truncated to the millisecond), so wait until the clock is there.
-      for (let pass = 0; now < notBefore && pass < RESTART_WINDOW_PASSES; pass++) {
-        await sleep(notBefore - now)
+      // monotonic and truncated to the millisecond), so wait until the clock is there; but
+      // never longer in all than the cap, whatever the clock does meanwhile.
+      const budget = maxRestartWaitMs + TIMER_SLACK_MS
+      if (notBefore - now > budget) throw clockBackwards(notBefore - now)
+      let waited = 0
+      for (let pass = 0; now < notBefore && pass < RESTART_WINDOW_PASSES && waited < budget; pass++) {
+        const ms = Math.min(notBefore - now, budget - waited)
+        await sleep(ms)
+        waited += ms
         now = clock()
       }
     } else if (now < lastTimestamp) {

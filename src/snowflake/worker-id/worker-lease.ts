@@ -1,20 +1,30 @@
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { StartRefused } from '../../errors.js'
+import { LeafError, StartRefused } from '../../errors.js'
 import type { Logger } from '../../logger.js'
 import { sleep, withTimeout } from '../../timers.js'
-import { MAX_WORKER_ID } from '../snowflake-generator.js'
+import { MAX_WORKER_ID, type IssueGuard } from '../snowflake-generator.js'
 import { CACHE_FILE, readWorkerCache, writeWorkerCache, type CachedWorker } from './cache-file.js'
 import { firstNonLoopbackIPv4 } from './local-ip.js'
-import { CreateMode, connectZookeeper, isNoNode, zk, type Client } from './zookeeper.js'
+import {
+  CreateMode, closeZookeeper, createZookeeper, isConnected, isNoNode, isNodeExists, sessionIdOf, waitConnected, zk, type Client,
+} from './zookeeper.js'
 
-/** A condition under which the instance must not start: it could hand out an ID twice. */
+/** A condition under which the instance must not start (or issue): it could hand out an ID twice. */
 export class LeaseRefused extends StartRefused {
   constructor (message: string) {
     super(message)
     this.name = 'LeaseRefused'
   }
 }
+
+/**
+ * ZooKeeper expires a session some time after its timeout (its expiry runs once per tick):
+ * waiting for another session's node to go allows this much beyond our session timeout.
+ */
+export const EXPIRY_MARGIN_MS = 2000
+/** How often a start polls for another session's ephemeral node to go. */
+const OWNER_POLL_MS = 200
 
 export interface WorkerLeaseOptions {
   name: string
@@ -40,6 +50,8 @@ export interface LeaseStatus {
   source: LeaseSource
   workerId: number
   zookeeperConnected: boolean
+  /** Why no ID may be issued now (another live instance holds this worker id ...); undefined while it may. */
+  unavailable: string | undefined
   /** Last time (ms) the lease was written (ZooKeeper, or the cache file without it). */
   lastHeartbeat: number | undefined
   foreverPath: string | undefined
@@ -47,7 +59,7 @@ export interface LeaseStatus {
   cacheFile: string
 }
 
-export interface WorkerLease {
+export interface WorkerLease extends IssueGuard {
   readonly workerId: number
   /** No snowflake ID may be issued for an earlier millisecond (the restart window). */
   readonly notBefore: number
@@ -60,49 +72,64 @@ export interface WorkerLease {
 /**
  * Leases this instance's worker id: from ZooKeeper with Java Leaf's layout, from the local
  * cache when ZooKeeper cannot be reached at start, or from the configuration. Refuses
- * (LeaseRefused) whenever the clock says IDs could repeat.
+ * (LeaseRefused) whenever the clock or another live holder says IDs could repeat. The cache
+ * is written before the lease is returned, whatever the source.
  */
 export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<WorkerLease> {
   const cacheDir = o.cacheDir || join(tmpdir(), o.name, 'leafconf', String(o.port))
+  const cacheFile = join(cacheDir, CACHE_FILE)
   const cached = readWorkerCache(cacheDir)
   const now = o.clock()
 
   if (o.zkAddress === '') {
     o.logger.warn({ workerId: o.staticWorkerId }, 'snowflake without ZooKeeper: leaf.snowflake.worker.id must be unique per instance')
     const last = cached?.workerId === o.staticWorkerId ? cached.lastTimestamp : undefined
-    refuseIfAhead(last, now, `the worker-id cache ${join(cacheDir, CACHE_FILE)}`)
-    return new Lease(o, cacheDir, 'static', o.staticWorkerId, restartWindow(last, o), undefined)
+    refuseIfAhead(last, now, `the worker-id cache ${cacheFile}`)
+    return new Lease(o, cacheDir, 'static', o.staticWorkerId, restartWindow(last, o), undefined).start()
   }
 
+  if (o.port === 0) {
+    throw new LeaseRefused('the registration port is 0, which every such instance would share: set leaf.snowflake.port (or server.port) to the port this instance is reached on')
+  }
   const ip = o.ip || firstNonLoopbackIPv4()
   if (ip === undefined) throw new LeaseRefused('no non-loopback IPv4 address found: set leaf.snowflake.ip')
   const paths = zkPaths(o.name, ip, o.port)
 
-  let client: Client
-  try {
-    client = await connectZookeeper(o.zkAddress, o.zkSessionTimeoutMs, o.zkConnectTimeoutMs)
-  } catch (err) {
-    return fromCache(o, cacheDir, cached, paths, now, (err as Error).message)
+  // One client for the lease's life: it retries by itself, and is never closed before it has
+  // connected (zookeeper.ts says why).
+  const client = createZookeeper(o.zkAddress, o.zkSessionTimeoutMs)
+  if (!await waitConnected(client, o.zkConnectTimeoutMs)) {
+    try {
+      return fromCache(o, cacheDir, cached, paths, now, `ZooKeeper at ${o.zkAddress} did not answer within ${o.zkConnectTimeoutMs} ms`, client)
+    } catch (err) {
+      await closeZookeeper(client)
+      throw err
+    }
   }
   try {
     const { workerId, storedTimestamp } = await register(client, o, paths, now)
-    // The cache may know a later time than ZooKeeper (heartbeats while it was down).
-    const last = Math.max(storedTimestamp ?? 0, cached?.workerId === workerId ? cached.lastTimestamp ?? 0 : 0)
+    // The cache may know a later time than ZooKeeper (heartbeats while it was down): it is
+    // checked against the clock as ZooKeeper's time is.
+    const cachedTime = cached?.workerId === workerId && cached.address === paths.address ? cached.lastTimestamp : undefined
+    refuseIfAhead(cachedTime, now, `the worker-id cache ${cacheFile}`)
+    const last = Math.max(storedTimestamp ?? 0, cachedTime ?? 0)
     const lease = new Lease(o, cacheDir, 'zookeeper', workerId, restartWindow(last || undefined, o), paths)
-    lease.attach(client)
+    lease.attach(client, sessionIdOf(client))
+    lease.start()
     await lease.heartbeat()
     return lease
   } catch (err) {
-    await zk.close(client)
+    await closeZookeeper(client)
     throw err
   }
 }
 
-interface ZkPaths { ip: string, forever: string, prefix: string, temporary: string, own: string | undefined }
+interface ZkPaths { ip: string, address: string, forever: string, prefix: string, temporary: string, own: string | undefined }
 
 function zkPaths (name: string, ip: string, port: number): ZkPaths {
   const base = `/snowflake/${name}`
-  return { ip, forever: `${base}/forever`, prefix: `${ip}:${port}-`, temporary: `${base}/temporary/${ip}:${port}`, own: undefined }
+  const address = `${ip}:${port}`
+  return { ip, address, forever: `${base}/forever`, prefix: `${address}-`, temporary: `${base}/temporary/${address}`, own: undefined }
 }
 
 function nodeData (ip: string, port: number, timestamp: number): string {
@@ -120,8 +147,48 @@ function restartWindow (last: number | undefined, o: WorkerLeaseOptions): number
   return last === undefined ? 0 : last + o.heartbeatIntervalMs
 }
 
+/**
+ * Takes the ephemeral node of this `ip:port`: the proof that no other live instance issues
+ * with its worker id. A node of another session that is still alive is waited for (it goes
+ * when that session expires: a killed process) up to `waitMs`; then this refuses, naming both.
+ */
+async function takeEphemeral (client: Client, paths: ZkPaths, data: string, waitMs: number, logger: Logger): Promise<void> {
+  const mine = sessionIdOf(client)
+  const deadline = performance.now() + waitMs
+  let told = false
+  while (true) {
+    try {
+      await zk.create(client, paths.temporary, data, CreateMode.EPHEMERAL)
+      return
+    } catch (err) {
+      if (!isNodeExists(err)) throw err
+    }
+    const node = await zk.getOwned(client, paths.temporary)
+    if (node === undefined) continue
+    if (node.owner === mine) {
+      await zk.setData(client, paths.temporary, data)
+      return
+    }
+    const left = deadline - performance.now()
+    if (left <= 0) {
+      throw new LeaseRefused(`another live instance holds ${paths.temporary} (ZooKeeper session ${node.owner}, data ${String(node.data)}); ` +
+        `this instance (session ${mine}) registers as the same ${paths.address} and would issue with the same worker id: ` +
+        'give each instance its own leaf.snowflake.ip or leaf.snowflake.port')
+    }
+    if (!told) {
+      told = true
+      logger.warn({ path: paths.temporary, owner: node.owner, waitMs }, 'the ephemeral node of this ip:port belongs to another session: waiting for it to expire')
+    }
+    await sleep(Math.min(OWNER_POLL_MS, left))
+  }
+}
+
 async function register (client: Client, o: WorkerLeaseOptions, paths: ZkPaths, now: number): Promise<{ workerId: number, storedTimestamp: number | undefined }> {
   await zk.mkdirp(client, paths.forever)
+  await zk.mkdirp(client, paths.temporary.slice(0, paths.temporary.lastIndexOf('/')))
+  // First the ephemeral node: while we hold it, no other instance of this ip:port gets past
+  // this line, so the forever node below is ours alone to read or create.
+  await takeEphemeral(client, paths, nodeData(paths.ip, o.port, now), o.zkSessionTimeoutMs + EXPIRY_MARGIN_MS, o.logger)
   const children = await zk.getChildren(client, paths.forever)
   const own = children.find((c) => c.startsWith(paths.prefix))
   let workerId: number
@@ -140,8 +207,10 @@ async function register (client: Client, o: WorkerLeaseOptions, paths: ZkPaths, 
     o.logger.info({ workerId, path: paths.own }, 'snowflake worker id created in ZooKeeper')
   }
   if (!Number.isInteger(workerId) || workerId > MAX_WORKER_ID) {
-    throw new LeaseRefused(`worker id ${workerId} from ${paths.own} is above ${MAX_WORKER_ID}: ` +
-      `remove the nodes of instances that no longer exist under ${paths.forever} (ids are never reused), then start again`)
+    // ZooKeeper's sequence counter of a folder never goes back: removing nodes frees nothing.
+    throw new LeaseRefused(`worker id ${workerId} from ${paths.own} is above ${MAX_WORKER_ID}. ZooKeeper numbers ${paths.forever}'s children ` +
+      'with a counter that never goes back, so deleting the nodes of instances that no longer exist does not help. ' +
+      `In Leaf's layout the only remedy is to stop every instance of ${o.name} in a maintenance window, delete and recreate ${paths.forever}, and start them again`)
   }
   return { workerId, storedTimestamp }
 }
@@ -149,13 +218,7 @@ async function register (client: Client, o: WorkerLeaseOptions, paths: ZkPaths, 
 /** A new instance compares its clock with the average of its live peers' last heartbeats. */
 async function checkPeerClocks (client: Client, o: WorkerLeaseOptions, paths: ZkPaths, now: number): Promise<void> {
   const dir = paths.temporary.slice(0, paths.temporary.lastIndexOf('/'))
-  let peers: string[]
-  try {
-    peers = await zk.getChildren(client, dir)
-  } catch (err) {
-    if (isNoNode(err)) return
-    throw err
-  }
+  const peers = (await zk.getChildren(client, dir)).filter((p) => p !== paths.address)
   const times: number[] = []
   for (const peer of peers) {
     const t = parseTimestamp(await zk.getData(client, `${dir}/${peer}`).catch(() => undefined))
@@ -179,56 +242,118 @@ function parseTimestamp (data: Buffer | undefined): number | undefined {
   }
 }
 
-function fromCache (o: WorkerLeaseOptions, cacheDir: string, cached: CachedWorker | undefined, paths: ZkPaths, now: number, why: string): WorkerLease {
+function fromCache (o: WorkerLeaseOptions, cacheDir: string, cached: CachedWorker | undefined, paths: ZkPaths, now: number, why: string, client: Client): WorkerLease {
   const file = join(cacheDir, CACHE_FILE)
   if (cached === undefined) throw new LeaseRefused(`ZooKeeper unreachable (${why}) and no cached worker id in ${file}`)
   if (cached.lastTimestamp === undefined) throw new LeaseRefused(`ZooKeeper unreachable (${why}) and ${file} holds no lastTimestamp to check the clock against`)
+  if (cached.address !== paths.address) {
+    throw new LeaseRefused(`ZooKeeper unreachable (${why}) and the worker id in ${file} was leased for ${cached.address ?? 'an unrecorded address'}, ` +
+      `not for ${paths.address}: another instance may hold it now`)
+  }
   if (now <= cached.lastTimestamp) {
     throw new LeaseRefused(`ZooKeeper unreachable (${why}) and the clock (${now}) is not past the cached lastTimestamp (${cached.lastTimestamp})`)
   }
   o.logger.warn({ workerId: cached.workerId, file, why }, 'ZooKeeper unreachable at start: using the cached worker id')
   const lease = new Lease(o, cacheDir, 'cache', cached.workerId, restartWindow(cached.lastTimestamp, o), paths)
-  lease.reconnect()
+  lease.start()
+  lease.attach(client, undefined)
   return lease
 }
 
 class Lease implements WorkerLease {
   onConnectionChange?: (connected: boolean) => void
+  issuableUntil = -Infinity
   private client: Client | undefined
   private connected = false
   private closed = false
+  /** Why no ID may be issued; undefined while IDs may be. */
+  private unavailable: string | undefined
   private lastWritten = 0
   private lastHeartbeat: number | undefined
   private beating = false
-  /** The session that created the ephemeral node; a new session must create it again. */
-  private ephemeralOf: Client | undefined
+  private syncing = false
+  /** The session that holds our ephemeral node; another session must take it again. */
+  private ephemeralOf: string | undefined
   private readonly timer: NodeJS.Timeout
+  private readonly address: string | undefined
 
   constructor (
     private readonly o: WorkerLeaseOptions,
     private readonly cacheDir: string,
-    private readonly source: LeaseSource,
+    private source: LeaseSource,
     readonly workerId: number,
     readonly notBefore: number,
     private readonly paths: ZkPaths | undefined
   ) {
+    this.address = paths?.address
     this.timer = setInterval(() => { this.heartbeat() }, o.heartbeatIntervalMs)
     this.timer.unref()
-    if (paths === undefined) this.heartbeat()
   }
 
-  attach (client: Client): void {
+  /** Records the current time before any ID can be issued; refuses the start when it cannot. */
+  start (): this {
+    try {
+      this.record(this.o.clock())
+    } catch (err) {
+      clearInterval(this.timer)
+      throw new LeaseRefused(`the worker-id cache ${join(this.cacheDir, CACHE_FILE)} cannot be written (${(err as Error).message}); ` +
+        'without it a restart could not tell which milliseconds were used')
+    }
+    return this
+  }
+
+  /** Writes `ms` to the cache file: IDs may be issued up to one heartbeat past it. Throws when it cannot. */
+  private record (ms: number): void {
+    if (ms > this.lastWritten) {
+      writeWorkerCache(this.cacheDir, { workerId: this.workerId, lastTimestamp: ms, address: this.address })
+      this.lastWritten = ms
+    }
+    this.issuableUntil = this.unavailable === undefined ? this.lastWritten + this.o.heartbeatIntervalMs : -Infinity
+    if (this.paths === undefined) this.lastHeartbeat = this.lastWritten
+  }
+
+  /** The generator reached the end of what is recorded (a late heartbeat): record first, or refuse. */
+  extend (ms: number): void {
+    if (this.unavailable !== undefined) {
+      throw new LeafError('WORKER_ID_UNAVAILABLE', 'Another instance may hold this instance\'s worker id; no snowflake ID is issued until that is resolved.')
+    }
+    try {
+      this.record(ms)
+    } catch (err) {
+      this.o.logger.error({ err: (err as Error).message }, 'worker-id cache not written: no snowflake ID past the last recorded time')
+      throw new LeafError('WORKER_ID_UNAVAILABLE', 'The worker-id lease cannot be recorded; no snowflake ID is issued past the last recorded time.')
+    }
+  }
+
+  private setUnavailable (why: string | undefined): void {
+    if (why === this.unavailable) return
+    this.unavailable = why
+    if (why !== undefined) {
+      this.issuableUntil = -Infinity
+      this.o.logger.error({ workerId: this.workerId, why }, 'snowflake issuing stopped: this worker id is not ours alone')
+    } else {
+      this.issuableUntil = this.lastWritten + this.o.heartbeatIntervalMs
+      this.o.logger.info({ workerId: this.workerId }, 'snowflake issuing resumed: the worker id is ours in ZooKeeper')
+    }
+  }
+
+  /** Follows a client: connection changes, and a new client when its session expires. */
+  attach (client: Client, ephemeralOf: string | undefined): void {
     this.client = client
-    this.setConnected(true)
+    this.ephemeralOf = ephemeralOf
+    this.setConnected(isConnected(client))
     client.on('disconnected', () => { if (this.client === client) this.setConnected(false) })
-    client.on('connected', () => { if (this.client === client) this.setConnected(true) })
+    client.on('connected', () => {
+      if (this.client !== client) return
+      this.setConnected(true)
+      this.heartbeat()
+    })
     client.on('expired', () => {
       if (this.client !== client || this.closed) return
+      // The library ends an expired session itself; its ephemeral node is gone with it.
       this.o.logger.warn('ZooKeeper session expired: reconnecting with a new session')
-      this.client = undefined
       this.setConnected(false)
-      client.close()
-      this.reconnect()
+      this.attach(createZookeeper(this.o.zkAddress, this.o.zkSessionTimeoutMs), undefined)
     })
   }
 
@@ -239,46 +364,36 @@ class Lease implements WorkerLease {
     this.onConnectionChange?.(connected)
   }
 
-  /** A new session, in the background until it works: the ephemeral node comes back. */
-  reconnect (): void {
-    const attempt = async (delayMs: number): Promise<void> => {
-      if (this.closed) return
-      let client: Client | undefined
-      try {
-        client = await connectZookeeper(this.o.zkAddress, this.o.zkSessionTimeoutMs, this.o.zkConnectTimeoutMs)
-        if (this.closed) {
-          client.close()
-          return
-        }
-        await this.checkOwnNode(client)
-        if (this.closed) {
-          client.close()
-          return
-        }
-        this.attach(client)
-        await this.heartbeat()
-      } catch (err) {
-        if (client !== undefined && this.client !== client) client.close()
-        if (err instanceof LeaseRefused) {
-          this.o.logger.error({ err }, 'ZooKeeper does not hold this worker id: serving on without registering')
-          return
-        }
-        this.o.logger.warn({ err: (err as Error).message, retryInMs: delayMs }, 'ZooKeeper reconnect failed')
-        setTimeout(() => { attempt(Math.min(delayMs * 2, 5000)) }, delayMs).unref()
-      }
-    }
-    attempt(500)
-  }
-
-  /** After a start from the cache, ZooKeeper must hold this ip:port with the same worker id. */
-  private async checkOwnNode (client: Client): Promise<void> {
+  /**
+   * A session that does not hold our ephemeral node yet (a start from the cache, or a new
+   * session after an expiry): ZooKeeper must hold this ip:port with our worker id, and no
+   * other live session may hold the ephemeral node. Otherwise issuing stops until it does.
+   */
+  private async sync (client: Client, data: string): Promise<void> {
     const paths = this.paths as ZkPaths
-    if (paths.own !== undefined) return
-    const own = (await zk.getChildren(client, paths.forever)).find((c) => c.startsWith(paths.prefix))
-    if (own === undefined || Number(own.slice(paths.prefix.length)) !== this.workerId) {
-      throw new LeaseRefused(`no node ${paths.forever}/${paths.prefix}${String(this.workerId).padStart(10, '0')}`)
+    if (this.syncing) return
+    this.syncing = true
+    try {
+      await zk.mkdirp(client, paths.forever)
+      const own = (await zk.getChildren(client, paths.forever)).find((c) => c.startsWith(paths.prefix))
+      if (own === undefined || Number(own.slice(paths.prefix.length)) !== this.workerId) {
+        throw new LeaseRefused(`ZooKeeper holds ${own === undefined ? 'no node' : `${paths.forever}/${own}`} for ${paths.address}, ` +
+          `not worker id ${this.workerId}: restart this instance with ZooKeeper up to lease a worker id of its own`)
+      }
+      paths.own = `${paths.forever}/${own}`
+      await zk.mkdirp(client, paths.temporary.slice(0, paths.temporary.lastIndexOf('/')))
+      await takeEphemeral(client, paths, data, 0, this.o.logger)
+      if (this.client !== client || this.closed) return
+      this.ephemeralOf = sessionIdOf(client)
+      if (this.source === 'cache') this.source = 'zookeeper'
+      this.setUnavailable(undefined)
+      await zk.setData(client, paths.own, data)
+    } catch (err) {
+      if (err instanceof LeaseRefused) this.setUnavailable(err.message)
+      else this.o.logger.warn({ err: (err as Error).message }, 'ZooKeeper registration failed: retried at the next heartbeat')
+    } finally {
+      this.syncing = false
     }
-    paths.own = `${paths.forever}/${own}`
   }
 
   /** Writes the current time to the cache file and, when connected, to both ZooKeeper nodes. */
@@ -289,52 +404,36 @@ class Lease implements WorkerLease {
       this.o.logger.warn({ now, last: this.lastWritten }, 'clock behind the last heartbeat: heartbeat skipped')
       return
     }
-    // The cache file is the clock guard of a start without ZooKeeper: it is written on every
-    // beat, whatever ZooKeeper does.
+    // The cache file is the record a restart trusts: written on every beat, whatever ZooKeeper does.
     try {
-      writeWorkerCache(this.cacheDir, { workerId: this.workerId, lastTimestamp: now })
+      this.record(now)
     } catch (err) {
       this.o.logger.warn({ err: (err as Error).message }, 'worker-id cache not written')
     }
-    this.lastWritten = now
     const { client, paths } = this
-    if (paths === undefined) {
-      this.lastHeartbeat = now
+    // A disconnected client queues requests without a timeout: skip ZooKeeper until it is
+    // back, and bound a write that started before the connection went.
+    if (paths === undefined || this.beating || client === undefined || !this.connected) return
+    const data = nodeData(paths.ip, this.o.port, now)
+    if (this.ephemeralOf !== sessionIdOf(client) || this.unavailable !== undefined) {
+      await this.sync(client, data)
+      if (this.unavailable === undefined) this.lastHeartbeat = now
       return
     }
-    // A disconnected client queues requests without a timeout: skip ZooKeeper until it is back,
-    // and bound a write that started before the connection went.
-    if (this.beating || client === undefined || !this.connected || paths.own === undefined) return
     this.beating = true
     try {
-      const data = nodeData(paths.ip, this.o.port, now)
       await withTimeout((async () => {
         await zk.setData(client, paths.own as string, data)
-        await this.writeEphemeral(client, data)
+        await zk.setData(client, paths.temporary, data)
       })(), this.o.heartbeatIntervalMs, `ZooKeeper did not answer within ${this.o.heartbeatIntervalMs} ms`)
       this.lastHeartbeat = now
     } catch (err) {
+      // Our ephemeral node is gone though the session lives on: take it again at the next beat.
+      if (isNoNode(err)) this.ephemeralOf = undefined
       this.o.logger.warn({ err: (err as Error).message }, 'heartbeat to ZooKeeper failed')
     } finally {
       this.beating = false
     }
-  }
-
-  /** The ephemeral node: replaced when a previous session (a killed process) left it. */
-  private async writeEphemeral (client: Client, data: string): Promise<void> {
-    const path = (this.paths as ZkPaths).temporary
-    if (this.ephemeralOf === client) {
-      try {
-        await zk.setData(client, path, data)
-        return
-      } catch (err) {
-        if (!isNoNode(err)) throw err
-      }
-    }
-    await zk.mkdirp(client, path.slice(0, path.lastIndexOf('/')))
-    await zk.removeIfExists(client, path)
-    await zk.create(client, path, data, CreateMode.EPHEMERAL)
-    this.ephemeralOf = client
   }
 
   status (): LeaseStatus {
@@ -342,6 +441,7 @@ class Lease implements WorkerLease {
       source: this.source,
       workerId: this.workerId,
       zookeeperConnected: this.connected,
+      unavailable: this.unavailable,
       lastHeartbeat: this.lastHeartbeat,
       foreverPath: this.paths?.own,
       temporaryPath: this.paths?.temporary,
@@ -350,13 +450,18 @@ class Lease implements WorkerLease {
   }
 
   async close (): Promise<void> {
+    // From here on another instance may take the worker id: issue nothing more.
+    this.unavailable = 'the lease is closed'
+    this.issuableUntil = -Infinity
     this.closed = true
     clearInterval(this.timer)
     const client = this.client
     this.client = undefined
     if (client === undefined) return
     // Remove the ephemeral node ourselves, then end the session: gone at once, not after a timeout.
-    await Promise.race([zk.removeIfExists(client, (this.paths as ZkPaths).temporary).catch(() => {}), sleep(1000)])
-    await zk.close(client)
+    if (this.paths !== undefined && this.ephemeralOf !== undefined && isConnected(client)) {
+      await Promise.race([zk.removeIfExists(client, this.paths.temporary).catch(() => {}), sleep(1000)])
+    }
+    await closeZookeeper(client)
   }
 }

@@ -1,26 +1,64 @@
 import zookeeper, { type Client } from 'node-zookeeper-client'
 
 // Promise wrappers over node-zookeeper-client's callbacks, and its traps handled in one
-// place: connect() retries forever (bounded here), node data must be a Buffer, close()
-// takes no callback.
+// place: a client retries its connection forever by itself, node data must be a Buffer,
+// close() takes no callback, and close() on a client that has not connected yet crashes the
+// process when the server's answer to the connect request arrives afterwards (the library
+// parses it as a reply and throws "Unknown code" from its socket handler). So a client is
+// closed only once it is connected (closeZookeeper).
 
 export type { Client } from 'node-zookeeper-client'
 export const { CreateMode } = zookeeper
 
-/** Connects, or rejects after `timeoutMs` (and closes the client so it stops retrying). */
-export function connectZookeeper (connectString: string, sessionTimeoutMs: number, timeoutMs: number): Promise<Client> {
+/** A client that keeps trying to connect, in the background, until it does or is closed. */
+export function createZookeeper (connectString: string, sessionTimeoutMs: number): Client {
   const client = zookeeper.createClient(connectString, { sessionTimeout: sessionTimeoutMs, spinDelay: 500, retries: 1 })
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      client.close()
-      reject(new Error(`ZooKeeper at ${connectString} did not answer within ${timeoutMs} ms`))
-    }, timeoutMs)
-    client.once('connected', () => {
-      clearTimeout(timer)
-      resolve(client)
-    })
-    client.connect()
+  client.connect()
+  return client
+}
+
+export function isConnected (client: Client): boolean {
+  const state = client.getState()
+  return state === zookeeper.State.SYNC_CONNECTED || state === zookeeper.State.CONNECTED_READ_ONLY
+}
+
+/** Resolves true once `client` is connected, false after `timeoutMs` (the client keeps trying). */
+export function waitConnected (client: Client, timeoutMs: number): Promise<boolean> {
+  if (isConnected(client)) return Promise.resolve(true)
+  return new Promise((resolve) => {
+    const onConnected = () => { clearTimeout(timer); resolve(true) }
+    const timer = setTimeout(() => { client.removeListener('connected', onConnected); resolve(false) }, timeoutMs)
+    client.once('connected', onConnected)
   })
+}
+
+/** Connects, or rejects after `timeoutMs`; a client that connects later is closed then. */
+export async function connectZookeeper (connectString: string, sessionTimeoutMs: number, timeoutMs: number): Promise<Client> {
+  const client = createZookeeper(connectString, sessionTimeoutMs)
+  if (await waitConnected(client, timeoutMs)) return client
+  closeZookeeper(client)
+  throw new Error(`ZooKeeper at ${connectString} did not answer within ${timeoutMs} ms`)
+}
+
+/**
+ * Ends a client's session: at once when it is connected (resolving when it says it is
+ * disconnected, bounded), otherwise as soon as it connects (see the note at the top).
+ */
+export function closeZookeeper (client: Client, timeoutMs = 2000): Promise<void> {
+  if (!isConnected(client)) {
+    client.once('connected', () => client.close())
+    return Promise.resolve()
+  }
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, timeoutMs)
+    client.once('disconnected', () => { clearTimeout(timer); resolve() })
+    client.close()
+  })
+}
+
+/** The session's id as hex, as ZooKeeper's own tools print it (0x...). */
+export function sessionIdOf (client: Client): string {
+  return `0x${client.getSessionId().toString('hex')}`
 }
 
 // Its Exception inherits from Error (with getCode()), though its typings do not say so.
@@ -28,14 +66,33 @@ function call<T> (fn: (cb: (err: unknown, result: T) => void) => void): Promise<
   return new Promise((resolve, reject) => fn((err, result) => err ? reject(err) : resolve(result)))
 }
 
+function hasCode (err: unknown, code: number): boolean {
+  return (err as { getCode?: () => number }).getCode?.() === code
+}
+
 export function isNoNode (err: unknown): boolean {
-  return (err as { getCode?: () => number }).getCode?.() === zookeeper.Exception.NO_NODE
+  return hasCode(err, zookeeper.Exception.NO_NODE)
+}
+
+export function isNodeExists (err: unknown): boolean {
+  return hasCode(err, zookeeper.Exception.NODE_EXISTS)
 }
 
 export const zk = {
   mkdirp: (c: Client, path: string) => call<string>((cb) => c.mkdirp(path, cb)),
   getChildren: (c: Client, path: string) => call<string[]>((cb) => c.getChildren(path, cb)),
   getData: (c: Client, path: string) => call<Buffer | undefined>((cb) => c.getData(path, cb)),
+  /** The node's data and the session that owns it (hex, as sessionIdOf), or undefined when there is none. */
+  async getOwned (c: Client, path: string): Promise<{ data: Buffer | undefined, owner: string } | undefined> {
+    try {
+      const [data, stat] = await new Promise<[Buffer | undefined, zookeeper.Stat]>((resolve, reject) =>
+        c.getData(path, (err, data, stat) => err ? reject(err) : resolve([data, stat])))
+      return { data, owner: `0x${stat.ephemeralOwner.toString('hex')}` }
+    } catch (err) {
+      if (isNoNode(err)) return undefined
+      throw err
+    }
+  },
   setData: (c: Client, path: string, data: string) => call<unknown>((cb) => c.setData(path, Buffer.from(data), cb)),
   create: (c: Client, path: string, data: string, mode: number) => call<string>((cb) => c.create(path, Buffer.from(data), mode, cb)),
   remove: (c: Client, path: string) => call<void>((cb) => c.remove(path, (err) => cb(err, undefined))),
@@ -47,12 +104,5 @@ export const zk = {
       if (!isNoNode(err)) throw err
     }
   },
-  /** Closes the session and waits (bounded) until the client says it is disconnected. */
-  close (c: Client, timeoutMs = 2000): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(resolve, timeoutMs)
-      c.once('disconnected', () => { clearTimeout(timer); resolve() })
-      c.close()
-    })
-  },
+  close: closeZookeeper,
 }
