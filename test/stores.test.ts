@@ -10,7 +10,7 @@ import { createSqliteStore } from '../src/segment/stores/sqlite-store.js'
 import { silentLogger } from './helpers/logger.js'
 import { createTestDatabase } from './helpers/mysql.js'
 
-const MYSQL_OPTIONS = { connectTimeoutMs: 2000, poolSize: 4 }
+const MYSQL_OPTIONS = { connectTimeoutMs: 2000, poolSize: 4, queryTimeoutMs: 2000 }
 const BEYOND_2_53 = 2n ** 53n - 10n
 
 interface StoreCase {

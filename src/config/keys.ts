@@ -70,6 +70,7 @@ export const KEYS = {
   'leaf.jdbc.password': key('', text, 'Database password (when the URL carries none); never logged.'),
   'leaf.jdbc.connect-timeout-ms': key('2000', int(100, 60_000), 'How long opening one MySQL connection may take.'),
   'leaf.jdbc.pool-size': key('10', int(1, 1000), 'MySQL connection pool size.'),
+  'leaf.jdbc.query-timeout-ms': key('2000', int(100, 60_000), 'How long one MySQL query may go unanswered before its connection is taken for dead and closed.'),
   'leaf.segment.wait-timeout-ms': key('3000', int(1, 600_000), 'How long a request waits for a segment load before `SEGMENTS_NOT_READY`.'),
   'leaf.segment.refresh-interval-ms': key('60000', int(10, 86_400_000), 'How often the tag list is re-read from the table.'),
   'leaf.batch.max': key('10000', int(1, 1_000_000), 'Largest `count` a batch request may ask for.'),

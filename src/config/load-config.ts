@@ -20,6 +20,7 @@ export interface Config {
     store: StoreConfig
     connectTimeoutMs: number
     poolSize: number
+    queryTimeoutMs: number
     waitTimeoutMs: number
     refreshIntervalMs: number
   }
@@ -106,6 +107,7 @@ function toConfig (p: ParsedConfig): Config {
       store: parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password']),
       connectTimeoutMs: p['leaf.jdbc.connect-timeout-ms'],
       poolSize: p['leaf.jdbc.pool-size'],
+      queryTimeoutMs: p['leaf.jdbc.query-timeout-ms'],
       waitTimeoutMs: p['leaf.segment.wait-timeout-ms'],
       refreshIntervalMs: p['leaf.segment.refresh-interval-ms'],
     },

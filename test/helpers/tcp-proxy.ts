@@ -4,7 +4,10 @@ import { connect, createServer, type Server, type Socket } from 'node:net'
  * A loopback TCP proxy in front of a service (MariaDB, ZooKeeper). `delayMs` holds every
  * chunk, in both directions, that long before passing it on (order kept: timers of one
  * duration fire in the order they were set). `block()` cuts every connection and resets
- * new ones until `unblock()`: the service is unreachable though it runs.
+ * new ones until `unblock()`: the service is unreachable though it runs. `blackhole()` silences
+ * the connections open at the time: from then on they pass no byte, in either direction, and
+ * never close (the peer's end or reset is not passed on either), as when a network path dies
+ * without a FIN or RST; new connections work normally.
  */
 export interface TcpProxy {
   readonly port: number
@@ -14,11 +17,15 @@ export interface TcpProxy {
   readonly accepted: number
   block (): void
   unblock (): void
+  /** Silences every connection open now (see above); returns how many. */
+  blackhole (): number
   close (): Promise<void>
 }
 
 export async function createProxy (targetPort: number, { delayMs = 0 } = {}): Promise<TcpProxy> {
   const open = new Set<Socket>()
+  // Sockets of silenced connections: kept open until close(), which destroys them.
+  const silenced = new Set<Socket>()
   let blocked = false
   let accepted = 0
 
@@ -48,10 +55,11 @@ export async function createProxy (targetPort: number, { delayMs = 0 } = {}): Pr
       if (ms > 0) setTimeout(fn, ms)
       else fn()
     }
-    from.on('data', (chunk: Buffer) => later(() => { if (!to.destroyed) to.write(chunk) }))
-    from.on('end', () => later(() => { if (!to.destroyed) to.end() }))
-    from.on('error', () => later(() => to.destroy()))
-    from.on('close', (hadError) => later(() => { if (hadError) to.destroy(); else to.end() }))
+    const live = () => !silenced.has(from)
+    from.on('data', (chunk: Buffer) => later(() => { if (live() && !to.destroyed) to.write(chunk) }))
+    from.on('end', () => later(() => { if (live() && !to.destroyed) to.end() }))
+    from.on('error', () => later(() => { if (live()) to.destroy() }))
+    from.on('close', (hadError) => later(() => { if (!live()) return; if (hadError) to.destroy(); else to.end() }))
   }
 
   await new Promise<void>((resolve, reject) => {
@@ -74,8 +82,15 @@ export async function createProxy (targetPort: number, { delayMs = 0 } = {}): Pr
     unblock () {
       blocked = false
     },
+    blackhole () {
+      const count = open.size / 2
+      for (const socket of open) silenced.add(socket)
+      open.clear()
+      return count
+    },
     close () {
       for (const socket of open) socket.destroy()
+      for (const socket of silenced) socket.destroy()
       return new Promise((resolve) => server.close(() => resolve()))
     },
   }

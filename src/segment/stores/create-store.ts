@@ -3,7 +3,7 @@ import type { SegmentStore } from '../store.js'
 import { createMysqlStore } from './mysql-store.js'
 import { createSqliteStore } from './sqlite-store.js'
 
-export function createStore (store: StoreConfig, mysql: { connectTimeoutMs: number, poolSize: number }): SegmentStore {
+export function createStore (store: StoreConfig, mysql: { connectTimeoutMs: number, poolSize: number, queryTimeoutMs: number }): SegmentStore {
   return store.kind === 'sqlite'
     ? createSqliteStore(store.path)
     : createMysqlStore({ ...store, ...mysql })

@@ -1,0 +1,126 @@
+import t, { type Test } from 'tap'
+import { buildApp } from '../src/app.js'
+import type { SegmentStore } from '../src/segment/store.js'
+import { createMysqlStore } from '../src/segment/stores/mysql-store.js'
+import { testConfig } from './helpers/config.js'
+import { silentLogger } from './helpers/logger.js'
+import { TEST_MYSQL, createTestDatabase, type TestDatabase } from './helpers/mysql.js'
+import { createProxy, type TcpProxy } from './helpers/tcp-proxy.js'
+
+// Connections that die without a FIN or RST (a NAT or firewall dropping its state, a host
+// gone): the proxy's blackhole() keeps them open and passes nothing, while new connections work.
+
+type Outcome<T> = { state: 'resolved', value: T } | { state: 'rejected', reason: unknown } | { state: 'pending' }
+
+/** How `promise` stands after `ms`: a hang shows as a failed assertion, not as a stuck test. */
+function within<T> (promise: Promise<T>, ms: number): Promise<Outcome<T>> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve({ state: 'pending' }), ms)
+    promise.then(
+      (value) => { clearTimeout(timer); resolve({ state: 'resolved', value }) },
+      (reason: unknown) => { clearTimeout(timer); resolve({ state: 'rejected', reason }) })
+  })
+}
+
+/**
+ * A fresh database reached through a proxy. On teardown the proxy goes first, so that closing
+ * the pool never waits on a silenced socket, then whatever `closers` holds, then the database.
+ */
+async function behindProxy (t: Test): Promise<{ db: TestDatabase, proxy: TcpProxy, url: string, closers: (() => Promise<unknown>)[] }> {
+  const db = await createTestDatabase()
+  const proxy = await createProxy(Number(new URL(TEST_MYSQL).port || 3306))
+  const closers: (() => Promise<unknown>)[] = []
+  t.teardown(async () => {
+    await proxy.close()
+    for (const close of closers) await close()
+    await db.drop()
+  })
+  const url = new URL(db.url)
+  url.port = String(proxy.port)
+  return { db, proxy, url: url.href, closers }
+}
+
+/** The service on that database with a pool of 2 and every other setting at its default. */
+async function service (t: Test) {
+  const { db, proxy, url, closers } = await behindProxy(t)
+  await db.query("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('silent', 10)")
+  const config = testConfig({ 'leaf.segment.enable': true, 'leaf.jdbc.url': url, 'leaf.jdbc.pool-size': 2 })
+  const app = await buildApp(config, { logger: silentLogger })
+  closers.push(() => app.close())
+  const store = app.leaf.segment?.store as SegmentStore
+  t.equal((await app.inject('/api/segment/get/silent')).body, '1', 'first segment loaded')
+  // Two calls at once: both pool connections are open.
+  await Promise.all([store.ping(), store.ping()])
+  t.equal(proxy.accepted, 2, 'the pool holds its 2 connections')
+  return { app, store, proxy, config }
+}
+
+/** Asks for more IDs than are buffered, so that a segment load must go through the pool. */
+async function batchNeedingLoads (t: Test, app: Awaited<ReturnType<typeof buildApp>>, waitTimeoutMs: number) {
+  const started = performance.now()
+  const answer = await within(app.inject('/api/segment/get/silent?count=25'), waitTimeoutMs * 3)
+  const elapsed = Math.round(performance.now() - started)
+  t.equal(answer.state, 'resolved', `answered (${elapsed} ms)`)
+  if (answer.state !== 'resolved') return
+  t.equal(answer.value.statusCode, 200, `IDs within the wait timeout of ${waitTimeoutMs} ms`, { body: answer.value.body })
+  const ids = answer.value.body.split('\n')
+  t.equal(new Set(ids).size, 25, '25 distinct IDs')
+  t.ok(elapsed < waitTimeoutMs, `the load after the silenced ones landed within the wait (${elapsed} ms)`)
+}
+
+async function readiness (t: Test, app: Awaited<ReturnType<typeof buildApp>>) {
+  const ready = await within(app.inject('/readyz'), 5000)
+  t.equal(ready.state, 'resolved', '/readyz answered')
+  if (ready.state !== 'resolved') return
+  t.equal(ready.value.statusCode, 200)
+  t.same(ready.value.json().modes.segment, { ready: true }, 'the readiness ping reached the database')
+}
+
+t.test('pool connections that went silent while idle: the next load lands within the wait timeout; /readyz pings through', async (t) => {
+  const { app, proxy, config } = await service(t)
+  t.equal(proxy.blackhole(), 2, 'both pool connections silenced')
+  await batchNeedingLoads(t, app, config.segment.waitTimeoutMs)
+  await readiness(t, app)
+})
+
+t.test('a pool filled by queries hung on silent connections: the next load lands within the wait timeout; /readyz pings through', async (t) => {
+  const { app, store, proxy, config } = await service(t)
+  t.equal(proxy.blackhole(), 2, 'both pool connections silenced')
+  const hung = [within(store.getAllRows(), 5000), within(store.getAllRows(), 5000)]
+  await batchNeedingLoads(t, app, config.segment.waitTimeoutMs)
+  for (const call of hung) {
+    t.match(await call, { state: 'rejected', reason: { code: 'PROTOCOL_SEQUENCE_TIMEOUT' } }, 'the hung call failed at the query timeout')
+  }
+  await readiness(t, app)
+})
+
+t.test('waiting for a pool connection is bounded; a connection that comes after the caller gave up goes back to the pool', async (t) => {
+  const { db, proxy, closers } = await behindProxy(t)
+  const server = new URL(TEST_MYSQL)
+  const store = createMysqlStore({
+    host: '127.0.0.1',
+    port: proxy.port,
+    user: decodeURIComponent(server.username),
+    password: decodeURIComponent(server.password),
+    database: db.name,
+    connectTimeoutMs: 2000,
+    poolSize: 1,
+    queryTimeoutMs: 1000,
+    acquireTimeoutMs: 300,
+  })
+  closers.push(() => store.close())
+  await store.ping()
+  t.equal(proxy.blackhole(), 1)
+  const hung = store.ping() // holds the pool's only connection
+  const started = performance.now()
+  const waiter = await within(store.ping(), 3000)
+  const waited = Math.round(performance.now() - started)
+  t.match(waiter, { state: 'rejected', reason: { message: 'no MySQL connection free within 300 ms' } }, 'the waiter gave up')
+  t.ok(waited >= 290 && waited < 900, `at the acquire timeout (${waited} ms)`)
+  t.match(await within(hung, 3000), { state: 'rejected', reason: { code: 'PROTOCOL_SEQUENCE_TIMEOUT' } }, 'the hung query failed at the query timeout')
+  // The dead connection was destroyed; the pool then opened a new one for the waiter that had
+  // given up. Leaked, it would leave this pool of 1 with nothing to give.
+  t.match(await within(store.ping(), 3000), { state: 'resolved' }, 'the pool still serves')
+  t.equal(proxy.accepted, 2, 'one new connection, reused')
+  t.match(await within(store.allocate('order'), 3000), { state: 'resolved', value: { maxId: 2001n } })
+})
