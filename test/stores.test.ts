@@ -1,10 +1,13 @@
+import { spawn } from 'node:child_process'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import t from 'tap'
+import { fileURLToPath } from 'node:url'
+import Database from 'better-sqlite3'
+import t, { type Test } from 'tap'
 import { parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { createSegmentGenerator } from '../src/segment/segment-generator.js'
-import type { SegmentStore } from '../src/segment/store.js'
+import type { Allocation, SegmentStore } from '../src/segment/store.js'
 import { createStore } from '../src/segment/stores/create-store.js'
 import { createSqliteStore } from '../src/segment/stores/sqlite-store.js'
 import { silentLogger } from './helpers/logger.js'
@@ -16,6 +19,11 @@ const BEYOND_2_53 = 2n ** 53n - 10n
 interface StoreCase {
   name: string
   open (): Promise<{ store: SegmentStore, setMaxId (key: string, maxId: bigint): Promise<void>, insert (key: string, step: number): Promise<void> }>
+}
+
+/** A file path in a fresh folder that does not exist yet (the store creates it). */
+function sqlitePath (): string {
+  return join(mkdtempSync(join(tmpdir(), 'leaf-sqlite-')), 'nested', 'leaf.db')
 }
 
 const cases: StoreCase[] = [
@@ -35,14 +43,11 @@ const cases: StoreCase[] = [
   {
     name: 'SQLite',
     async open () {
-      const path = join(mkdtempSync(join(tmpdir(), 'leaf-sqlite-')), 'nested', 'leaf.db')
+      const path = sqlitePath()
       const store = createStore({ kind: 'sqlite', path }, MYSQL_OPTIONS)
-      // A second handle on the same file, as another process would have.
-      const other = createSqliteStore(path) as SegmentStore & { db?: unknown }
-      const Database = (await import('better-sqlite3')).default
       const raw = new Database(path)
       raw.defaultSafeIntegers(true)
-      t.teardown(async () => { await store.close(); await other.close(); raw.close() })
+      t.teardown(async () => { await store.close(); raw.close() })
       return {
         store,
         setMaxId: async (key, maxId) => { raw.prepare('UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ?').run(maxId, key) },
@@ -89,13 +94,17 @@ for (const c of cases) {
       t.equal((await store.getAllRows()).find((r) => r.key === 'zero')?.maxId, 1n)
     })
 
-    t.test('concurrent allocations never overlap', async (t) => {
-      await insert('race', 10)
-      const got = await Promise.all(Array.from({ length: 40 }, () => store.allocate('race')))
-      const maxes = got.map((a) => a?.maxId)
-      t.equal(new Set(maxes).size, 40)
-      t.equal(maxes.reduce((a, b) => (a as bigint) > (b as bigint) ? a : b), 401n)
-    })
+    // Through the pool's 4 connections at once. (A SQLite handle runs its calls one at a time:
+    // SQLite's races are between handles and processes, below.)
+    if (c.name === 'MariaDB') {
+      t.test('concurrent allocations never overlap', async (t) => {
+        await insert('race', 10)
+        const got = await Promise.all(Array.from({ length: 40 }, () => store.allocate('race')))
+        const maxes = got.map((a) => a?.maxId)
+        t.equal(new Set(maxes).size, 40)
+        t.equal(maxes.reduce((a, b) => (a as bigint) > (b as bigint) ? a : b), 401n)
+      })
+    }
 
     t.test('max_id past 2^53 stays exact through the generator', async (t) => {
       await insert('big', 5)
@@ -120,3 +129,142 @@ for (const c of cases) {
     })
   })
 }
+
+/** A reservation as one side saw it: the range [maxId - step, maxId) it got. */
+interface Reserved { maxId: bigint, step: number }
+
+/** Varied steps, some of them the table's own (undefined), as the generator asks. */
+function stepFor (i: number, side: number): number | undefined {
+  return i % 5 === 0 ? undefined : 1 + ((i * 7 + side * 3) % 13)
+}
+
+/**
+ * Each side's reservations increase; all ranges together are disjoint; and `max_id` moved by
+ * exactly the sum of the steps reserved, from `initial`.
+ */
+function checkReservations (t: Test, sides: Reserved[][], initial: bigint, finalMaxId: bigint | undefined): void {
+  for (const [i, side] of sides.entries()) {
+    t.ok(side.every((r, j) => j === 0 || r.maxId > (side[j - 1] as Reserved).maxId), `side ${i}: ${side.length} reservations, increasing`)
+  }
+  const ranges = sides.flat().map((r) => ({ from: r.maxId - BigInt(r.step), to: r.maxId })).sort((a, b) => (a.from < b.from ? -1 : 1))
+  const overlaps = ranges.filter((r, j) => j > 0 && r.from < (ranges[j - 1] as { to: bigint }).to)
+  t.equal(overlaps.length, 0, 'no two ranges overlap: no ID is handed out twice')
+  const sum = sides.flat().reduce((total, r) => total + BigInt(r.step), 0n)
+  t.equal(finalMaxId, initial + sum, 'max_id = initial + the sum of the steps reserved')
+}
+
+async function maxIdOf (store: SegmentStore, key: string): Promise<bigint | undefined> {
+  return (await store.getAllRows()).find((r) => r.key === key)?.maxId
+}
+
+t.test('SQLite: two handles on one file, allocating in turn, never overlap', async (t) => {
+  const path = sqlitePath()
+  const stores = [createSqliteStore(path), createSqliteStore(path)]
+  t.teardown(() => Promise.all(stores.map((s) => s.close())))
+  await stores[0]?.createTag({ key: 'turns', step: 10, maxId: 100n, description: null })
+  const sides: Reserved[][] = [[], []]
+  for (let i = 0; i < 100; i++) {
+    for (const [side, store] of stores.entries()) {
+      const step = stepFor(i, side)
+      const alloc = await store.allocate('turns', step) as Allocation
+      sides[side]?.push({ maxId: alloc.maxId, step: step ?? alloc.step })
+    }
+  }
+  checkReservations(t, sides, 100n, await maxIdOf(stores[1] as SegmentStore, 'turns'))
+})
+
+const STORE_MODULE = fileURLToPath(new URL('../src/segment/stores/sqlite-store.ts', import.meta.url))
+// A child process: opens the file, says "ready", waits for a line on stdin, then reserves as
+// fast as it can. A call that fails with SQLITE_BUSY (the other process held the write lock
+// longer than the busy timeout) is retried, as the generator retries a failed load.
+const CHILD = `
+const [, module, path, side, count] = process.argv
+const { createSqliteStore } = await import(module)
+const store = createSqliteStore(path)
+const stepFor = ${stepFor.toString()}
+process.stdout.write('ready\\n')
+await new Promise((resolve) => process.stdin.once('data', resolve))
+const reserved = []
+let busy = 0
+for (let i = 0; i < Number(count);) {
+  const step = stepFor(i, Number(side))
+  try {
+    const alloc = await store.allocate('procs', step)
+    reserved.push([String(alloc.maxId), step ?? alloc.step])
+    i++
+  } catch (err) {
+    if (err.code !== 'SQLITE_BUSY') throw err
+    busy++
+  }
+}
+process.stdout.write(JSON.stringify({ reserved, busy }) + '\\n')
+process.exit(0)
+`
+
+function child (path: string, side: number, count: number) {
+  const proc = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', CHILD, STORE_MODULE, path, String(side), String(count)], { stdio: ['pipe', 'pipe', 'inherit'] })
+  let out = ''
+  proc.stdout.setEncoding('utf8')
+  const ready = new Promise<void>((resolve) => proc.stdout.on('data', (chunk: string) => { out += chunk; if (out.startsWith('ready\n')) resolve() }))
+  const done = new Promise<{ reserved: Reserved[], busy: number }>((resolve, reject) => proc.once('exit', (code) => {
+    if (code !== 0) return reject(new Error(`child ${side} exited with ${code}`))
+    const result = JSON.parse(out.slice('ready\n'.length)) as { reserved: [string, number][], busy: number }
+    resolve({ reserved: result.reserved.map(([maxId, step]) => ({ maxId: BigInt(maxId), step })), busy: result.busy })
+  }))
+  return { proc, ready, done }
+}
+
+t.test('SQLite: two processes reserving at once on one file never overlap', async (t) => {
+  const path = sqlitePath()
+  const store = createSqliteStore(path)
+  t.teardown(() => store.close())
+  await store.createTag({ key: 'procs', step: 10, maxId: 1000n, description: null })
+  const children = [child(path, 0, 400), child(path, 1, 400)]
+  t.teardown(() => { for (const c of children) c.proc.kill() })
+  await Promise.all(children.map((c) => c.ready))
+  for (const c of children) c.proc.stdin.end('go\n')
+  const results = await Promise.all(children.map((c) => c.done))
+  t.comment(`SQLITE_BUSY retries: ${results.map((r) => r.busy).join(', ')}`)
+  checkReservations(t, results.map((r) => r.reserved), 1000n, await maxIdOf(store, 'procs'))
+})
+
+// better-sqlite3 is synchronous: while SQLite waits for another process's write lock, the
+// whole event loop waits with it.
+t.test('SQLite: a write lock held elsewhere fails an allocation fast; the next one after its release succeeds', async (t) => {
+  const path = sqlitePath()
+  const store = createSqliteStore(path)
+  const other = new Database(path)
+  t.teardown(async () => { other.close(); await store.close() })
+  other.exec('BEGIN IMMEDIATE')
+  const started = performance.now()
+  await t.rejects(store.allocate('order'), { code: 'SQLITE_BUSY' })
+  const blocked = performance.now() - started
+  t.ok(blocked < 500, `failed after ${Math.round(blocked)} ms`)
+  other.exec('COMMIT')
+  t.same(await store.allocate('order'), { key: 'order', maxId: 2001n, step: 2000 })
+})
+
+t.test('SQLite: a caller waits out another handle\'s write lock without the event loop stalling', async (t) => {
+  const path = sqlitePath()
+  const store = createSqliteStore(path)
+  const other = new Database(path)
+  const generator = createSegmentGenerator({ store, logger: silentLogger, waitTimeoutMs: 3000, refreshIntervalMs: 60_000 })
+  t.teardown(async () => { generator.close(); other.close(); await store.close() })
+  await generator.init()
+  let last = performance.now()
+  let longestStall = 0
+  const ticker = setInterval(() => {
+    const now = performance.now()
+    longestStall = Math.max(longestStall, now - last)
+    last = now
+  }, 5)
+  t.teardown(() => clearInterval(ticker))
+  other.exec('BEGIN IMMEDIATE')
+  setTimeout(() => other.exec('COMMIT'), 300)
+  const started = performance.now()
+  const id = await Promise.resolve().then(() => generator.next('order')).catch((err: Error) => err.message)
+  const waited = performance.now() - started
+  t.equal(id, 1, 'the first ID, once the lock was released')
+  t.ok(waited < 1500, `answered ${Math.round(waited)} ms after asking`)
+  t.ok(longestStall < 300, `the event loop never stalled for long (longest ${Math.round(longestStall)} ms)`)
+})

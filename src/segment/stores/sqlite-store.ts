@@ -4,6 +4,15 @@ import Database from 'better-sqlite3'
 import type { Allocation, LeafAllocRow, SegmentStore, TagChanges } from '../store.js'
 
 const INT64_MAX = 2n ** 63n - 1n
+/**
+ * How long a call waits for another process's write lock. better-sqlite3 is synchronous, so
+ * the whole event loop waits with it: past this the call fails with SQLITE_BUSY, and the
+ * generator retries a failed load with its backoff, timers and requests running meanwhile.
+ * A reservation holds the lock for a millisecond or so.
+ */
+export const BUSY_TIMEOUT_MS = 100
+/** At open, before anything is served, waiting longer is harmless: another process may be creating the table. */
+const OPEN_BUSY_TIMEOUT_MS = 5000
 
 // The same table as Java Leaf's (sql/leaf_alloc.sql), in SQLite's dialect. SQLite has no
 // ON UPDATE, so the statements below set update_time themselves.
@@ -25,13 +34,13 @@ interface RowRecord { biz_tag: string, max_id: bigint, step: bigint, description
 
 /**
  * The embedded store: one SQLite file, created with the schema and seed rows on first
- * open. Several processes may share the file: writes run in IMMEDIATE transactions.
+ * open. Several processes may share the file: writes run in IMMEDIATE transactions, and a
+ * write lock held elsewhere for longer than BUSY_TIMEOUT_MS fails the call (SQLITE_BUSY).
  */
 export function createSqliteStore (path: string): SegmentStore {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
-  const db = new Database(path)
+  const db = new Database(path, { timeout: OPEN_BUSY_TIMEOUT_MS })
   db.pragma('journal_mode = WAL')
-  db.pragma('busy_timeout = 5000')
   db.defaultSafeIntegers(true) // BIGINTs as BigInt: max_id is exact over the whole 64-bit range
 
   db.transaction(() => {
@@ -41,6 +50,7 @@ export function createSqliteStore (path: string): SegmentStore {
     const insert = db.prepare('INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)')
     for (const row of SEED_ROWS) insert.run(row.key, row.maxId, row.step, row.description)
   }).immediate()
+  db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
 
   const selectTags = db.prepare('SELECT biz_tag FROM leaf_alloc').pluck()
   const selectRow = db.prepare<[string], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc WHERE biz_tag = ?')
