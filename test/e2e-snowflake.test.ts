@@ -1,9 +1,13 @@
 import t from 'tap'
 import { decodeSnowflakeId } from '../src/snowflake/snowflake-generator.js'
-import { readWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { readWorkerCache, writeWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
+import { createProxy } from './helpers/tcp-proxy.js'
 import { tempDir } from './helpers/config.js'
 import { get, pool, startServer, type ServerProcess } from './helpers/server-process.js'
-import { TEST_ZK, inspector, uniqueName } from './helpers/zookeeper.js'
+import { TEST_ZK, inspector, uniqueName, zk } from './helpers/zookeeper.js'
+import { CreateMode } from '../src/snowflake/worker-id/zookeeper.js'
 
 function snowflakeArgs (name: string, port: number, extra: string[] = []): string[] {
   return [
@@ -65,10 +69,13 @@ t.test('SIGKILL: the ephemeral node goes with the session; a restart keeps the w
   while ((await zkc.children(temporary)).length > 0 && Date.now() - killedAt < 10_000) await new Promise((resolve) => setTimeout(resolve, 100))
   t.same(await zkc.children(temporary), [], `ephemeral node gone after the session timeout (${Date.now() - killedAt} ms)`)
 
+  const recorded = readWorkerCache(cacheDir)?.lastTimestamp as number
   const second = await startServer({ args })
   t.teardown(() => second.stop())
   const after = BigInt((await get(`${second.url}/api/snowflake/get/k`)).body)
   t.equal(decodeSnowflakeId(after).workerId, 0, 'same worker id')
+  t.ok(decodeSnowflakeId(after).timestamp >= recorded + 3000,
+    `the first ID of the second life is at or after the cached lastTimestamp plus the heartbeat interval (${decodeSnowflakeId(after).timestamp - recorded} ms after it)`)
   t.ok(after > before, 'IDs of the second life come after the first life\'s')
   t.same(await zkc.children(temporary), ['127.0.0.1:9100'], 'ephemeral node back')
 })
@@ -97,4 +104,85 @@ t.test('ZooKeeper down at start: the cached worker id is used; no cache refuses 
 
   const refused = await startServer({ args: [...snowflakeArgs(name, 9301, [`--leaf.snowflake.cache.dir=${tempDir()}`]), ...down] }).then(() => undefined, (e: Error) => e)
   t.match(refused?.message, /exited with 1 before listening[\s\S]*start refused: ZooKeeper unreachable .* no cached worker id/)
+})
+
+t.test('two live processes registering as one ip:port: the second waits for the first\'s session, then refuses naming both', async (t) => {
+  const name = uniqueName()
+  const args = (dir: string) => snowflakeArgs(name, 9400, [`--leaf.snowflake.cache.dir=${dir}`])
+  const first = await startServer({ args: args(tempDir()) })
+  t.teardown(() => first.stop())
+  const refused = await startServer({ args: args(tempDir()) }).then(() => undefined, (e: Error) => e)
+  t.match(refused?.message, /exited with 1 before listening[\s\S]*start refused: another live instance holds \/snowflake\/leaf-test-\w+\/temporary\/127\.0\.0\.1:9400 \(ZooKeeper session 0x[0-9a-f]+.*this instance \(session 0x[0-9a-f]+\)/)
+  const id = BigInt((await get(`${first.url}/api/snowflake/get/k`)).body)
+  t.equal(decodeSnowflakeId(id).workerId, 0, 'the first keeps serving with its worker id')
+})
+
+t.test('a restart whose cache is newer than ZooKeeper\'s node (heartbeats while ZooKeeper was away) waits past the cache', async (t) => {
+  const name = uniqueName()
+  const cacheDir = tempDir()
+  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  t.teardown(() => proxy.close())
+  const args = [...snowflakeArgs(name, 9500, [`--leaf.snowflake.cache.dir=${cacheDir}`, '--leaf.snowflake.heartbeat-interval-ms=200']),
+    `--leaf.snowflake.zk.address=127.0.0.1:${proxy.port}`]
+  const first = await startServer({ args })
+  const zkc = await inspector()
+  t.teardown(() => zkc.close())
+  const node = `/snowflake/${name}/forever/127.0.0.1:9500-0000000000`
+  proxy.block()
+  await new Promise((resolve) => setTimeout(resolve, 1500))
+  let last = 0n
+  for (let i = 0; i < 50; i++) last = BigInt((await get(`${first.url}/api/snowflake/get/k`)).body)
+  await first.stop('SIGKILL')
+  const zkTime = (await zkc.data(node)).timestamp as number
+  const cached = readWorkerCache(cacheDir)?.lastTimestamp as number
+  t.ok(cached > zkTime + 1000, `the cache is ahead of ZooKeeper's node (${cached - zkTime} ms)`)
+  proxy.unblock()
+  const second = await startServer({ args })
+  t.teardown(() => second.stop())
+  const first2 = BigInt((await get(`${second.url}/api/snowflake/get/k`)).body)
+  t.ok(decodeSnowflakeId(first2).timestamp >= cached + 200, 'the second life starts past the cache\'s time plus one heartbeat')
+  t.ok(first2 > last, 'after every ID of the first life')
+})
+
+t.test('a start from the cache that ZooKeeper contradicts: 503 WORKER_ID_UNAVAILABLE and /readyz 503, no ID', async (t) => {
+  const name = uniqueName()
+  const cacheDir = tempDir()
+  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  t.teardown(() => proxy.close())
+  proxy.block()
+  // This ip:port's worker id in ZooKeeper is 1; the cache says 0.
+  const zkc = await inspector()
+  t.teardown(() => zkc.close())
+  await zk.mkdirp(zkc, `/snowflake/${name}/forever`)
+  await zk.create(zkc, `/snowflake/${name}/forever/127.0.0.9:1-`, '{}', CreateMode.PERSISTENT_SEQUENTIAL)
+  await zk.create(zkc, `/snowflake/${name}/forever/127.0.0.1:9600-`, '{}', CreateMode.PERSISTENT_SEQUENTIAL)
+  writeWorkerCache(cacheDir, { workerId: 0, lastTimestamp: Date.now() - 5000, address: '127.0.0.1:9600' })
+  const server = await startServer({
+    args: [...snowflakeArgs(name, 9600, [`--leaf.snowflake.cache.dir=${cacheDir}`, '--leaf.snowflake.heartbeat-interval-ms=200', '--leaf.snowflake.zk.connect-timeout-ms=300']),
+      `--leaf.snowflake.zk.address=127.0.0.1:${proxy.port}`],
+  })
+  t.teardown(() => server.stop())
+  t.equal((await get(`${server.url}/api/snowflake/get/k`)).status, 200, 'served from the cache while ZooKeeper is away')
+  proxy.unblock()
+  let answer = await get(`${server.url}/api/snowflake/get/k`)
+  const until = Date.now() + 8000
+  while (answer.status === 200 && Date.now() < until) {
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    answer = await get(`${server.url}/api/snowflake/get/k`)
+  }
+  t.equal(answer.status, 503)
+  t.equal(JSON.parse(answer.body).error, 'WORKER_ID_UNAVAILABLE')
+  t.equal((await get(`${server.url}/api/snowflake/get/k?count=5`)).status, 503, 'batches too')
+  const ready = await get(`${server.url}/readyz`)
+  t.equal(ready.status, 503)
+  t.match(JSON.parse(ready.body), { modes: { snowflake: { ready: false, reason: /another instance may hold this worker id/ } } })
+  t.ok(server.output.some((l) => l.includes('snowflake issuing stopped')), 'logged')
+})
+
+t.test('a Java Leaf cache file (no lastTimestamp) with ZooKeeper down: the start refuses', async (t) => {
+  const cacheDir = tempDir()
+  writeFileSync(join(cacheDir, 'workerID.properties'), '#Leaf\nworkerID=3\n')
+  const down = ['--leaf.snowflake.zk.address=127.0.0.1:1', '--leaf.snowflake.zk.connect-timeout-ms=500']
+  const refused = await startServer({ args: [...snowflakeArgs(uniqueName(), 9700, [`--leaf.snowflake.cache.dir=${cacheDir}`]), ...down] }).then(() => undefined, (e: Error) => e)
+  t.match(refused?.message, /exited with 1 before listening[\s\S]*start refused: ZooKeeper unreachable .* holds no lastTimestamp/)
 })
