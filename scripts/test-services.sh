@@ -45,7 +45,9 @@ fi
 if ! mariadb-admin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping >/dev/null 2>&1; then
   log "starting MariaDB"
   mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
-  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+  # --pidfile: without it, start-stop-daemon takes any private mariadbd a test left running for
+  # this one and starts nothing.
+  start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid --exec /usr/sbin/mariadbd -- --user=root
   wait_for MariaDB 60 mariadb-admin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping
 fi
 mariadb --protocol=tcp -h127.0.0.1 -P3306 -uroot <<'SQL'
