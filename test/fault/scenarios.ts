@@ -9,6 +9,7 @@ import { sigterm } from './scenarios/s7-sigterm.js'
 import { hostileInput } from './scenarios/s8-hostile-input.js'
 import { soak } from './scenarios/s9-soak.js'
 import { zookeeperLate } from './scenarios/s10-zookeeper-late.js'
+import { mysqlBlackhole } from './scenarios/s11-mysql-blackhole.js'
 
 export interface Scenario {
   id: number
@@ -27,4 +28,5 @@ export const SCENARIOS: Scenario[] = [
   { id: 8, title: 'hostile input, 20k requests', run: hostileInput },
   { id: 9, title: 'soak: 60 s mixed load, unpaced', run: soak },
   { id: 10, title: 'ZooKeeper late at start, connection resets', run: zookeeperLate },
+  { id: 11, title: 'MySQL connections blackholed', run: mysqlBlackhole },
 ]
