@@ -1,3 +1,6 @@
+import { spawnSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
 import t from 'tap'
 import { Registry } from 'prom-client'
 import { HotCounter, HotHistogram } from '../src/metrics/hot-metrics.js'
@@ -24,4 +27,36 @@ t.test('hot counter and histogram expose what prom-client\'s would', async (t) =
   t.equal(valueOf(samples, 'y_seconds_bucket', { le: '+Inf' }), 5)
   t.equal(valueOf(samples, 'y_seconds_count', { route: '/r' }), 5)
   t.equal(valueOf(samples, 'y_seconds_sum', { route: '/r' }), 8.65)
+})
+
+// hot-metrics.ts implements the part of prom-client's metric interface that its Registry reads
+// (name, help, type, get()), which prom-client does not document: checked against major 15.
+t.test('prom-client is the major version hot-metrics.ts was checked against', async (t) => {
+  const require = createRequire(import.meta.url)
+  const installed = (require('prom-client/package.json') as { version: string }).version
+  const declared = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { dependencies: Record<string, string> }).dependencies['prom-client']
+  t.match(installed, /^15\./, 'a new major may read metrics differently: check hot-metrics.ts against it, then change this test')
+  t.match(declared, /^[~^]15\.\d+\.\d+$/, 'package.json allows no other major')
+})
+
+t.test('promtool parses and lints the registry\'s text for the hot families', async (t) => {
+  const registry = new Registry()
+  const counter = new HotCounter('leaf_ids_issued_total', 'IDs handed out.')
+  const histogram = new HotHistogram('http_request_duration_seconds', 'HTTP request duration.', [0.0005, 0.001, 0.5])
+  registry.registerMetric(counter as never)
+  registry.registerMetric(histogram as never)
+  counter.child({ mode: 'segment', key: 'a "quoted"\\key\nwith a new line' }).value += 2
+  counter.child({ mode: 'snowflake', key: 'b' }).value += 1
+  const ok = histogram.child({ method: 'GET', route: '/api/segment/get/:key', status_code: 200 })
+  for (const v of [0.0001, 0.0007, 0.3, 9]) ok.observe(v)
+  histogram.child({ method: 'GET', route: 'not_found', status_code: 404 }).observe(0.002)
+  const text = await registry.metrics()
+  const lint = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' })
+  t.equal(lint.error, undefined, 'promtool runs (scripts/test-services.sh installs it)')
+  t.equal(lint.status, 0, `promtool: ${lint.stdout}${lint.stderr}`)
+  const samples = parseSamples(text)
+  t.equal(valueOf(samples, 'leaf_ids_issued_total', { key: 'a "quoted"\\key\nwith a new line' }), 2, 'label values escaped')
+  t.equal(valueOf(samples, 'http_request_duration_seconds_bucket', { route: '/api/segment/get/:key', le: '0.001' }), 2)
+  t.equal(valueOf(samples, 'http_request_duration_seconds_bucket', { route: '/api/segment/get/:key', le: '+Inf' }), 4)
+  t.equal(valueOf(samples, 'http_request_duration_seconds_count', { route: 'not_found', status_code: '404' }), 1)
 })
