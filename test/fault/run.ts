@@ -4,7 +4,7 @@ import { dirname, join } from 'node:path'
 import { runInfo } from '../../scripts/run-info.js'
 import { ROOT } from '../helpers/server-process.js'
 import { Report, SERVER_SCRIPT, cleanUpServers, documentedErrors, fmtMs, type Suite } from './harness.js'
-import { LATEST, renderFigures, renderTable, replaceFigures, type FaultResults, type ScenarioResult } from './render.js'
+import { FIGURES_END, FIGURES_START, LATEST, readFigures, renderFigures, renderTable, replaceFigures, type FaultResults, type ScenarioResult } from './render.js'
 import { SCENARIOS } from './scenarios.js'
 import { PrivateMariaDb, PrivateZooKeeper, freePort } from './services.js'
 
@@ -47,6 +47,11 @@ async function main (): Promise<number> {
   }
   if (publish && (scenarios.length !== SCENARIOS.length || process.env.FAULT_SERVER_JS !== undefined)) {
     log('--publish needs a run of every scenario (name none) on this checkout\'s build (no FAULT_SERVER_JS)')
+    return 1
+  }
+  const readmeFile = join(ROOT, 'README.md')
+  if (publish && readFigures(readFileSync(readmeFile, 'utf8')) === undefined) {
+    log(`README.md has no figures block to publish into (a line ${FIGURES_START}, then ${FIGURES_END})`)
     return 1
   }
   // Taken before anything runs: the commit and src/ state the figures describe.
@@ -129,10 +134,10 @@ async function main (): Promise<number> {
   for (const r of rows) if (r.status === 'FAIL') out.push(`Scenario ${r.id} failed: ${r.problems.join('; ')}`)
   process.stdout.write(out.join('\n') + '\n')
   if (publish) {
+    const readme = replaceFigures(readFileSync(readmeFile, 'utf8'), renderFigures(results))
     mkdirSync(dirname(LATEST), { recursive: true })
     writeFileSync(LATEST, JSON.stringify(results, null, 2) + '\n')
-    const readme = join(ROOT, 'README.md')
-    writeFileSync(readme, replaceFigures(readFileSync(readme, 'utf8'), renderFigures(results)))
+    writeFileSync(readmeFile, readme)
     log(`published: ${LATEST} and README.md's figures${info.dirty ? ' (src/ had uncommitted changes: the figures say so)' : ''}`)
   }
   const failed = rows.filter((r) => r.status === 'FAIL').length
