@@ -1,4 +1,4 @@
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { LeafError } from '../src/errors.js'
 import { MAX_STEP, adaptStep, createSegmentGenerator, type Id, type SegmentGeneratorOptions } from '../src/segment/segment-generator.js'
 import { FakeStore } from './helpers/fake-store.js'
@@ -290,4 +290,71 @@ t.test('a tag added while a refresh reads the table is not dropped by that refre
   await refresh
   t.equal(generator.has('new'), true)
   t.equal(generator.has('a'), true)
+})
+
+const HOUR = 60 * MINUTE
+
+/**
+ * Steps the wall clock back by an hour, as an NTP step would: both the generator's injected
+ * clock and Date.now, which the code may read directly. Restored at the end of the test.
+ */
+function stepWallClockBack (t: Test, clock: { now: number }): void {
+  const realNow = Date.now
+  Date.now = () => realNow() - HOUR
+  clock.now -= HOUR
+  t.teardown(() => { Date.now = realNow })
+}
+
+/** How `promise` stands after `ms` of real time: a hang shows as a failed assertion. */
+function within<T> (promise: Promise<T>, ms: number): Promise<{ state: 'resolved', value: T } | { state: 'rejected', reason: unknown } | { state: 'pending' }> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve({ state: 'pending' }), ms)
+    promise.then(
+      (value) => { clearTimeout(timer); resolve({ state: 'resolved', value }) },
+      (reason: unknown) => { clearTimeout(timer); resolve({ state: 'rejected', reason }) })
+  })
+}
+
+t.test('wall clock stepped back an hour while a caller waits on a failing store: SEGMENTS_NOT_READY at the wait timeout', async (t) => {
+  const store = new FakeStore({ order: { step: 5 } })
+  const { generator, clock } = setup(store, { waitTimeoutMs: 300 })
+  await generator.init()
+  store.failing = true
+  const started = performance.now()
+  const pending = within(Promise.resolve().then(() => generator.next('order')), 2000)
+  setTimeout(() => stepWallClockBack(t, clock), 50) // during a backoff between failed loads
+  const outcome = await pending
+  const waited = performance.now() - started
+  t.match(outcome, { state: 'rejected', reason: { code: 'SEGMENTS_NOT_READY' } })
+  t.ok(waited >= 290 && waited < 800, `answered at the wait timeout (${Math.round(waited)} ms)`)
+})
+
+t.test('wall clock stepped back an hour while a caller waits: it gets its ID once the store answers', async (t) => {
+  const store = new FakeStore({ order: { step: 5 } })
+  const { generator, clock } = setup(store, { waitTimeoutMs: 1000 })
+  await generator.init()
+  store.failing = true
+  const pending = within(Promise.resolve().then(() => generator.next('order')), 2000)
+  setTimeout(() => stepWallClockBack(t, clock), 50)
+  setTimeout(() => { store.failing = false }, 100)
+  t.same(await pending, { state: 'resolved', value: 1 })
+})
+
+t.test('wall clock stepped back an hour during a failed preload\'s backoff: the next preload still starts', async (t) => {
+  const store = new FakeStore({ order: { step: 100 } })
+  const monotonic = { now: 1000 }
+  const { generator, clock } = setup(store, { monotonic: () => monotonic.now })
+  await generator.init()
+  await takeN(() => generator.next('order'), 1)
+  store.failing = true
+  await takeN(() => generator.next('order'), 11) // past 10%: the preload starts and fails
+  await settle()
+  t.equal(store.calls.length, 2, 'the preload was tried')
+  stepWallClockBack(t, clock)
+  store.failing = false
+  monotonic.now += 100 // past the backoff (10 to 40 ms here)
+  await takeN(() => generator.next('order'), 1)
+  t.equal(store.calls.length, 3, 'the preload started again')
+  await settle()
+  t.equal(generator.views()[0]?.nextReady, true, 'and landed')
 })

@@ -66,7 +66,7 @@ export class SegmentBuffer {
   step = 0
   minStep = 0
   updateTimestamp = 0
-  /** After a failed load, no new one starts before this time (wall clock ms). */
+  /** After a failed load, no new one starts before this time (the generator's monotonic ms). */
   retryAt = 0
   backoffMs = 0
   /** Set when the store no longer has the tag. */

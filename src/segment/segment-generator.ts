@@ -17,8 +17,13 @@ export const DEFAULT_LOAD_TIMEOUT_MS = 10_000
 export interface SegmentGeneratorOptions {
   store: SegmentStore
   logger: Logger
-  /** Wall-clock ms used for the step adaptation; injectable for tests. */
+  /** Wall-clock ms, used only for the step adaptation (Leaf's updateTimestamp); injectable for tests. */
   clock?: () => number
+  /**
+   * Monotonic ms for everything else: wait deadlines, the backoff, load durations. A wall
+   * clock stepped back (NTP) would otherwise hold waiting callers and preloads for as long.
+   */
+  monotonic?: () => number
   waitTimeoutMs: number
   refreshIntervalMs: number
   loadTimeoutMs?: number
@@ -75,6 +80,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     store,
     logger,
     clock = Date.now,
+    monotonic = () => performance.now(),
     waitTimeoutMs,
     refreshIntervalMs,
     loadTimeoutMs = DEFAULT_LOAD_TIMEOUT_MS,
@@ -129,7 +135,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   async function take (buf: SegmentBuffer, count: number): Promise<IdRange[]> {
     const ranges: IdRange[] = []
     let taken = 0
-    let deadline = Date.now() + waitTimeoutMs
+    let deadline = monotonic() + waitTimeoutMs
     while (true) {
       if (buf.initOk) {
         const seg = buf.currentSegment
@@ -138,7 +144,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         taken += n
         if (!buf.nextReady && buf.loading === undefined && seg.pos > seg.preloadAfter) preload(buf)
         if (taken === count) return ranges
-        if (n > 0) deadline = Date.now() + waitTimeoutMs
+        if (n > 0) deadline = monotonic() + waitTimeoutMs
         if (buf.nextReady) {
           buf.switchSegment()
           continue
@@ -160,7 +166,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
 
   /** Background preload of the next segment; skipped while a failed load backs off. */
   function preload (buf: SegmentBuffer): void {
-    if (Date.now() >= buf.retryAt) startLoad(buf)
+    if (monotonic() >= buf.retryAt) startLoad(buf)
   }
 
   /**
@@ -171,10 +177,10 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     while (true) {
       // Another caller's load may have landed while this one slept: take from it first.
       if (buf.initOk && (buf.nextReady || buf.currentSegment.idle > 0)) return
-      const remaining = deadline - Date.now()
+      const remaining = deadline - monotonic()
       if (remaining <= 0) break
       if (buf.loading === undefined) {
-        const backoff = buf.retryAt - Date.now()
+        const backoff = buf.retryAt - monotonic()
         if (backoff > 0) {
           await sleep(Math.min(backoff, remaining))
           continue
@@ -189,12 +195,12 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   }
 
   function startLoad (buf: SegmentBuffer): void {
-    const started = performance.now()
+    const started = monotonic()
     const load = loadSegment(buf).then(
       () => {
         buf.backoffMs = 0
         buf.retryAt = 0
-        onLoad?.(buf.key, (performance.now() - started) / 1000, true)
+        onLoad?.(buf.key, (monotonic() - started) / 1000, true)
         if (!storeHealthy) {
           storeHealthy = true
           logger.info('database reachable again: segment loads succeed')
@@ -202,8 +208,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       },
       (err: unknown) => {
         buf.backoffMs = Math.min(Math.max(buf.backoffMs * 2, retryMinMs), retryMaxMs)
-        buf.retryAt = Date.now() + buf.backoffMs
-        onLoad?.(buf.key, (performance.now() - started) / 1000, false)
+        buf.retryAt = monotonic() + buf.backoffMs
+        onLoad?.(buf.key, (monotonic() - started) / 1000, false)
         if (storeHealthy) {
           storeHealthy = false
           logger.warn({ key: buf.key, err }, 'database unreachable: serving buffered IDs, retrying loads')
