@@ -2,9 +2,11 @@ import { spawnSync } from 'node:child_process'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
+import Database from 'better-sqlite3'
+import { createSqliteStore } from '../src/segment/stores/sqlite-store.js'
 import { tempDir } from './helpers/config.js'
 import { createTestDatabase } from './helpers/mysql.js'
-import { ROOT, SERVER_JS, get, pool, startServer } from './helpers/server-process.js'
+import { ROOT, SERVER_JS, get, pool, startServer, type Answer } from './helpers/server-process.js'
 
 t.test('a bad configuration stops the start with exit 1 and one line naming the key', async (t) => {
   const cases: [string[], Record<string, string>, RegExp][] = [
@@ -110,4 +112,82 @@ t.test('SIGTERM with a keep-alive client: the request in flight completes and th
   t.equal(answer.body.split('\n').length, 200)
   t.equal(await server.exited, 0, 'exit 0')
   t.ok(Date.now() - signalled < 5000, `exited ${Date.now() - signalled} ms after SIGTERM, not at the 10 s grace limit`)
+})
+
+t.test('two instances on one SQLite file hand out IDs under concurrent load with no duplicate', async (t) => {
+  const path = join(tempDir(), 'shared.db')
+  const setup = createSqliteStore(path)
+  await setup.createTag({ key: 'shared', step: 20, maxId: 1n, description: null })
+  await setup.close()
+  const servers = await Promise.all([0, 1].map(() => startServer({
+    cwd: tempDir(),
+    args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${path}`],
+  })))
+  t.teardown(() => Promise.all(servers.map((s) => s.stop())))
+
+  // Per instance 2,000 requests, every 10th a batch of 25, 16 at a time, both at once.
+  const perServer = await Promise.all(servers.map((server) => pool(2000, 16, (i) =>
+    get(`${server.url}/api/segment/get/shared${i % 10 === 0 ? '?count=25' : ''}`))))
+  const all: bigint[] = []
+  const failed: Answer[] = []
+  for (const answers of perServer) {
+    for (const a of answers) {
+      if (a.status !== 200) failed.push(a)
+      else all.push(...a.body.split('\n').map(BigInt))
+    }
+  }
+  t.same(failed.map((a) => `${a.status} ${a.body}`), [], 'no failed request')
+  t.equal(all.length, 2 * (1800 + 200 * 25))
+  t.equal(new Set(all).size, all.length, 'no duplicate ID across the two instances')
+  const db = new Database(path, { readonly: true })
+  const maxId = BigInt(db.prepare("SELECT max_id FROM leaf_alloc WHERE biz_tag = 'shared'").pluck().get() as number)
+  db.close()
+  t.ok(all.every((id) => id >= 1n && id < maxId), 'every ID inside a reserved range')
+})
+
+t.test('tag changes reach a running instance: a PATCHed step at the next load, an SQL insert at the next refresh', async (t) => {
+  const db = await createTestDatabase()
+  t.teardown(() => db.drop())
+  await db.query("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('patched', 10)")
+  const token = 'e2e-token'
+  const auth = { authorization: `Bearer ${token}` }
+  const server = await startServer({
+    args: ['--server.port=0', '--leaf.segment.enable=true', '--leaf.segment.refresh-interval-ms=200'],
+    env: { LEAF_JDBC_URL: db.jdbc.url, LEAF_JDBC_USERNAME: db.jdbc.username, LEAF_JDBC_PASSWORD: db.jdbc.password, LEAF_ADMIN_TOKEN: token },
+  })
+  t.teardown(() => server.stop())
+  const cache = async () => JSON.parse((await get(`${server.url}/api/cache`, auth)).body).patched as Record<string, string | number | boolean>
+  const maxId = async () => BigInt((await db.query<{ max_id: string }[]>("SELECT max_id FROM leaf_alloc WHERE biz_tag = 'patched'"))[0]?.max_id ?? 0)
+  /** Polls until `check` holds, for at most `ms`; the caller asserts what it returns. */
+  const until = async <T>(read: () => Promise<T>, check: (v: T) => boolean, ms = 5000): Promise<T> => {
+    const end = performance.now() + ms
+    let value = await read()
+    while (!check(value) && performance.now() < end) {
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      value = await read()
+    }
+    return value
+  }
+
+  // Past the two loads at the table's step: the step now adapts (doubles, loads being quick).
+  t.equal((await get(`${server.url}/api/segment/get/patched?count=35`)).status, 200)
+  const settled = await until(cache, (c) => c.nextReady === true)
+  t.equal(settled.nextReady, true, 'the preload landed')
+  const [current, next] = settled.pos === 0 ? ['0', '1'] : ['1', '0']
+  const buffered = Number(settled[`max${current}`]) - Number(settled[`value${current}`]) + Number(settled[`max${next}`]) - Number(settled[`value${next}`])
+  const before = await maxId()
+
+  const patch = await fetch(`${server.url}/api/segment/tags/patched`, { method: 'PATCH', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ step: 1000 }) })
+  t.equal(patch.status, 200)
+  // Everything buffered and one more ID: exactly one load, which must use the new step.
+  const answer = await get(`${server.url}/api/segment/get/patched?count=${buffered + 1}`)
+  t.equal(answer.status, 200)
+  t.equal(await maxId() - before, 1000n, 'the load after the PATCH reserved the new step')
+  t.equal((await cache()).step, 1000, 'and the buffer adapts from it')
+
+  const late = () => get(`${server.url}/api/segment/get/late`)
+  t.equal((await late()).status, 404, 'a tag not in the table yet')
+  await db.query("INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('late', 500, 10)")
+  const found = await until(late, (a) => a.status === 200)
+  t.match(found, { status: 200, body: '500' }, 'served after a timer-driven refresh, no restart')
 })

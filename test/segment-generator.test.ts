@@ -358,3 +358,20 @@ t.test('wall clock stepped back an hour during a failed preload\'s backoff: the 
   await settle()
   t.equal(generator.views()[0]?.nextReady, true, 'and landed')
 })
+
+t.test('a table step changed once the step adapts (a PATCH) is reserved at the next load; the adaptation starts again from it', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const { generator } = setup(store)
+  await generator.init()
+  await takeN(() => generator.next('order'), 25) // loads of 10, 10, 20, and the preload of 40
+  await settle()
+  t.same(store.calls.map((c) => c.step), [undefined, undefined, 20, 40])
+  const row = store.rows.get('order') as { maxId: bigint, step: number }
+  row.step = 500
+  const before = row.maxId
+  t.equal((await takeN(() => generator.next('order'), 15 + 40 + 1)).at(-1), 81n, 'what was buffered, then the next load')
+  t.equal(row.maxId - before, 500n, 'that load reserved the new step')
+  t.match(generator.views()[0], { step: 500, minStep: 500 })
+  await takeN(() => generator.next('order'), 50) // past 10% of the new segment
+  t.equal(store.calls.at(-1)?.step, 1000, 'the next load doubles from it')
+})

@@ -71,9 +71,10 @@ for (const c of cases) {
       await t.resolves(store.ping())
     })
 
-    t.test('allocate moves max_id by the table step or the given one', async (t) => {
+    t.test('allocate moves max_id by the table step, or by an adapted one while the table step is the one it came from', async (t) => {
       t.same(await store.allocate('order'), { key: 'order', maxId: 2001n, step: 2000 })
-      t.same(await store.allocate('order', 500), { key: 'order', maxId: 2501n, step: 2000 })
+      t.same(await store.allocate('order', { step: 500, tableStep: 2000 }), { key: 'order', maxId: 2501n, step: 2000 })
+      t.same(await store.allocate('order', { step: 500, tableStep: 10 }), { key: 'order', maxId: 4501n, step: 2000 }, 'the table step changed since: the table step')
       t.equal(await store.allocate('missing'), undefined)
     })
 
@@ -87,10 +88,12 @@ for (const c of cases) {
 
     t.test('a table step of 0 or less fails the allocation and leaves max_id alone', async (t) => {
       await insert('zero', 0)
-      await t.rejects(store.allocate('zero').then((a) => {
-        if (a !== undefined && a.step < 1) throw new Error('step < 1 reached the generator, which refuses it')
-        return a
-      }))
+      for (const adapted of [undefined, { step: 5, tableStep: 5 }]) {
+        await t.rejects(store.allocate('zero', adapted).then((a) => {
+          if (a !== undefined && a.step < 1) throw new Error('step < 1 reached the generator, which refuses it')
+          return a
+        }))
+      }
       t.equal((await store.getAllRows()).find((r) => r.key === 'zero')?.maxId, 1n)
     })
 
@@ -125,13 +128,16 @@ for (const c of cases) {
       await t.rejects(store.allocate('top'))
       const row = (await store.getAllRows()).find((r) => r.key === 'top')
       t.equal(row?.maxId, 2n ** 63n - 5n, 'max_id untouched')
-      t.same(await store.allocate('order'), { key: 'order', maxId: 4501n, step: 2000 }, 'the store still works afterwards')
+      t.same(await store.allocate('order'), { key: 'order', maxId: 6501n, step: 2000 }, 'the store still works afterwards')
     })
   })
 }
 
 /** A reservation as one side saw it: the range [maxId - step, maxId) it got. */
 interface Reserved { maxId: bigint, step: number }
+
+/** The tags of these tests have a table step of 10. */
+const TABLE_STEP = 10
 
 /** Varied steps, some of them the table's own (undefined), as the generator asks. */
 function stepFor (i: number, side: number): number | undefined {
@@ -161,12 +167,12 @@ t.test('SQLite: two handles on one file, allocating in turn, never overlap', asy
   const path = sqlitePath()
   const stores = [createSqliteStore(path), createSqliteStore(path)]
   t.teardown(() => Promise.all(stores.map((s) => s.close())))
-  await stores[0]?.createTag({ key: 'turns', step: 10, maxId: 100n, description: null })
+  await stores[0]?.createTag({ key: 'turns', step: TABLE_STEP, maxId: 100n, description: null })
   const sides: Reserved[][] = [[], []]
   for (let i = 0; i < 100; i++) {
     for (const [side, store] of stores.entries()) {
       const step = stepFor(i, side)
-      const alloc = await store.allocate('turns', step) as Allocation
+      const alloc = await store.allocate('turns', step === undefined ? undefined : { step, tableStep: TABLE_STEP }) as Allocation
       sides[side]?.push({ maxId: alloc.maxId, step: step ?? alloc.step })
     }
   }
@@ -178,7 +184,7 @@ const STORE_MODULE = fileURLToPath(new URL('../src/segment/stores/sqlite-store.t
 // fast as it can. A call that fails with SQLITE_BUSY (the other process held the write lock
 // longer than the busy timeout) is retried, as the generator retries a failed load.
 const CHILD = `
-const [, module, path, side, count] = process.argv
+const [, module, path, side, count, tableStep] = process.argv
 const { createSqliteStore } = await import(module)
 const store = createSqliteStore(path)
 const stepFor = ${stepFor.toString()}
@@ -189,7 +195,7 @@ let busy = 0
 for (let i = 0; i < Number(count);) {
   const step = stepFor(i, Number(side))
   try {
-    const alloc = await store.allocate('procs', step)
+    const alloc = await store.allocate('procs', step === undefined ? undefined : { step, tableStep: Number(tableStep) })
     reserved.push([String(alloc.maxId), step ?? alloc.step])
     i++
   } catch (err) {
@@ -202,7 +208,7 @@ process.exit(0)
 `
 
 function child (path: string, side: number, count: number) {
-  const proc = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', CHILD, STORE_MODULE, path, String(side), String(count)], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const proc = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', CHILD, STORE_MODULE, path, String(side), String(count), String(TABLE_STEP)], { stdio: ['pipe', 'pipe', 'inherit'] })
   let out = ''
   proc.stdout.setEncoding('utf8')
   const ready = new Promise<void>((resolve) => proc.stdout.on('data', (chunk: string) => { out += chunk; if (out.startsWith('ready\n')) resolve() }))
@@ -218,7 +224,7 @@ t.test('SQLite: two processes reserving at once on one file never overlap', asyn
   const path = sqlitePath()
   const store = createSqliteStore(path)
   t.teardown(() => store.close())
-  await store.createTag({ key: 'procs', step: 10, maxId: 1000n, description: null })
+  await store.createTag({ key: 'procs', step: TABLE_STEP, maxId: 1000n, description: null })
   const children = [child(path, 0, 400), child(path, 1, 400)]
   t.teardown(() => { for (const c of children) c.proc.kill() })
   await Promise.all(children.map((c) => c.ready))

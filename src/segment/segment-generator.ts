@@ -231,7 +231,10 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       alloc = await withTimeout(store.allocate(buf.key), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
     } else {
       nextStep = adaptStep(buf.step, buf.minStep, clock() - buf.updateTimestamp)
-      alloc = await withTimeout(store.allocate(buf.key, nextStep), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
+      alloc = await withTimeout(store.allocate(buf.key, { step: nextStep, tableStep: buf.minStep }), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
+      // The table's step changed since the last load: the store reserved it, and the
+      // adaptation starts again from it.
+      if (alloc !== undefined && alloc.step !== buf.minStep) nextStep = undefined
     }
     if (alloc !== undefined && !(alloc.step >= 1)) {
       throw new Error(`leaf_alloc.step of "${buf.key}" is ${alloc.step}: it must be 1 or more`)

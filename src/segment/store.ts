@@ -25,6 +25,12 @@ export interface NewTag {
   description: string | null
 }
 
+/** A step the generator adapted, and the table step it adapted from. */
+export interface AdaptedStep {
+  step: number
+  tableStep: number
+}
+
 export interface TagChanges {
   step?: number
   description?: string | null
@@ -34,10 +40,12 @@ export interface SegmentStore {
   /** `SELECT biz_tag FROM leaf_alloc` */
   getAllTags (): Promise<string[]>
   /**
-   * Moves `max_id` by `step` (the table's own step when omitted) and reads the row back,
-   * atomically. Resolves undefined when the tag is not in the table.
+   * Moves `max_id` and reads the row back, atomically: by the table's own step, or by
+   * `adapted.step` while the table's step is still `adapted.tableStep`. A table step changed
+   * since (a PATCH, an UPDATE by hand) is used as it is, so a new step applies from the next
+   * load. Resolves undefined when the tag is not in the table.
    */
-  allocate (key: string, step?: number): Promise<Allocation | undefined>
+  allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined>
   /** All rows, for the `/db` views. */
   getAllRows (): Promise<LeafAllocRow[]>
   /** Inserts a tag; resolves undefined when it already exists. */

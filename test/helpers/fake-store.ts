@@ -1,10 +1,11 @@
-import type { Allocation, LeafAllocRow, NewTag, SegmentStore, TagChanges } from '../../src/segment/store.js'
+import type { AdaptedStep, Allocation, LeafAllocRow, NewTag, SegmentStore, TagChanges } from '../../src/segment/store.js'
 
 interface Row { maxId: bigint, step: number, description: string | null, updateTime: Date }
 
 /**
  * An in-memory leaf_alloc for unit tests of the generator. `failing` makes every call
- * reject, `delayMs` delays every answer, `calls` records each allocate.
+ * reject, `delayMs` delays every answer, `calls` records each allocate (with the adapted
+ * step asked for, if any).
  */
 export class FakeStore implements SegmentStore {
   rows = new Map<string, Row>()
@@ -30,12 +31,12 @@ export class FakeStore implements SegmentStore {
     return this.answer(() => [...this.rows.keys()])
   }
 
-  allocate (key: string, step?: number): Promise<Allocation | undefined> {
-    this.calls.push({ key, step })
+  allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined> {
+    this.calls.push({ key, step: adapted?.step })
     return this.answer(() => {
       const row = this.rows.get(key)
       if (row === undefined) return undefined
-      row.maxId += BigInt(step ?? row.step)
+      row.maxId += BigInt(adapted !== undefined && adapted.tableStep === row.step ? adapted.step : row.step)
       return { key, maxId: row.maxId, step: row.step }
     })
   }

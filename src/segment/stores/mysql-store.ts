@@ -1,6 +1,6 @@
 import type { Socket } from 'node:net'
 import mysql, { type PoolConnection, type RowDataPacket, type ResultSetHeader } from 'mysql2/promise'
-import type { Allocation, LeafAllocRow, SegmentStore } from '../store.js'
+import type { AdaptedStep, Allocation, LeafAllocRow, SegmentStore } from '../store.js'
 
 export interface MysqlStoreOptions {
   host: string
@@ -22,8 +22,9 @@ export interface MysqlStoreOptions {
 const ALLOCATE_BY_TABLE_STEP =
   'START TRANSACTION; UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ? AND step > 0; ' +
   'SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?; COMMIT'
-const ALLOCATE_BY_STEP =
-  'START TRANSACTION; UPDATE leaf_alloc SET max_id = max_id + ? WHERE biz_tag = ?; ' +
+// Leaf's custom step, unless the table's step is no longer the one it was adapted from.
+const ALLOCATE_BY_ADAPTED_STEP =
+  'START TRANSACTION; UPDATE leaf_alloc SET max_id = max_id + IF(step = ?, ?, step) WHERE biz_tag = ? AND step > 0; ' +
   'SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?; COMMIT'
 
 const ER_DUP_ENTRY = 1062
@@ -122,10 +123,10 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
     return result
   }
 
-  async function allocate (key: string, step?: number): Promise<Allocation | undefined> {
-    const results = step === undefined
+  async function allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined> {
+    const results = adapted === undefined
       ? await run<unknown[]>(ALLOCATE_BY_TABLE_STEP, [key, key])
-      : await run<unknown[]>(ALLOCATE_BY_STEP, [step, key, key])
+      : await run<unknown[]>(ALLOCATE_BY_ADAPTED_STEP, [adapted.tableStep, adapted.step, key, key])
     const rows = (results as [ResultSetHeader, ResultSetHeader, RowDataPacket[], ResultSetHeader])[2]
     const row = rows[0]
     if (row === undefined) return undefined

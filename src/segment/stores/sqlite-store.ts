@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
-import type { Allocation, LeafAllocRow, SegmentStore, TagChanges } from '../store.js'
+import type { AdaptedStep, Allocation, LeafAllocRow, SegmentStore, TagChanges } from '../store.js'
 
 const INT64_MAX = 2n ** 63n - 1n
 /**
@@ -62,11 +62,12 @@ export function createSqliteStore (path: string): SegmentStore {
 
   // SQLite would turn an overflowing max_id + step into a REAL; compute it exactly instead,
   // inside the write transaction so no other process moves max_id in between.
-  const allocateTx = db.transaction((key: string, step: number | undefined): Allocation | undefined => {
+  const allocateTx = db.transaction((key: string, adapted: AdaptedStep | undefined): Allocation | undefined => {
     const row = selectRow.get(key)
     if (row === undefined) return undefined
     if (row.step < 1n) throw new RangeError(`leaf_alloc.step of ${key} is ${row.step}: it must be 1 or more`)
-    const next = row.max_id + BigInt(step ?? row.step)
+    const step = adapted !== undefined && row.step === BigInt(adapted.tableStep) ? BigInt(adapted.step) : row.step
+    const next = row.max_id + step
     if (next > INT64_MAX) throw new RangeError(`max_id of ${key} would pass 2^63 - 1`)
     updateMaxId.run(next, key)
     return { key: row.biz_tag, maxId: next, step: Number(row.step) }
@@ -76,8 +77,8 @@ export function createSqliteStore (path: string): SegmentStore {
     async getAllTags () {
       return selectTags.all() as string[]
     },
-    async allocate (key, step) {
-      return allocateTx.immediate(key, step)
+    async allocate (key, adapted) {
+      return allocateTx.immediate(key, adapted)
     },
     async getAllRows () {
       return selectRows.all().map(toRow)
