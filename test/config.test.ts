@@ -85,6 +85,7 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   'leaf.jdbc.password': { read: (c) => mysql(c)?.password, a: ['pw-a', 'pw-a'], b: ['pw-b', 'pw-b'] },
   'leaf.jdbc.connect-timeout-ms': { read: (c) => c.segment.connectTimeoutMs, a: ['2500', 2500], b: ['3500', 3500] },
   'leaf.jdbc.pool-size': { read: (c) => c.segment.poolSize, a: ['4', 4], b: ['5', 5] },
+  'leaf.jdbc.query-timeout-ms': { read: (c) => c.segment.queryTimeoutMs, a: ['2500', 2500], b: ['3500', 3500] },
   'leaf.segment.wait-timeout-ms': { read: (c) => c.segment.waitTimeoutMs, a: ['4000', 4000], b: ['5000', 5000] },
   'leaf.segment.refresh-interval-ms': { read: (c) => c.segment.refreshIntervalMs, a: ['30000', 30000], b: ['45000', 45000] },
   'leaf.batch.max': { read: (c) => c.batchMax, a: ['500', 500], b: ['600', 600] },
