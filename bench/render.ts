@@ -1,0 +1,70 @@
+import { BATCH_ROUTE, CEILING, judge, LAYOUT_LIMIT, median, SINGLE_ID_ROUTES, type BenchResults, type Verdict } from './results.js'
+
+// The README's performance figures, rendered from a results file (bench/results/latest.json):
+// a line naming the run, then the table. The README holds them between two markers;
+// `npm run bench:publish` rewrites them and test/bench-figures.test.ts checks they match.
+
+export const START = '<!-- figures: rendered from bench/results/latest.json by `npm run bench:publish` -->'
+export const END = '<!-- end of figures -->'
+
+const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })
+const pct = (r: number) => `${fmt(r * 100, 1)}%`
+const range = (values: number[], show: (n: number) => string) => `${show(Math.min(...values))}..${show(Math.max(...values))}`
+const met = (v: Verdict | undefined) => v === undefined ? '' : v.met === true ? 'yes' : v.met === false ? '**no**' : 'not checked'
+
+export function renderFigures (r: BenchResults): string {
+  const verdicts = judge(r)
+  const verdict = (row: string) => verdicts.find((v) => v.row === row)
+  const inProcess = (name: string) => r.inProcess.find((row) => row.name === name)?.idsPerSecond ?? NaN
+  const http = (name: string) => r.http.find((row) => row.name === name)
+  const rows: [string, string, Verdict | undefined][] = []
+
+  rows.push(['segment generator, in process', `${fmt(inProcess('segment generator'))} IDs/s`, verdict('segment generator')])
+  const snowflake = inProcess('snowflake generator')
+  rows.push(['snowflake generator, in process', `${fmt(snowflake)} IDs/s = ${pct(snowflake / LAYOUT_LIMIT)} of ${fmt(LAYOUT_LIMIT)} (the layout's limit)`, verdict('snowflake generator')])
+  rows.push(['`@sapphire/snowflake`, same loop (reference; it enforces no per-millisecond limit)', `${fmt(inProcess('@sapphire/snowflake (reference)'))} IDs/s`, undefined])
+
+  const ceiling = http(CEILING)
+  const ceilingCounts = r.callgrind === null
+    ? 'instructions not counted'
+    : 'instructions/request ' + r.callgrind.ceiling.map((c) => `${fmt(median(c.counts))} (${range(c.counts, fmt)}) for a ${c.name}`).join(', ')
+  rows.push([CEILING, `${fmt(ceiling?.cpuMicrosPerRequest ?? NaN, 1)} µs CPU/request, ${fmt(ceiling?.requestsPerSecond ?? NaN)} req/s; ${ceilingCounts}; ${fmt(ceiling?.failed ?? NaN)} failed`, verdict(CEILING)])
+
+  for (const name of SINGLE_ID_ROUTES) {
+    const row = http(name)
+    const counted = r.callgrind?.routes.find((c) => c.name === name)
+    const count = counted === undefined
+      ? 'instructions not counted'
+      : `${fmt(Math.max(...counted.counts))} instructions (largest of ${counted.counts.length} counts, ${range(counted.counts, fmt)}), **${pct(Math.max(...counted.ratios))}** (${range(counted.ratios, pct)}); ${fmt(Math.max(...counted.tickSlowPath), 1)} tick-record slow-path calls`
+    rows.push([`\`${name}\``, `${fmt(row?.cpuMicrosPerRequest ?? NaN, 1)} µs CPU/request, ${pct(row?.cpuRatioToCeiling ?? NaN)} of the ceiling; ${count}; ${fmt(row?.failed ?? NaN)} failed`, verdict(name)])
+  }
+
+  const batch = http(BATCH_ROUTE)
+  rows.push([`\`${BATCH_ROUTE}\``, `${fmt(batch?.cpuMicrosPerRequest ?? NaN, 1)} µs CPU/request, ${fmt(batch?.idsPerCpuSecond ?? NaN)} IDs per CPU second: **${fmt(r.batchToSingle)}x** the single-ID route; ${fmt(batch?.failed ?? NaN)} failed`, verdict(BATCH_ROUTE)])
+
+  const caption = `Commit \`${r.run.commit.slice(0, 12)}\`${r.run.dirty ? ' with uncommitted changes in `src/`' : ''}, ${r.run.date.slice(0, 10)}, ` +
+    `${r.run.cores} cores, Node ${r.node}, \`${r.command}\` (${r.rounds} wall-clock rounds, ${r.callgrind === null ? 'no' : r.callgrind.routes[0]?.counts.length ?? 0} counts per route):`
+  return [
+    caption,
+    '',
+    '| row | figure | target | met |',
+    '|---|---|---|---|',
+    ...rows.map(([row, figure, v]) => `| ${row} | ${figure} | ${v?.target ?? ''} | ${met(v)} |`),
+  ].join('\n')
+}
+
+/** The figures the README holds now, or undefined when it has no markers. */
+export function readmeFigures (readme: string): string | undefined {
+  const start = readme.indexOf(START)
+  const end = readme.indexOf(END, start)
+  if (start === -1 || end === -1) return undefined
+  return readme.slice(start + START.length, end).trim()
+}
+
+/** The README with its figures replaced by those of `r`. */
+export function withFigures (readme: string, r: BenchResults): string {
+  const start = readme.indexOf(START)
+  const end = readme.indexOf(END, start)
+  if (start === -1 || end === -1) throw new Error(`README.md has no ${START} ... ${END} markers`)
+  return `${readme.slice(0, start + START.length)}\n${renderFigures(r)}\n${readme.slice(end)}`
+}

@@ -1,0 +1,92 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import t from 'tap'
+import { staleFigures } from '../scripts/run-info.js'
+import { readDump, TICK_SLOW_PATH } from '../bench/callgrind.js'
+import { readResults } from '../bench/publish.js'
+import { readmeFigures, renderFigures } from '../bench/render.js'
+import { judge, roundOf, SEGMENT_ROUTE, type BenchResults } from '../bench/results.js'
+
+const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+
+t.test('the README\'s performance table is the render of bench/results/latest.json', async (t) => {
+  const figures = readmeFigures(readme)
+  t.ok(figures, 'the README has the figures\' markers')
+  t.equal(figures, renderFigures(readResults()), 'rewrite it with `npm run bench:publish` after a run')
+})
+
+t.test('the published figures come from the src/ checked out now', async (t) => {
+  t.equal(staleFigures(readResults().run), undefined)
+})
+
+/** A run that meets every target; each test below breaks one thing. */
+function passing (): BenchResults {
+  const row = (name: string, cpu: number, ids = 1) => ({ name, path: '/', cpuMicrosPerRequest: cpu, requestsPerSecond: 1, p50Ms: 0, p99Ms: 0, requests: 100, failed: 0, cpuRatioToCeiling: null, idsPerCpuSecond: ids / cpu * 1e6 })
+  const counted = (name: string, counts: number[]) => ({ name, path: '/', counts, bodyLengths: counts.map(() => 5), tickSlowPath: counts.map(() => 0), gc: counts.map(() => 0), refused: [], ratios: counts.map((c) => c / 100) })
+  return {
+    run: { commit: 'c', dirty: false, date: '2026-01-01T00:00:00Z', cores: 2 },
+    command: 'npm run bench',
+    node: 'v20',
+    pinned: true,
+    rounds: 5,
+    inProcess: [{ name: 'segment generator', idsPerSecond: 30e6 }, { name: 'snowflake generator', idsPerSecond: 4e6 }, { name: '@sapphire/snowflake (reference)', idsPerSecond: 8e6 }],
+    http: [row('bare Fastify (ceiling)', 10), row(SEGMENT_ROUTE, 11), row('/api/snowflake/get/:key', 11), row('/api/segment/get/:key?count=1000', 30, 1000)],
+    batchToSingle: 350,
+    callgrind: { countedRequests: 3000, ceiling: [counted('5-byte body', [100, 100, 100])], routes: [counted(SEGMENT_ROUTE, [108, 110, 109]), counted('/api/snowflake/get/:key', [110, 111, 110])] },
+  }
+}
+
+t.test('a run meeting every target passes; each miss fails its row', async (t) => {
+  t.same(judge(passing()).filter((v) => v.met !== true), [])
+  const largest = passing()
+  largest.callgrind?.routes[0]?.ratios.splice(1, 1, 1.112)
+  t.same(judge(largest).filter((v) => v.met === false).map((v) => v.row), [SEGMENT_ROUTE], 'the largest count over 111%, the others under')
+  const failed = passing()
+  failed.http[3]!.failed = 1
+  t.same(judge(failed).filter((v) => v.met === false).map((v) => v.row), ['/api/segment/get/:key?count=1000'], 'one non-2xx answer fails the row')
+  const slowPath = passing()
+  slowPath.callgrind?.routes[1]?.tickSlowPath.splice(2, 1, 20)
+  t.same(judge(slowPath).filter((v) => v.met === false).map((v) => v.row), ['/api/snowflake/get/:key'], 'the tick records\' slow path in one count')
+  const uncounted = passing()
+  uncounted.callgrind = null
+  t.same(judge(uncounted).filter((v) => v.met !== true).map((v) => [v.row, v.met]), [[SEGMENT_ROUTE, null], ['/api/snowflake/get/:key', null]], 'not counted: not checked')
+  const slow = passing()
+  slow.batchToSingle = 299
+  slow.inProcess[1]!.idsPerSecond = 0.84 * 4_096_000
+  t.same(judge(slow).filter((v) => v.met === false).map((v) => v.row), ['snowflake generator', '/api/segment/get/:key?count=1000'])
+})
+
+t.test('a load run\'s non-2xx answers are failures, not requests served', async (t) => {
+  const round = roundOf({ '2xx': 90, non2xx: 10, errors: 0, timeouts: 0, latency: { p50: 1, p99: 2 } }, 100, 0.9, 1)
+  t.equal(round.cpuPerRequest, 0.01, 'CPU over the 90 answered 2xx')
+  t.equal(round.failed, 10)
+  t.equal(roundOf({ '2xx': 97, non2xx: 0, errors: 3, timeouts: 0, latency: { p50: 1, p99: 2 } }, 100, 1, 1).failed, 3, 'connection errors too')
+})
+
+t.test('a count reads the calls of the tick records\' slow path and the compiler\'s share', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'leaf-dump-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const file = join(dir, 'cg.out.1-01')
+  writeFileSync(file, [
+    'version: 1', 'creator: callgrind-3.19.0', 'positions: line', 'events: Ir', 'totals: 300000000',
+    'fn=(1) Builtins_CallFunction',
+    '0 270000000',
+    `cfn=(2) v8::internal::${TICK_SLOW_PATH}(int, unsigned long*, v8::internal::Isolate*)`,
+    'calls=60000 0',
+    '0 27000000',
+    'fn=(2)',
+    '0 27000000',
+    'fn=(3) v8::internal::compiler::PipelineImpl::Run()',
+    '0 3000000',
+    'cfn=(4) v8::internal::Heap::CollectGarbage(v8::internal::AllocationSpace, v8::internal::GarbageCollectionReason, v8::GCCallbackFlags)',
+    'calls=1 0',
+    '0 600000',
+    '',
+  ].join('\n'))
+  const read = readDump(file, '/x')
+  t.equal(read.perRequest, 100_000)
+  t.equal(read.tickSlowPath, 20, '60,000 calls over 3,000 requests')
+  t.equal(read.compiled, 0.01)
+  t.equal(read.gcPerRequest, 200, 'the inclusive cost of the calls to Heap::CollectGarbage')
+})
