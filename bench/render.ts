@@ -43,7 +43,7 @@ export function renderFigures (r: BenchResults): string {
   rows.push([`\`${BATCH_ROUTE}\``, `${fmt(batch?.cpuMicrosPerRequest ?? NaN, 1)} µs CPU/request, ${fmt(batch?.idsPerCpuSecond ?? NaN)} IDs per CPU second: **${fmt(r.batchToSingle)}x** the single-ID route; ${fmt(batch?.failed ?? NaN)} failed`, verdict(BATCH_ROUTE)])
 
   const caption = `Commit \`${r.run.commit.slice(0, 12)}\`${r.run.dirty ? ' with uncommitted changes in `src/`' : ''}, ${r.run.date.slice(0, 10)}, ` +
-    `${r.run.cores} cores, Node ${r.node}, \`${r.command}\` (${r.rounds} wall-clock rounds, ${r.callgrind === null ? 'no' : r.callgrind.routes[0]?.counts.length ?? 0} counts per route):`
+    `${r.run.cores} cores, Node ${r.node}, \`${r.command}\` (${r.rounds} wall-clock round${r.rounds === 1 ? '' : 's'}, ${r.callgrind === null ? 'no' : r.callgrind.routes[0]?.counts.length ?? 0} counts per route):`
   return [
     caption,
     '',

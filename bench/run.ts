@@ -221,7 +221,7 @@ if (process.env.BENCH_CALLGRIND === '0') {
 
 const results: BenchResults = {
   run,
-  command: `${process.env.BENCH_ROUNDS === undefined ? '' : `BENCH_ROUNDS=${ROUNDS} `}npm run bench`,
+  command: [...['BENCH_ROUNDS', 'BENCH_COUNTS', 'BENCH_REQUESTS', 'BENCH_BATCH_REQUESTS'].flatMap((v) => process.env[v] === undefined ? [] : [`${v}=${process.env[v]}`]), 'npm run bench'].join(' '),
   node: process.version,
   pinned,
   rounds: ROUNDS,
