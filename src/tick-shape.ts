@@ -9,9 +9,11 @@ import { executionAsyncResource } from 'node:async_hooks'
 // moment after start, when this service has more heap to tidy than a bare server) frees
 // them. The next record then gets a new hidden class and the feedback turns megamorphic.
 // From then on, every nextTick (about 20 per HTTP request, from Node's streams) defines
-// `callback` and `args` through the V8 runtime: 25,000 to 40,000 extra instructions per
-// request. This measured 87k to 102k instructions per ID request, against 62k once the record
-// is kept (callgrind, see the README's Performance section).
+// `callback` and `args` through the V8 runtime (Runtime_DefineKeyedOwnPropertyInLiteral, 20 to
+// 30 calls per HTTP request): 25,000 to 37,000 extra instructions per request, 40% to 60% of
+// its count. Without this module, 3 of 7 service processes counted took that path; with it,
+// none (docs/performance.md). `npm run bench` counts the calls in every run and fails when
+// they come back.
 //
 // One live record keeps the whole chain of hidden classes reachable through its map's back
 // pointers, so the feedback stays monomorphic. The record is the resource of a nextTick
