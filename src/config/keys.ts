@@ -13,7 +13,8 @@ export class ConfigError extends Error {
 
 type Parser<T> = (raw: string, key: string) => T
 
-const text: Parser<string> = (raw) => raw.trim()
+// Free text is kept as given, as Java's Properties keeps it (`pass\ ` ends in a space).
+const text: Parser<string> = (raw) => raw
 
 const bool: Parser<boolean> = (raw, key) => {
   const v = raw.trim().toLowerCase()

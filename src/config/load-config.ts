@@ -75,24 +75,8 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd() }: LoadOp
   Object.assign(raw, cli.values)
 
   const parsed = {} as Record<ConfigKey, unknown>
-  for (const k of CONFIG_KEYS) parsed[k] = exactText(k, raw[k], KEYS[k].parse(raw[k], k))
+  for (const k of CONFIG_KEYS) parsed[k] = KEYS[k].parse(raw[k], k)
   return { config: toConfig(parsed as ParsedConfig), file: file?.path, warnings }
-}
-
-/**
- * Java's Properties keeps a value's characters as written (`pass\ ` ends in a space), and the
- * environment and the command line give theirs as they are; the key table's text parser trims.
- * A free-text value (the parser takes anything, even a NUL) is kept as given; numbers, booleans
- * and values from a fixed set (the log level) are still read leniently.
- */
-function exactText (key: ConfigKey, raw: string, value: unknown): unknown {
-  if (typeof value !== 'string' || value === raw || value !== raw.trim()) return value
-  try {
-    KEYS[key].parse('\0', key)
-  } catch {
-    return value
-  }
-  return raw
 }
 
 function toConfig (p: ParsedConfig): Config {
