@@ -204,17 +204,21 @@ t.test('string values are kept as Java\'s Properties reads them: an escaped trai
     'leaf.jdbc.url=jdbc:mysql://db/leaf',
     'leaf.jdbc.username=\\ leaf',
     'leaf.jdbc.password=pass\\ ',
-    'leaf.admin.token=  tok\\t\\ ',
+    'leaf.admin.token=  tok\\tx',
     'server.port = 81  ',
     'leaf.segment.enable = true ',
     'log.level = debug ',
   ].join('\n'))
   const { config } = loadConfig({ argv: ['--config', join(dir, 'leaf.properties')] })
   t.match(config.segment.store, { kind: 'mysql', user: ' leaf', password: 'pass ' })
-  t.equal(config.adminToken, 'tok\t ', 'leading separator space dropped, escaped characters kept')
+  t.equal(config.adminToken, 'tok\tx', 'leading separator space dropped, escaped characters kept')
   t.equal(config.server.port, 81, 'numbers still read leniently')
   t.equal(config.segment.enabled, true, 'booleans still read leniently')
   t.equal(config.logLevel, 'debug', 'the log level is one of a set: read leniently')
   const fromEnv = loadConfig({ cwd: dirWith(), env: { LEAF_JDBC_URL: 'jdbc:mysql://db/leaf', LEAF_JDBC_PASSWORD: ' p ' }, argv: ['--leaf.jdbc.username=u '] })
   t.match(fromEnv.config.segment.store, { user: 'u ', password: ' p ' }, 'environment and command line values kept as given')
+  t.throws(() => loadConfig({ cwd: dirWith(), argv: ['--leaf.admin.token=tok '] }), { name: 'ConfigError', message: /leaf.admin.token: starts or ends with white space/ },
+    'a token no header can carry is refused')
+  const named = loadConfig({ cwd: dirWith(), env: { LEAF_NAME: 'leaf ', LEAF_SNOWFLAKE_ZK_ADDRESS: ' 127.0.0.1:2181' } }).config
+  t.same([named.name, named.snowflake.zkAddress], ['leaf', '127.0.0.1:2181'], 'names and addresses trimmed: a stray space must not move the instance to another ZooKeeper tree')
 })

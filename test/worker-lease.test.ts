@@ -98,7 +98,7 @@ t.test('without ZooKeeper: the configured worker id, guarded by the cache', asyn
   t.equal(written?.workerId, 9)
 
   const again = await lease(t, o)
-  t.equal(again.notBefore, (written?.lastTimestamp as number) + HEARTBEAT, 'restart window from the cached time')
+  t.equal(again.notBefore, (written?.lastTimestamp as number) + HEARTBEAT + 1, 'restart window: past the last millisecond the old life could issue (recorded time + heartbeat, included)')
 
   writeWorkerCache(o.cacheDir, { workerId: 9, lastTimestamp: Date.now() + 60_000 })
   await t.rejects(acquireWorkerLease(o), LeaseRefused, 'clock behind the cache: refused')
@@ -244,7 +244,7 @@ t.test('ZooKeeper unreachable at start: the cached worker id, only with the cloc
   const before = Date.now()
   const l = await lease(t, o)
   t.equal(l.workerId, 77)
-  t.equal(l.notBefore, last + HEARTBEAT)
+  t.equal(l.notBefore, last + HEARTBEAT + 1, 'the first millisecond after every one the old life could issue')
   t.match(l.status(), { source: 'cache', zookeeperConnected: false, unavailable: undefined })
   const recorded = readWorkerCache(o.cacheDir)?.lastTimestamp as number
   t.ok(recorded >= before, `the start recorded its time in the cache before returning (${recorded - before} ms after the call)`)
@@ -343,6 +343,18 @@ t.test('connections reset and restored within 200 ms, again and again: the lease
   t.ok(await until(() => l.status().zookeeperConnected, 8000), 'connected again')
   t.ok(issuing(l))
   t.equal(l.status().unavailable, undefined)
+})
+
+t.test('a pause longer than the session timeout stops issuing until our session is seen holding the node again', async (t) => {
+  let offset = 0
+  const o = options({ heartbeatIntervalMs: 200, zkSessionTimeoutMs: 2000, clock: () => Date.now() + offset })
+  const l = await lease(t, o)
+  t.ok(issuing(l, o.clock()), 'issuing')
+  offset = 5000 // the wall clock moves on 5 s while nothing ran: a pause, as after SIGSTOP or a long GC
+  t.notOk(issuing(l, o.clock()), 'no ID right after the pause, before any check')
+  t.match(l.status().unavailable, /nothing recorded for \d+ ms, longer than the ZooKeeper session timeout/)
+  t.ok(await until(() => l.status().unavailable === undefined, 3000), 'resumed once the ephemeral node is seen to be ours')
+  t.ok(issuing(l, o.clock()))
 })
 
 t.test('ZooKeeper cut off: the lease keeps serving and keeps the cache current; connected again after', async (t) => {

@@ -13,8 +13,16 @@ export class ConfigError extends Error {
 
 type Parser<T> = (raw: string, key: string) => T
 
-// Free text is kept as given, as Java's Properties keeps it (`pass\ ` ends in a space).
-const text: Parser<string> = (raw) => raw
+const text: Parser<string> = (raw) => raw.trim()
+// A password or token is kept as given, as Java's Properties keeps it (`pass\ ` ends in a
+// space). Other text is trimmed: a stray space in leaf.name or an address would move the
+// instance to another ZooKeeper tree, whose worker ids start again at 0.
+const secret: Parser<string> = (raw) => raw
+// HTTP drops the spaces around a header's value, so such a token could never match.
+const token: Parser<string> = (raw, key) => {
+  if (raw !== raw.trim()) throw new ConfigError(key, 'starts or ends with white space, which no Authorization header can carry')
+  return raw
+}
 
 const bool: Parser<boolean> = (raw, key) => {
   const v = raw.trim().toLowerCase()
@@ -67,8 +75,8 @@ export const KEYS = {
 
   'leaf.segment.enable': key('false', bool, 'Serve segment IDs.'),
   'leaf.jdbc.url': key('', text, '`jdbc:mysql://host:3306/db?...`, `mysql://user:pass@host:3306/db` or `sqlite:PATH`; empty: the embedded SQLite store at `./data/leaf.db`.'),
-  'leaf.jdbc.username': key('', text, 'Database user (when the URL carries none).'),
-  'leaf.jdbc.password': key('', text, 'Database password (when the URL carries none); never logged.'),
+  'leaf.jdbc.username': key('', secret, 'Database user (when the URL carries none).'),
+  'leaf.jdbc.password': key('', secret, 'Database password (when the URL carries none); never logged.'),
   'leaf.jdbc.connect-timeout-ms': key('2000', int(100, 60_000), 'How long opening one MySQL connection may take.'),
   'leaf.jdbc.pool-size': key('10', int(1, 1000), 'MySQL connection pool size.'),
   'leaf.jdbc.query-timeout-ms': key('2000', int(100, 60_000), 'How long one MySQL query may go unanswered before its connection is taken for dead and closed.'),
@@ -88,7 +96,7 @@ export const KEYS = {
   'leaf.snowflake.zk.connect-timeout-ms': key('5000', int(100, 600_000), 'How long the start waits for ZooKeeper before using the cached worker id.'),
   'leaf.snowflake.zk.session-timeout-ms': key('10000', int(1000, 600_000), 'ZooKeeper session timeout.'),
 
-  'leaf.admin.token': key('', text, 'Bearer token that protects the admin views and enables tag management; empty: views open, management off.'),
+  'leaf.admin.token': key('', token, 'Bearer token that protects the admin views and enables tag management; empty: views open, management off.'),
 } as const
 
 export type ConfigKey = keyof typeof KEYS

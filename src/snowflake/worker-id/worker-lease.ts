@@ -23,6 +23,8 @@ export class LeaseRefused extends StartRefused {
  * waiting for another session's node to go allows this much beyond our session timeout.
  */
 export const EXPIRY_MARGIN_MS = 2000
+/** How late a heartbeat may be before it counts as a pause (see Lease.pauseLimitMs). */
+const PAUSE_SLACK_MS = 1000
 /** How often a start polls for another session's ephemeral node to go. */
 const OWNER_POLL_MS = 200
 
@@ -107,7 +109,9 @@ export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<Worker
     }
   }
   try {
-    const { workerId, storedTimestamp } = await register(client, o, paths, now)
+    // A connection lost during registration queues requests without a timeout: bound it.
+    const { workerId, storedTimestamp } = await withTimeout(register(client, o, paths, now),
+      o.zkConnectTimeoutMs + o.zkSessionTimeoutMs + EXPIRY_MARGIN_MS, 'ZooKeeper stopped answering during registration')
     // The cache may know a later time than ZooKeeper (heartbeats while it was down): it is
     // checked against the clock as ZooKeeper's time is.
     const cachedTime = cached?.workerId === workerId && cached.address === paths.address ? cached.lastTimestamp : undefined
@@ -142,9 +146,12 @@ function refuseIfAhead (stored: number | undefined, now: number, where: string):
   }
 }
 
-/** IDs may have been issued up to one heartbeat after the last stored time: wait past it. */
+/**
+ * IDs may have been issued for every millisecond up to one heartbeat after the last stored
+ * time, that one included (Lease.issuableUntil): the first ID after a restart comes after it.
+ */
 function restartWindow (last: number | undefined, o: WorkerLeaseOptions): number {
-  return last === undefined ? 0 : last + o.heartbeatIntervalMs
+  return last === undefined ? 0 : last + o.heartbeatIntervalMs + 1
 }
 
 /**
@@ -276,6 +283,8 @@ class Lease implements WorkerLease {
   private ephemeralOf: string | undefined
   private readonly timer: NodeJS.Timeout
   private readonly address: string | undefined
+  /** A gap between two records longer than this means the session may have expired unseen. */
+  private readonly pauseLimitMs: number
 
   constructor (
     private readonly o: WorkerLeaseOptions,
@@ -286,6 +295,8 @@ class Lease implements WorkerLease {
     private readonly paths: ZkPaths | undefined
   ) {
     this.address = paths?.address
+    // The session timeout, unless heartbeats are further apart than it (a late timer is no pause).
+    this.pauseLimitMs = Math.max(o.zkSessionTimeoutMs, o.heartbeatIntervalMs + PAUSE_SLACK_MS)
     this.timer = setInterval(() => { this.heartbeat() }, o.heartbeatIntervalMs)
     this.timer.unref()
   }
@@ -304,6 +315,14 @@ class Lease implements WorkerLease {
 
   /** Writes `ms` to the cache file: IDs may be issued up to one heartbeat past it. Throws when it cannot. */
   private record (ms: number): void {
+    if (this.paths !== undefined && this.lastWritten > 0 && ms - this.lastWritten > this.pauseLimitMs) {
+      // Nothing was recorded for longer than the session timeout: this process was paused
+      // (or starved), and ZooKeeper may have expired its session meanwhile and let another
+      // instance of this ip:port take the worker id. No ID until our session is seen holding
+      // the ephemeral node again (sync, at the next heartbeat).
+      this.ephemeralOf = undefined
+      this.setUnavailable(`nothing recorded for ${ms - this.lastWritten} ms, longer than the ZooKeeper session timeout: the ephemeral node is checked again`)
+    }
     if (ms > this.lastWritten) {
       writeWorkerCache(this.cacheDir, { workerId: this.workerId, lastTimestamp: ms, address: this.address })
       this.lastWritten = ms
@@ -314,14 +333,15 @@ class Lease implements WorkerLease {
 
   /** The generator reached the end of what is recorded (a late heartbeat): record first, or refuse. */
   extend (ms: number): void {
-    if (this.unavailable !== undefined) {
-      throw new LeafError('WORKER_ID_UNAVAILABLE', 'Another instance may hold this instance\'s worker id; no snowflake ID is issued until that is resolved.')
-    }
     try {
-      this.record(ms)
+      if (this.unavailable === undefined) this.record(ms)
     } catch (err) {
       this.o.logger.error({ err: (err as Error).message }, 'worker-id cache not written: no snowflake ID past the last recorded time')
       throw new LeafError('WORKER_ID_UNAVAILABLE', 'The worker-id lease cannot be recorded; no snowflake ID is issued past the last recorded time.')
+    }
+    // (record() itself may have found a pause that calls our hold on the worker id into question.)
+    if (this.unavailable !== undefined) {
+      throw new LeafError('WORKER_ID_UNAVAILABLE', 'This instance\'s hold on its worker id is in doubt; no snowflake ID is issued until it is confirmed.')
     }
   }
 
@@ -416,8 +436,9 @@ class Lease implements WorkerLease {
     if (paths === undefined || this.beating || client === undefined || !this.connected) return
     const data = nodeData(paths.ip, this.o.port, now)
     if (this.ephemeralOf !== sessionIdOf(client) || this.unavailable !== undefined) {
-      await this.sync(client, data)
-      if (this.unavailable === undefined) this.lastHeartbeat = now
+      await withTimeout(this.sync(client, data), this.o.heartbeatIntervalMs, `ZooKeeper did not answer within ${this.o.heartbeatIntervalMs} ms`)
+        .then(() => { if (this.unavailable === undefined) this.lastHeartbeat = now },
+          (err: Error) => this.o.logger.warn({ err: err.message }, 'ZooKeeper registration failed: retried at the next heartbeat'))
       return
     }
     this.beating = true
