@@ -31,9 +31,12 @@ async function behindProxy (t: Test): Promise<{ db: TestDatabase, proxy: TcpProx
   const proxy = await createProxy(Number(new URL(TEST_MYSQL).port || 3306))
   const closers: (() => Promise<unknown>)[] = []
   t.teardown(async () => {
-    await proxy.close()
-    for (const close of closers) await close()
-    await db.drop()
+    try {
+      await proxy.close()
+      for (const close of closers) await close()
+    } finally {
+      await db.drop()
+    }
   })
   const url = new URL(db.url)
   url.port = String(proxy.port)
@@ -75,6 +78,26 @@ async function readiness (t: Test, app: Awaited<ReturnType<typeof buildApp>>) {
   t.equal(ready.value.statusCode, 200)
   t.same(ready.value.json().modes.segment, { ready: true }, 'the readiness ping reached the database')
 }
+
+t.test('closing the store after its connections died resolves: a shutdown during an outage exits cleanly', async (t) => {
+  const { proxy, url } = await behindProxy(t)
+  const u = new URL(url)
+  const store = createMysqlStore({
+    host: u.hostname,
+    port: Number(u.port),
+    user: decodeURIComponent(u.username),
+    password: decodeURIComponent(u.password),
+    database: u.pathname.slice(1),
+    connectTimeoutMs: 1000,
+    poolSize: 2,
+    queryTimeoutMs: 1000,
+  })
+  await Promise.all([store.ping(), store.ping()])
+  // The server side of both pool connections goes away, and the store closes before the
+  // driver has noticed.
+  await proxy.close()
+  t.equal((await within(store.close(), 3000)).state, 'resolved')
+})
 
 t.test('pool connections that went silent while idle: the next load lands within the wait timeout; /readyz pings through', async (t) => {
   const { app, proxy, config } = await service(t)
