@@ -59,6 +59,7 @@ GRANT ALL PRIVILEGES ON `leaf%`.* TO 'leaf'@'localhost';
 FLUSH PRIVILEGES;
 SQL
 mariadb --protocol=tcp -h127.0.0.1 -P3306 -uleaf -pleaf leaf < sql/leaf_alloc.sql
+mariadb --protocol=tcp -h127.0.0.1 -P3306 -uleaf -pleaf leaf < sql/leaf_worker_lease.sql
 log "MariaDB ready on 127.0.0.1:3306 (database leaf, user leaf/leaf)"
 
 # --- ZooKeeper -------------------------------------------------------------

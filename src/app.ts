@@ -72,7 +72,11 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
   })
   try {
     if (config.segment.enabled) leaf.segment = await startSegmentMode(config, logger, { clock, onLoad: metrics.segmentLoad })
-    if (config.snowflake.enabled) leaf.snowflake = await startSnowflakeMode(config, logger, { clock, onClockBackwards: metrics.clockBackwards })
+    if (config.snowflake.enabled) {
+      leaf.snowflake = await startSnowflakeMode(config, logger, {
+        clock, onClockBackwards: metrics.clockBackwards, onLeaseClaim: metrics.leaseClaim, onLeaseLost: metrics.leaseLost,
+      })
+    }
   } catch (err) {
     await app.close()
     throw err

@@ -18,6 +18,7 @@ export const ERRORS = {
   STORE_UNAVAILABLE: { status: 503, message: 'The database did not answer.' },
   CLOCK_BACKWARDS: { status: 503, message: 'The clock moved backwards; no ID is issued until it catches up.' },
   WORKER_ID_UNAVAILABLE: { status: 503, message: 'This instance holds no worker id it may issue snowflake IDs with now.' },
+  WORKER_LEASE_LOST: { status: 503, message: 'This instance\'s worker-id lease ran out or was taken; no snowflake ID until it leases one again.' },
   BAD_REQUEST: { status: 400, message: 'The request is malformed.' },
   INTERNAL: { status: 500, message: 'Internal error.' },
 } as const satisfies Record<string, { status: number, message: string }>

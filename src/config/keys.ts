@@ -49,6 +49,17 @@ function optionalInt (min: number, max: number): Parser<number | undefined> {
 
 const port = int(0, 65535)
 
+function oneOf<T extends string> (values: readonly T[]): Parser<T | ''> {
+  return (raw, key) => {
+    const v = raw.trim()
+    if (v !== '' && !(values as readonly string[]).includes(v)) throw new ConfigError(key, `"${raw}" is not one of ${values.join(', ')}`)
+    return v as T | ''
+  }
+}
+
+export const WORKER_ID_SOURCES = ['zookeeper', 'static', 'zookeeper-lease', 'db-lease', 'statefulset'] as const
+export type WorkerIdSource = typeof WORKER_ID_SOURCES[number]
+
 const logLevel: Parser<string> = (raw, key) => {
   const v = raw.trim()
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(v)) {
@@ -88,11 +99,16 @@ export const KEYS = {
   'leaf.snowflake.zk.address': key('', text, 'ZooKeeper connect string (`host:port,host:port`); empty: no ZooKeeper, the worker id comes from `leaf.snowflake.worker.id`.'),
   'leaf.snowflake.port': key('', optionalInt(1, 65535), 'Port this instance registers under in ZooKeeper; empty: `server.port`.'),
   'leaf.snowflake.ip': key('', text, 'IP this instance registers under; empty: the first non-loopback IPv4 address.'),
-  'leaf.snowflake.worker.id': key('0', int(0, 1023), 'Worker id when no ZooKeeper is configured; must be unique per instance.'),
+  'leaf.snowflake.worker.id': key('0', int(0, 1023), 'Worker id of the `static` source; must be unique per instance.'),
+  'leaf.snowflake.worker-id.source': key('', oneOf(WORKER_ID_SOURCES), 'Where the worker id comes from: `zookeeper`, `static`, `zookeeper-lease`, `db-lease` or `statefulset` (see Worker ids in containers); empty: `zookeeper` when `leaf.snowflake.zk.address` is set, else `static`.'),
+  'leaf.snowflake.worker-id.min': key('0', int(0, 1023), 'Lowest worker id this instance may use, from any source.'),
+  'leaf.snowflake.worker-id.max': key('1023', int(0, 1023), 'Highest worker id this instance may use, from any source; the lease pools hand out `min`..`max`.'),
+  'leaf.snowflake.worker-id.hostname': key('', text, 'Host name whose trailing ordinal (`leaf-3` -> 3) is the `statefulset` source\'s worker id; empty: `HOSTNAME`.'),
+  'leaf.snowflake.lease.ttl-ms': key('30000', int(300, 600_000), 'Lease time of the `*-lease` sources (for `zookeeper-lease`, the session timeout asked for); at least 3 heartbeat intervals.'),
   'leaf.snowflake.twepoch': key('1288834974657', int(0, Number.MAX_SAFE_INTEGER), 'Epoch of the timestamp bits, in ms.'),
   'leaf.snowflake.cache.dir': key('', text, 'Folder of the worker-id cache file; empty: `<tmpdir>/<leaf.name>/leafconf/<port>`, as Java Leaf.'),
-  'leaf.snowflake.max-clock-drift-ms': key('5000', int(0, 3_600_000), 'A new instance refuses to start when its clock differs from its live peers\' average by more than this.'),
-  'leaf.snowflake.heartbeat-interval-ms': key('3000', int(100, 600_000), 'How often the worker node\'s timestamp is refreshed in ZooKeeper.'),
+  'leaf.snowflake.max-clock-drift-ms': key('5000', int(0, 3_600_000), 'A new instance refuses to start when its clock differs from its live peers\' average by more than this; a lease claimant waits at most this long for the previous holder\'s last millisecond.'),
+  'leaf.snowflake.heartbeat-interval-ms': key('3000', int(100, 600_000), 'How often the worker node\'s timestamp is refreshed in ZooKeeper, or the worker-id lease renewed.'),
   'leaf.snowflake.zk.connect-timeout-ms': key('5000', int(100, 600_000), 'How long the start waits for ZooKeeper before using the cached worker id.'),
   'leaf.snowflake.zk.session-timeout-ms': key('10000', int(1000, 600_000), 'ZooKeeper session timeout.'),
 

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { parse as parseProperties } from 'dot-properties'
-import { CONFIG_KEYS, ConfigError, KEYS, envName, isConfigKey, type ConfigKey, type ParsedConfig, type RawConfig } from './keys.js'
+import { CONFIG_KEYS, ConfigError, KEYS, envName, isConfigKey, type ConfigKey, type ParsedConfig, type RawConfig, type WorkerIdSource } from './keys.js'
 import { parseJdbcUrl, type StoreConfig } from './jdbc-url.js'
 
 export { ConfigError } from './keys.js'
@@ -30,6 +30,12 @@ export interface Config {
     ip: string
     port: number
     workerId: number
+    workerIdSource: WorkerIdSource
+    workerIdMin: number
+    workerIdMax: number
+    /** Empty: the HOSTNAME variable. */
+    hostname: string
+    leaseTtlMs: number
     twepoch: number
     cacheDir: string
     maxClockDriftMs: number
@@ -76,7 +82,22 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd() }: LoadOp
 
   const parsed = {} as Record<ConfigKey, unknown>
   for (const k of CONFIG_KEYS) parsed[k] = KEYS[k].parse(raw[k], k)
-  return { config: toConfig(parsed as ParsedConfig), file: file?.path, warnings }
+  const config = toConfig(parsed as ParsedConfig)
+  checkWorkerIds(config.snowflake)
+  return { config, file: file?.path, warnings }
+}
+
+/** Rules between worker-id keys that no single key's parser can see. */
+function checkWorkerIds (s: Config['snowflake']): void {
+  if (s.workerIdMin > s.workerIdMax) {
+    throw new ConfigError('leaf.snowflake.worker-id.min', `${s.workerIdMin} is above leaf.snowflake.worker-id.max (${s.workerIdMax})`)
+  }
+  if ((s.workerIdSource === 'zookeeper' || s.workerIdSource === 'zookeeper-lease') && s.zkAddress === '') {
+    throw new ConfigError('leaf.snowflake.worker-id.source', `${s.workerIdSource} needs leaf.snowflake.zk.address`)
+  }
+  if (s.workerIdSource.endsWith('-lease') && s.leaseTtlMs < 3 * s.heartbeatIntervalMs) {
+    throw new ConfigError('leaf.snowflake.lease.ttl-ms', `${s.leaseTtlMs} is less than 3 heartbeat intervals (leaf.snowflake.heartbeat-interval-ms is ${s.heartbeatIntervalMs}): one late renewal would stop issuing`)
+  }
 }
 
 function toConfig (p: ParsedConfig): Config {
@@ -101,6 +122,11 @@ function toConfig (p: ParsedConfig): Config {
       ip: p['leaf.snowflake.ip'],
       port: p['leaf.snowflake.port'] ?? p['server.port'],
       workerId: p['leaf.snowflake.worker.id'],
+      workerIdSource: p['leaf.snowflake.worker-id.source'] || (p['leaf.snowflake.zk.address'] === '' ? 'static' : 'zookeeper'),
+      workerIdMin: p['leaf.snowflake.worker-id.min'],
+      workerIdMax: p['leaf.snowflake.worker-id.max'],
+      hostname: p['leaf.snowflake.worker-id.hostname'],
+      leaseTtlMs: p['leaf.snowflake.lease.ttl-ms'],
       twepoch: p['leaf.snowflake.twepoch'],
       cacheDir: p['leaf.snowflake.cache.dir'],
       maxClockDriftMs: p['leaf.snowflake.max-clock-drift-ms'],

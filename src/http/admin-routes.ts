@@ -41,6 +41,16 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
       unavailable: s.unavailable ?? null,
       paths: { forever: s.foreverPath ?? null, temporary: s.temporaryPath ?? null, cacheFile: s.cacheFile },
       lastHeartbeat: s.lastHeartbeat === undefined ? null : new Date(s.lastHeartbeat).toISOString(),
+      ...(s.issuedUntil === undefined
+        ? {}
+        : {
+            lease: {
+              pool: s.pool ?? null,
+              range: s.range ?? null,
+              expiresAt: s.leaseExpiresAt === undefined ? null : new Date(s.leaseExpiresAt).toISOString(),
+              issuedUntil: s.issuedUntil,
+            },
+          }),
       twepoch,
     }
   })

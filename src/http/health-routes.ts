@@ -15,10 +15,15 @@ export function registerHealthRoutes (app: FastifyInstance): void {
     const modes: Record<string, ModeReadiness> = {}
     if (segment !== undefined) modes.segment = await segmentReadiness(segment)
     if (snowflake !== undefined) {
-      const { unavailable } = snowflake.lease.status()
+      const { unavailable, issuedUntil } = snowflake.lease.status()
       const wait = snowflake.lease.notBefore - snowflake.clock()
       modes.snowflake = unavailable !== undefined
-        ? { ready: false, reason: 'another instance may hold this worker id: no snowflake ID until it is ours alone (details in the log and /api/snowflake/status)' }
+        ? {
+            ready: false,
+            reason: issuedUntil !== undefined
+              ? `worker-id lease lost (${unavailable}): no snowflake ID until it leases one again`
+              : 'another instance may hold this worker id: no snowflake ID until it is ours alone (details in the log and /api/snowflake/status)',
+          }
         : wait > 0 ? { ready: false, reason: `restart window: first ID in ${wait} ms` } : { ready: true }
     }
     const ready = Object.values(modes).every((m) => m.ready)

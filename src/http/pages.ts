@@ -58,17 +58,23 @@ function tagCard (v: SegmentBufferView): string {
 
 function snowflakePanel (status: LeaseStatus | undefined, twepoch: number): string {
   if (status === undefined) return '<section class="card snowflake"><h2>Snowflake</h2><p>Snowflake mode is disabled.</p></section>'
-  const zk = status.source === 'static'
-    ? '<span class="badge warn">no ZooKeeper</span>'
-    : status.zookeeperConnected ? '<span class="badge ok">ZooKeeper connected</span>' : '<span class="badge bad">ZooKeeper disconnected</span>'
+  const zk = status.issuedUntil !== undefined
+    ? status.unavailable === undefined ? '<span class="badge ok">leased</span>' : '<span class="badge bad">lease lost</span>'
+    : status.source === 'static' || status.source === 'statefulset'
+      ? '<span class="badge warn">no ZooKeeper</span>'
+      : status.zookeeperConnected ? '<span class="badge ok">ZooKeeper connected</span>' : '<span class="badge bad">ZooKeeper disconnected</span>'
   const heartbeat = status.lastHeartbeat === undefined
     ? '—'
     : `${new Date(status.lastHeartbeat).toISOString()} (${Math.round((Date.now() - status.lastHeartbeat) / 1000)} s ago)`
   return `<section class="card snowflake"><div class="head"><h2>Snowflake · worker ${status.workerId}</h2>${zk}</div><dl>
 <dt>worker id</dt><dd>${status.workerId} (from ${escapeHtml(status.source)})</dd>
 <dt>last heartbeat</dt><dd>${escapeHtml(heartbeat)}</dd>
-<dt>forever node</dt><dd>${escapeHtml(status.foreverPath ?? '—')}</dd>
-<dt>ephemeral node</dt><dd>${escapeHtml(status.temporaryPath ?? '—')}</dd>
+${status.issuedUntil === undefined
+    ? `<dt>forever node</dt><dd>${escapeHtml(status.foreverPath ?? '—')}</dd>
+<dt>ephemeral node</dt><dd>${escapeHtml(status.temporaryPath ?? '—')}</dd>`
+    : `<dt>pool</dt><dd>${escapeHtml(status.pool ?? '—')} · ids ${status.range?.join('–') ?? '—'}</dd>
+<dt>lease expires</dt><dd>${status.leaseExpiresAt === undefined ? 'lost' : escapeHtml(new Date(status.leaseExpiresAt).toISOString())}</dd>
+<dt>issued until</dt><dd>${status.issuedUntil} (${status.issuedUntil > 0 ? new Date(status.issuedUntil).toISOString() : '—'})</dd>`}
 <dt>cache file</dt><dd>${escapeHtml(status.cacheFile)}</dd>
 <dt>twepoch</dt><dd>${twepoch} (${new Date(twepoch).toISOString()})</dd></dl></section>`
 }

@@ -14,6 +14,10 @@ export interface Metrics {
   request (method: string, route: string, status: number, seconds: number): void
   segmentLoad (key: string, seconds: number, ok: boolean): void
   clockBackwards (): void
+  /** A worker-id claim's result (recyclable sources). */
+  leaseClaim (result: string): void
+  /** The worker-id lease was lost: issuing stopped. */
+  leaseLost (): void
   /** What the scrape-time gauges read. */
   watch (modes: { segment: SegmentMode | undefined, snowflake: SnowflakeMode | undefined }): void
 }
@@ -41,6 +45,13 @@ export function createMetrics (): Metrics {
   })
   const loadFailures = new Counter({ name: 'leaf_segment_db_load_failures_total', help: 'Segment loads that failed.', labelNames: ['key'], registers: [registry] })
   const backwards = new Counter({ name: 'leaf_snowflake_clock_backwards_total', help: 'Times the clock was found behind the last snowflake ID.', registers: [registry] })
+  const leaseClaims = new Counter({
+    name: 'leaf_snowflake_lease_claims_total',
+    help: 'Worker-id claims by result: claimed, reclaimed (after a loss), conflict (another instance won), drift (its previous holder ran too far ahead), exhausted, error.',
+    labelNames: ['result'],
+    registers: [registry],
+  })
+  const leaseLost = new Counter({ name: 'leaf_snowflake_lease_lost_total', help: 'Times the worker-id lease ran out or was taken and issuing stopped.', registers: [registry] })
 
   // Scrape-time gauges: prom-client calls collect() on each scrape.
   const segmentGauges = [new Gauge({
@@ -90,6 +101,8 @@ export function createMetrics (): Metrics {
     leaseGauge('leaf_zookeeper_connected', '1 while the ZooKeeper session is connected.', (s) => s.zookeeperConnected ? 1 : 0),
     leaseGauge('leaf_snowflake_last_heartbeat_timestamp_seconds', 'When the worker lease was last written.',
       (s) => s.lastHeartbeat === undefined ? undefined : s.lastHeartbeat / 1000),
+    leaseGauge('leaf_snowflake_lease_expiry_seconds', 'Time left on the worker-id lease (recyclable sources); 0 once lost.',
+      (s) => s.issuedUntil === undefined ? undefined : Math.max(0, ((s.leaseExpiresAt ?? 0) - Date.now()) / 1000)),
   ]
 
   const issuedSegment = new Map<string, { value: number }>()
@@ -146,6 +159,12 @@ export function createMetrics (): Metrics {
     },
     clockBackwards () {
       backwards.inc()
+    },
+    leaseClaim (result) {
+      leaseClaims.labels({ result }).inc()
+    },
+    leaseLost () {
+      leaseLost.inc()
     },
     watch (m) {
       modes = m

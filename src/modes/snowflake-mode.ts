@@ -1,7 +1,8 @@
 import type { Config } from '../config/load-config.js'
 import type { Logger } from '../logger.js'
 import { createSnowflakeGenerator, type SnowflakeGenerator, type SnowflakeGeneratorOptions } from '../snowflake/snowflake-generator.js'
-import { acquireWorkerLease, type WorkerLease } from '../snowflake/worker-id/worker-lease.js'
+import { acquireWorkerId, type SourceHooks } from '../snowflake/worker-id/sources.js'
+import type { WorkerLease } from '../snowflake/worker-id/worker-lease.js'
 
 export interface SnowflakeMode {
   lease: WorkerLease
@@ -15,24 +16,11 @@ export interface SnowflakeMode {
 export async function startSnowflakeMode (
   config: Config,
   logger: Logger,
-  extra: Pick<SnowflakeGeneratorOptions, 'clock' | 'onClockBackwards'> = {}
+  extra: Pick<SnowflakeGeneratorOptions, 'clock' | 'onClockBackwards'> & Omit<SourceHooks, 'clock'> = {}
 ): Promise<SnowflakeMode> {
   const s = config.snowflake
   const clock = extra.clock ?? Date.now
-  const lease = await acquireWorkerLease({
-    name: config.name,
-    zkAddress: s.zkAddress,
-    ip: s.ip,
-    port: s.port,
-    staticWorkerId: s.workerId,
-    cacheDir: s.cacheDir,
-    heartbeatIntervalMs: s.heartbeatIntervalMs,
-    maxClockDriftMs: s.maxClockDriftMs,
-    zkConnectTimeoutMs: s.zkConnectTimeoutMs,
-    zkSessionTimeoutMs: s.zkSessionTimeoutMs,
-    clock,
-    logger,
-  })
+  const lease = await acquireWorkerId(config, logger, { clock, onLeaseClaim: extra.onLeaseClaim, onLeaseLost: extra.onLeaseLost })
   const generator = createSnowflakeGenerator({
     workerId: lease.workerId,
     twepoch: s.twepoch,
@@ -41,9 +29,10 @@ export async function startSnowflakeMode (
     // window is at most one heartbeat away.
     maxRestartWaitMs: s.heartbeatIntervalMs,
     guard: lease,
-    ...extra,
+    onClockBackwards: extra.onClockBackwards,
     clock,
   })
+  lease.onWorkerChange = (workerId, notBefore) => generator.rebind(workerId, notBefore)
   const waitMs = Math.max(0, lease.notBefore - clock())
   logger.info({ workerId: lease.workerId, source: lease.status().source, restartWindowMs: waitMs }, 'snowflake mode enabled')
   return { lease, generator, clock, close: () => lease.close() }

@@ -33,6 +33,8 @@ const TIMER_SLACK_MS = 2
 export interface IssueGuard {
   readonly issuableUntil: number
   extend (ms: number): void
+  /** Asked before the first ID of each new millisecond; throws (a LeafError) when none may be issued. */
+  check? (ms: number): void
 }
 
 const UNGUARDED: IssueGuard = { issuableUntil: Infinity, extend () {} }
@@ -64,6 +66,11 @@ export interface SnowflakeParts {
 export interface SnowflakeGenerator {
   readonly workerId: number
   readonly twepoch: number
+  /**
+   * Issues with another worker id from now on (a recyclable lease claimed a new one), and
+   * nothing for a millisecond before `notBefore` (that id's previous holder's last one).
+   */
+  rebind (workerId: number, notBefore: number): void
   /** Synchronous except while the clock is waited out. */
   next (key?: string): bigint | Promise<bigint>
   nextBatch (key: string, count: number): bigint[] | Promise<bigint[]>
@@ -79,14 +86,12 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
     clock = Date.now,
     sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
     random = (n) => Math.floor(Math.random() * n),
-    notBefore = 0,
+    notBefore: firstAllowed = 0,
     maxRestartWaitMs = Infinity,
     guard = UNGUARDED,
     onClockBackwards,
   } = options
-  if (!Number.isInteger(workerId) || workerId < 0 || workerId > MAX_WORKER_ID) {
-    throw new RangeError(`worker id ${workerId} is outside [0, ${MAX_WORKER_ID}]`)
-  }
+  checkWorkerId(workerId)
   const sinceEpoch = clock() - twepoch
   if (sinceEpoch < 0 || sinceEpoch >= MAX_TIMESTAMP_MS) {
     throw new StartRefused(`leaf.snowflake.twepoch ${twepoch} must lie in the past, less than 2^41 ms (about 69 years) ago`)
@@ -95,11 +100,15 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
   let sequence = 0
   // The high bits of every ID of the current millisecond, built once per millisecond.
   let msBits = 0n
-  const workerBits = BigInt(workerId) << WORKER_SHIFT
+  let currentWorkerId = workerId
+  let workerBits = BigInt(workerId) << WORKER_SHIFT
+  let notBefore = firstAllowed
+  const check = guard.check?.bind(guard)
 
   function beginMillisecond (ts: number, seq: number): void {
     // A fraction of a millisecond would spill into the worker bits below.
     if (!Number.isInteger(ts)) throw new RangeError(`the clock gave ${ts}, not whole milliseconds`)
+    check?.(ts)
     lastTimestamp = ts
     sequence = seq
     // One BigInt conversion per millisecond, no shift: each is a heap allocation.
@@ -125,6 +134,7 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
           ts = clock()
           if (ts < lastTimestamp) return false
         }
+        if (ts < notBefore) return false
         if (ts > guard.issuableUntil) guard.extend(ts)
         beginMillisecond(ts, random(SEQUENCE_START_SPREAD))
       }
@@ -199,13 +209,29 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
     return fillRanges(ranges, taken + 1, count)
   }
 
+  function rebind (id: number, from: number): void {
+    checkWorkerId(id)
+    currentWorkerId = id
+    workerBits = BigInt(id) << WORKER_SHIFT
+    notBefore = Math.max(notBefore, from)
+    // The current millisecond's IDs carry the old worker id: the next ID begins a new one.
+    sequence = SEQUENCE_MASK
+  }
+
   return {
-    workerId,
+    get workerId () { return currentWorkerId },
     twepoch,
+    rebind,
     next,
     nextBatch,
     nextRanges,
     decode: (id) => decodeSnowflakeId(id, twepoch),
+  }
+}
+
+function checkWorkerId (workerId: number): void {
+  if (!Number.isInteger(workerId) || workerId < 0 || workerId > MAX_WORKER_ID) {
+    throw new RangeError(`worker id ${workerId} is outside [0, ${MAX_WORKER_ID}]`)
   }
 }
 

@@ -36,6 +36,8 @@ export interface WorkerLeaseOptions {
   ip: string
   port: number
   staticWorkerId: number
+  /** What the status calls a configured worker id: `static`, or `statefulset` (the host name's ordinal). */
+  staticSource?: 'static' | 'statefulset'
   /** Empty: `<tmpdir>/<name>/leafconf/<port>`, as Java Leaf. */
   cacheDir: string
   heartbeatIntervalMs: number
@@ -46,7 +48,7 @@ export interface WorkerLeaseOptions {
   logger: Logger
 }
 
-export type LeaseSource = 'zookeeper' | 'cache' | 'static'
+export type LeaseSource = 'zookeeper' | 'cache' | 'static' | 'statefulset' | 'db-lease' | 'zookeeper-lease'
 
 export interface LeaseStatus {
   source: LeaseSource
@@ -59,6 +61,11 @@ export interface LeaseStatus {
   foreverPath: string | undefined
   temporaryPath: string | undefined
   cacheFile: string
+  /** The recyclable sources: where the pool is, its range, the lease's end and its issuedUntil. */
+  pool?: string
+  range?: [number, number]
+  leaseExpiresAt?: number | undefined
+  issuedUntil?: number
 }
 
 export interface WorkerLease extends IssueGuard {
@@ -68,6 +75,8 @@ export interface WorkerLease extends IssueGuard {
   status (): LeaseStatus
   /** Told when the ZooKeeper connection comes or goes. */
   onConnectionChange?: (connected: boolean) => void
+  /** Set by the mode: told when the lease moves to another worker id (a recyclable lease claimed again). */
+  onWorkerChange?: ((workerId: number, notBefore: number) => void) | undefined
   close (): Promise<void>
 }
 
@@ -78,16 +87,17 @@ export interface WorkerLease extends IssueGuard {
  * is written before the lease is returned, whatever the source.
  */
 export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<WorkerLease> {
-  const cacheDir = o.cacheDir || join(tmpdir(), o.name, 'leafconf', String(o.port))
+  const cacheDir = workerCacheDir(o)
   const cacheFile = join(cacheDir, CACHE_FILE)
   const cached = readWorkerCache(cacheDir)
   const now = o.clock()
 
   if (o.zkAddress === '') {
-    o.logger.warn({ workerId: o.staticWorkerId }, 'snowflake without ZooKeeper: leaf.snowflake.worker.id must be unique per instance')
+    const source = o.staticSource ?? 'static'
+    if (source === 'static') o.logger.warn({ workerId: o.staticWorkerId }, 'snowflake without ZooKeeper: leaf.snowflake.worker.id must be unique per instance')
     const last = cached?.workerId === o.staticWorkerId ? cached.lastTimestamp : undefined
     refuseIfAhead(last, now, `the worker-id cache ${cacheFile}`)
-    return new Lease(o, cacheDir, 'static', o.staticWorkerId, restartWindow(last, o), undefined).start()
+    return new Lease(o, cacheDir, source, o.staticWorkerId, restartWindow(last, o), undefined).start()
   }
 
   if (o.port === 0) {
@@ -126,6 +136,11 @@ export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<Worker
     await closeZookeeper(client)
     throw err
   }
+}
+
+/** The cache file's folder: as configured, or `<tmpdir>/<name>/leafconf/<port>` as Java Leaf. */
+export function workerCacheDir (o: { cacheDir: string, name: string, port: number }): string {
+  return o.cacheDir || join(tmpdir(), o.name, 'leafconf', String(o.port))
 }
 
 interface ZkPaths { ip: string, address: string, forever: string, prefix: string, temporary: string, own: string | undefined }

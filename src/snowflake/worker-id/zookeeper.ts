@@ -74,6 +74,10 @@ export function isNoNode (err: unknown): boolean {
   return hasCode(err, zookeeper.Exception.NO_NODE)
 }
 
+export function isBadVersion (err: unknown): boolean {
+  return hasCode(err, zookeeper.Exception.BAD_VERSION)
+}
+
 export function isNodeExists (err: unknown): boolean {
   return hasCode(err, zookeeper.Exception.NODE_EXISTS)
 }
@@ -93,6 +97,17 @@ export const zk = {
       throw err
     }
   },
+  /** The node's data and stat, or undefined when there is none. */
+  async getWithStat (c: Client, path: string): Promise<{ data: Buffer | undefined, stat: zookeeper.Stat } | undefined> {
+    try {
+      return await new Promise((resolve, reject) => c.getData(path, (err, data, stat) => err ? reject(err) : resolve({ data, stat })))
+    } catch (err) {
+      if (isNoNode(err)) return undefined
+      throw err
+    }
+  },
+  /** Runs a multi-operation transaction: all of its operations, or none. */
+  commit: (t: zookeeper.Transaction) => call<unknown>((cb) => t.commit(cb)),
   setData: (c: Client, path: string, data: string) => call<unknown>((cb) => c.setData(path, Buffer.from(data), cb)),
   create: (c: Client, path: string, data: string, mode: number) => call<string>((cb) => c.create(path, Buffer.from(data), mode, cb)),
   remove: (c: Client, path: string) => call<void>((cb) => c.remove(path, (err) => cb(err, undefined))),

@@ -1,0 +1,382 @@
+import { randomUUID } from 'node:crypto'
+import { join } from 'node:path'
+import { LeafError } from '../../errors.js'
+import type { Logger } from '../../logger.js'
+import { sleep, withTimeout } from '../../timers.js'
+import { CACHE_FILE, readWorkerCache, writeWorkerCache } from './cache-file.js'
+import { LeaseRefused, type LeaseStatus, type WorkerLease } from './worker-lease.js'
+
+// The lease protocol of the recyclable sources (db-lease, zookeeper-lease), over any store
+// that offers the LeasePool operations. docs/worker-ids.md argues each rule; in short:
+//
+// - A claim is one conditional write in the store (LeasePool.claim): two claimants of one
+//   id cannot both win.
+// - The store judges expiry by its own clock. A renewal sent at monotonic time t makes the
+//   lease run at least until t + TTL (the store dates it when it runs, after t). The holder
+//   stops issuing at t + TTL - margin by its monotonic clock, checked before every new
+//   millisecond (check()): it has stopped before anyone can claim the id.
+// - Every renewal records `issuedUntil`, the last millisecond the holder may issue before
+//   that fence, and the holder never issues past the last one the store confirmed. A new
+//   holder issues nothing at or before the recorded value.
+// - A clean stop stops issuing, then writes the millisecond it actually reached and frees
+//   the id: the next holder waits for that millisecond only.
+
+/** One worker id of a pool, as the store sees it now. */
+export interface PoolSlot {
+  workerId: number
+  /** free: never leased, or released; expired: its holder's lease ran out; held: leased now. */
+  state: 'free' | 'expired' | 'held'
+  /** Held: ms until it expires; expired: ms since it did (negative); by the store's clock. */
+  expiresInMs: number
+}
+
+export interface Claimed {
+  /** The last millisecond the id's previous holders may have issued (0: none). */
+  issuedUntil: number
+  /** The claim (owner) that recorded it, when the store keeps that. */
+  by?: string | undefined
+}
+
+/** The store side of the lease protocol. `owner` names one claim of one instance. */
+export interface LeasePool {
+  /** Where the pool lives, for logs and the status (never a password). */
+  readonly where: string
+  /** The lease time the store grants (ZooKeeper may negotiate another session timeout). */
+  ttlMs (): number
+  /** The slots in [min, max] the store knows; an id not listed was never leased. */
+  list (min: number, max: number): Promise<PoolSlot[]>
+  /** Takes `workerId` for `owner` when it is free, expired or already `owner`'s: one atomic write. */
+  claim (workerId: number, owner: string, address: string): Promise<Claimed | undefined>
+  /** Extends `owner`'s lease and raises its issuedUntil; false when the id is no longer `owner`'s. */
+  renew (workerId: number, owner: string, issuedUntil: number): Promise<boolean>
+  /** Frees the id when it is `owner`'s, setting issuedUntil to the millisecond actually reached. */
+  release (workerId: number, owner: string, issuedUntil: number): Promise<void>
+  close (): Promise<void>
+}
+
+export type RecyclableSource = 'db-lease' | 'zookeeper-lease'
+
+export interface RecyclableLeaseOptions {
+  source: RecyclableSource
+  pool: LeasePool
+  /** ip:port, recorded with the lease for operators. */
+  address: string
+  min: number
+  max: number
+  cacheDir: string
+  heartbeatIntervalMs: number
+  maxClockDriftMs: number
+  clock: () => number
+  /** Monotonic milliseconds; performance.now by default. */
+  monotonic?: () => number
+  logger: Logger
+  /** Told of every claim attempt's result, and of every fence. */
+  onClaim?: (result: ClaimResult) => void
+  onLost?: () => void
+}
+
+export type ClaimResult = 'claimed' | 'reclaimed' | 'conflict' | 'drift' | 'exhausted' | 'error'
+
+/** The part of the TTL kept back from the fence, for clock rates and the check's granularity. */
+export function fenceMarginMs (ttlMs: number): number {
+  return Math.max(50, Math.round(ttlMs / 10))
+}
+
+/** A poll of an exhausted pool waits at least this long. */
+const EXHAUSTED_POLL_MS = 100
+
+/**
+ * Claims a worker id from `pool` and keeps it leased (see the notes above). Refuses the start
+ * (LeaseRefused) when the pool stays exhausted past one TTL.
+ */
+export async function acquireRecyclableLease (o: RecyclableLeaseOptions): Promise<RecyclableLease> {
+  const lease = new RecyclableLease(o)
+  try {
+    await lease.claimAtStart()
+  } catch (err) {
+    await lease.close()
+    throw err
+  }
+  lease.start()
+  return lease
+}
+
+export class RecyclableLease implements WorkerLease {
+  workerId = -1
+  notBefore = 0
+  issuableUntil = -Infinity
+  /** Told when a new claim changes the worker id or the first millisecond allowed. */
+  onWorkerChange: ((workerId: number, notBefore: number) => void) | undefined
+  private readonly owner = randomUUID()
+  private readonly monotonic: () => number
+  private readonly cacheFile: string
+  /** Monotonic time by which issuing stops, unless a renewal confirms more. */
+  private fenceAt = -Infinity
+  /** The wall clock's estimate of the lease's end, for the status. */
+  private expiresAt: number | undefined
+  /** The last issuedUntil the store confirmed. */
+  private recorded = 0
+  /** The newest millisecond this instance let the generator begin. */
+  private admitted = 0
+  private unavailable: string | undefined = 'no worker id claimed yet'
+  private timer: NodeJS.Timeout | undefined
+  private fenceTimer: NodeJS.Timeout | undefined
+  private beating = false
+  private closed = false
+  /** The store gave our id to another instance: lease one again. */
+  private taken = false
+  private lastRenewal: number | undefined
+  private lastServed = -1
+
+  constructor (private readonly o: RecyclableLeaseOptions) {
+    this.monotonic = o.monotonic ?? (() => performance.now())
+    this.cacheFile = join(o.cacheDir, CACHE_FILE)
+  }
+
+  private get ttl (): number { return this.o.pool.ttlMs() }
+  /** How long after a renewal was sent issuing may go on. */
+  private get window (): number { return this.ttl - fenceMarginMs(this.ttl) }
+
+  /** Before every new millisecond: refuses once the lease may have run out (a pause, a partition). */
+  check (ms: number): void {
+    if (this.monotonic() >= this.fenceAt) this.fence('no renewal confirmed within the lease time')
+    if (this.unavailable !== undefined) throw this.lostError()
+    if (ms > this.admitted) this.admitted = ms
+  }
+
+  /** The clock passed the last recorded issuedUntil (it jumped ahead): nothing past it. */
+  extend (ms: number): void {
+    if (this.unavailable === undefined) this.renewSoon()
+    throw new LeafError('WORKER_LEASE_LOST', this.unavailable !== undefined
+      ? `This instance lost its worker-id lease (${this.unavailable}); no snowflake ID until it leases one again.`
+      : `The clock (${ms}) passed the last millisecond this lease recorded (${this.recorded}); no snowflake ID until a renewal records more.`)
+  }
+
+  private lostError (): LeafError {
+    return new LeafError('WORKER_LEASE_LOST', `This instance lost its worker-id lease (${this.unavailable ?? ''}); no snowflake ID until it leases one again.`)
+  }
+
+  /** Stops issuing at once. */
+  private fence (why: string): void {
+    this.issuableUntil = -Infinity
+    this.fenceAt = -Infinity
+    if (this.unavailable !== undefined) return
+    this.unavailable = why
+    this.o.onLost?.()
+    this.o.logger.warn({ workerId: this.workerId, why }, 'worker-id lease lost: snowflake issuing stopped')
+  }
+
+  /** At start: claims an id, waiting for an exhausted pool's oldest lease up to one TTL. */
+  async claimAtStart (): Promise<void> {
+    const deadline = this.monotonic() + this.ttl
+    while (true) {
+      const soonest = await this.claimOnce()
+      if (soonest === undefined) return
+      const waitMs = Math.max(EXHAUSTED_POLL_MS, soonest)
+      if (this.monotonic() + waitMs > deadline) {
+        this.o.onClaim?.('exhausted')
+        throw new LeaseRefused(`every worker id of ${this.o.pool.where} in [${this.o.min}, ${this.o.max}] (${this.o.max - this.o.min + 1} ids) is leased, ` +
+          `and none expires within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): stop an instance, or widen leaf.snowflake.worker-id.min/max`)
+      }
+      this.o.logger.warn({ waitMs, pool: this.o.pool.where }, 'every worker id is leased: waiting for the oldest lease to expire')
+      await sleep(waitMs)
+    }
+  }
+
+  /**
+   * One pass over the pool: the id held last, then the lowest free id, then the one that
+   * expired longest ago. Resolves undefined once an id is ours, or the ms until the soonest
+   * lease expires when none could be taken.
+   */
+  private async claimOnce (): Promise<number | undefined> {
+    const { min, max, pool } = this.o
+    const slots = await pool.list(min, max)
+    const known = new Map(slots.map((s) => [s.workerId, s]))
+    const free: number[] = []
+    for (let id = min; id <= max; id++) if (known.get(id)?.state !== 'held' && known.get(id)?.state !== 'expired') free.push(id)
+    const expired = slots.filter((s) => s.state === 'expired').sort((a, b) => a.expiresInMs - b.expiresInMs).map((s) => s.workerId)
+    const cached = readWorkerCache(this.o.cacheDir)
+    const last = this.workerId >= 0 ? this.workerId : cached?.workerId
+    const candidates = [...new Set([...(last !== undefined && last >= min && last <= max ? [last] : []), ...free, ...expired])]
+    for (const id of candidates) {
+      const sentAt = this.monotonic()
+      const claimed = await pool.claim(id, this.owner, this.o.address)
+      if (claimed === undefined) {
+        this.o.onClaim?.('conflict')
+        continue
+      }
+      if (await this.handOver(id, claimed, sentAt)) return undefined
+    }
+    const held = slots.filter((s) => s.state === 'held').map((s) => s.expiresInMs)
+    return held.length === 0 ? 0 : Math.min(...held)
+  }
+
+  /**
+   * The id is ours in the store: wait for its previous holders' last millisecond (bounded by
+   * max-clock-drift-ms; beyond that the id goes back and the next one is tried), record our
+   * own issuedUntil, and serve.
+   */
+  private async handOver (id: number, claimed: Claimed, sentAt: number): Promise<boolean> {
+    // Recorded by this very lease (a ZooKeeper session that expired): what counts is the
+    // millisecond it actually reached, not the one it was allowed.
+    const last = claimed.by === this.owner ? Math.min(claimed.issuedUntil, this.admitted) : claimed.issuedUntil
+    claimed = { ...claimed, issuedUntil: last }
+    const waitMs = claimed.issuedUntil + 1 - this.o.clock()
+    if (waitMs > this.o.maxClockDriftMs) {
+      this.o.logger.warn({ workerId: id, issuedUntil: claimed.issuedUntil, waitMs, maxClockDriftMs: this.o.maxClockDriftMs },
+        'the previous holder of this worker id may have issued IDs further ahead than leaf.snowflake.max-clock-drift-ms: trying another id')
+      this.o.onClaim?.('drift')
+      await this.o.pool.release(id, this.owner, claimed.issuedUntil).catch(() => {})
+      return false
+    }
+    if (waitMs > 0) {
+      this.o.logger.info({ workerId: id, issuedUntil: claimed.issuedUntil, waitMs }, 'waiting for the previous holder\'s last millisecond')
+      await sleep(waitMs)
+      // A timer may fire a little early by the wall clock.
+      while (this.o.clock() <= claimed.issuedUntil) await sleep(1)
+    }
+    if (this.closed) {
+      await this.o.pool.release(id, this.owner, claimed.issuedUntil).catch(() => {})
+      return true
+    }
+    const previous = this.workerId
+    this.workerId = id
+    this.notBefore = claimed.issuedUntil + 1
+    this.taken = false
+    // The claim ran after sentAt: the lease lasts at least until sentAt + TTL.
+    if (!await this.renew(sentAt)) {
+      await this.o.pool.release(id, this.owner, claimed.issuedUntil).catch(() => {})
+      this.o.onClaim?.('error')
+      return false
+    }
+    this.o.onClaim?.(previous === -1 ? 'claimed' : 'reclaimed')
+    this.o.logger.info({ workerId: id, pool: this.o.pool.where, previousIssuedUntil: claimed.issuedUntil, issuedUntil: this.recorded },
+      previous === -1 ? 'worker id leased' : 'worker id leased again')
+    try {
+      writeWorkerCache(this.o.cacheDir, { workerId: id, lastTimestamp: this.o.clock(), address: this.o.address })
+    } catch (err) {
+      this.o.logger.warn({ err: (err as Error).message, file: this.cacheFile }, 'worker-id cache not written: the next start may take another id')
+    }
+    this.onWorkerChange?.(id, this.notBefore)
+    return true
+  }
+
+  /**
+   * Extends the lease and records the millisecond issuing may reach before the fence this
+   * renewal sets. `claimSentAt`: the claim that took the id was sent then (a lower bound).
+   */
+  private async renew (claimSentAt?: number): Promise<boolean> {
+    const sentAt = this.monotonic()
+    const until = Math.max(this.o.clock(), this.admitted) + this.window
+    let ok: boolean
+    try {
+      ok = await withTimeout(this.o.pool.renew(this.workerId, this.owner, until), this.window, `no answer from ${this.o.pool.where} within ${this.window} ms`)
+    } catch (err) {
+      this.o.logger.warn({ workerId: this.workerId, err: (err as Error).message }, 'worker-id lease not renewed: retried at the next heartbeat')
+      return false
+    }
+    if (this.closed) return false
+    if (!ok) {
+      const why = `worker id ${this.workerId} is no longer leased to this instance in ${this.o.pool.where}`
+      this.fence(why)
+      this.unavailable = why
+      this.taken = true
+      return false
+    }
+    const from = Math.min(sentAt, claimSentAt ?? sentAt)
+    this.fenceAt = Math.max(this.fenceAt, from + this.window)
+    this.recorded = Math.max(this.recorded, until)
+    if (this.monotonic() >= this.fenceAt) {
+      // The answer came after the fence it set (this process was paused meanwhile): it
+      // proves nothing about now. The next renewal is sent from here.
+      this.fence('no renewal confirmed within the lease time')
+      return false
+    }
+    this.expiresAt = this.o.clock() - (this.monotonic() - from) + this.ttl
+    this.lastRenewal = this.o.clock()
+    if (this.unavailable !== undefined && this.workerId === this.lastServed) {
+      this.o.logger.info({ workerId: this.workerId }, 'worker-id lease renewed: snowflake issuing resumed')
+    }
+    this.lastServed = this.workerId
+    this.unavailable = undefined
+    this.issuableUntil = this.recorded
+    this.armFenceTimer()
+    return true
+  }
+
+  /** The per-millisecond check is what stops issuing; this timer only tells the status and the log in time. */
+  private armFenceTimer (): void {
+    clearTimeout(this.fenceTimer)
+    this.fenceTimer = setTimeout(() => {
+      if (this.monotonic() >= this.fenceAt) this.fence('no renewal confirmed within the lease time')
+    }, Math.max(0, this.fenceAt - this.monotonic()) + 1)
+    this.fenceTimer.unref()
+  }
+
+  start (): void {
+    this.timer = setInterval(() => { this.heartbeat().catch(() => {}) }, this.o.heartbeatIntervalMs)
+    this.timer.unref()
+  }
+
+  private renewSoon (): void {
+    setImmediate(() => { this.heartbeat().catch(() => {}) })
+  }
+
+  /** Renews; a lease another instance took is claimed again (any id), with no restart. */
+  async heartbeat (): Promise<void> {
+    if (this.closed || this.beating) return
+    this.beating = true
+    try {
+      if (!this.taken) {
+        if (await this.renew()) return
+        if (!this.taken) return
+      }
+      // Another instance holds our id now: lease any id again.
+      const soonest = await this.claimOnce().catch((err: Error) => {
+        this.o.logger.warn({ err: err.message }, 'worker-id claim failed: retried at the next heartbeat')
+        return -1
+      })
+      if (soonest !== undefined && soonest >= 0) this.o.logger.warn({ pool: this.o.pool.where }, 'no worker id free to lease again: retried at the next heartbeat')
+    } finally {
+      this.beating = false
+    }
+  }
+
+  status (): LeaseStatus {
+    return {
+      source: this.o.source,
+      workerId: this.workerId,
+      zookeeperConnected: false,
+      unavailable: this.unavailable,
+      lastHeartbeat: this.lastRenewal,
+      foreverPath: undefined,
+      temporaryPath: undefined,
+      cacheFile: this.cacheFile,
+      pool: this.o.pool.where,
+      range: [this.o.min, this.o.max],
+      leaseExpiresAt: this.unavailable === undefined ? this.expiresAt : undefined,
+      issuedUntil: this.recorded,
+    }
+  }
+
+  async close (): Promise<void> {
+    if (this.closed) return
+    // Issue nothing more, then hand the id back with the millisecond actually reached.
+    this.closed = true
+    this.issuableUntil = -Infinity
+    this.fenceAt = -Infinity
+    this.unavailable = 'the lease is closed'
+    clearInterval(this.timer)
+    clearTimeout(this.fenceTimer)
+    if (this.workerId >= 0) {
+      const reached = Math.max(this.o.clock(), this.admitted, this.notBefore - 1)
+      try {
+        await withTimeout(this.o.pool.release(this.workerId, this.owner, reached), this.window, 'release not answered')
+        this.o.logger.info({ workerId: this.workerId, issuedUntil: reached }, 'worker-id lease released')
+      } catch (err) {
+        this.o.logger.warn({ workerId: this.workerId, err: (err as Error).message }, 'worker-id lease not released: it expires after its TTL')
+      }
+    }
+    await this.o.pool.close()
+  }
+}

@@ -1,0 +1,92 @@
+import type { Config } from '../../config/load-config.js'
+import type { Logger } from '../../logger.js'
+import { createDbLeasePool } from './db-lease-pool.js'
+import { firstNonLoopbackIPv4 } from './local-ip.js'
+import { acquireRecyclableLease, type ClaimResult, type LeasePool } from './recyclable-lease.js'
+import { acquireWorkerLease, LeaseRefused, workerCacheDir, type WorkerLease } from './worker-lease.js'
+import { createZookeeperLeasePool } from './zookeeper-lease-pool.js'
+
+// Where the worker id comes from (leaf.snowflake.worker-id.source). Every source returns a
+// WorkerLease, so the generator and the routes never know which one is in use.
+
+export interface SourceHooks {
+  clock: () => number
+  onLeaseClaim?: (result: ClaimResult) => void
+  onLeaseLost?: () => void
+}
+
+/** `leaf-3` -> 3: a StatefulSet pod's ordinal, the digits after the host name's last dash. */
+export function ordinalOf (hostname: string): number | undefined {
+  const match = /-(\d{1,4})$/.exec(hostname)
+  return match === null ? undefined : Number(match[1])
+}
+
+export async function acquireWorkerId (config: Config, logger: Logger, hooks: SourceHooks): Promise<WorkerLease> {
+  const s = config.snowflake
+  const common = {
+    name: config.name,
+    ip: s.ip,
+    port: s.port,
+    cacheDir: s.cacheDir,
+    heartbeatIntervalMs: s.heartbeatIntervalMs,
+    maxClockDriftMs: s.maxClockDriftMs,
+    zkConnectTimeoutMs: s.zkConnectTimeoutMs,
+    zkSessionTimeoutMs: s.zkSessionTimeoutMs,
+    clock: hooks.clock,
+    logger,
+  }
+  const source = s.workerIdSource
+  if (source === 'db-lease' || source === 'zookeeper-lease') {
+    const pool: LeasePool = source === 'db-lease'
+      ? await createDbLeasePool({ store: config.segment.store, pool: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: config.segment.connectTimeoutMs, queryTimeoutMs: config.segment.queryTimeoutMs })
+      : await createZookeeperLeasePool({ address: s.zkAddress, name: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: s.zkConnectTimeoutMs, logger })
+    return acquireRecyclableLease({
+      source,
+      pool,
+      address: `${s.ip || firstNonLoopbackIPv4() || '127.0.0.1'}:${s.port}`,
+      min: s.workerIdMin,
+      max: s.workerIdMax,
+      cacheDir: workerCacheDir(common),
+      heartbeatIntervalMs: s.heartbeatIntervalMs,
+      maxClockDriftMs: s.maxClockDriftMs,
+      clock: hooks.clock,
+      logger,
+      onClaim: hooks.onLeaseClaim,
+      onLost: hooks.onLeaseLost,
+    })
+  }
+
+  let staticWorkerId = s.workerId
+  if (source === 'statefulset') {
+    const hostname = s.hostname || process.env.HOSTNAME || ''
+    const ordinal = ordinalOf(hostname)
+    if (ordinal === undefined) {
+      throw new LeaseRefused(`the statefulset source takes the worker id from the ordinal at the end of the host name (leaf-3 -> 3), and "${hostname}" has none: ` +
+        'set leaf.snowflake.worker-id.hostname, or run as a StatefulSet pod')
+    }
+    staticWorkerId = ordinal
+  }
+  // Checked before anything is written: a static id out of range never reaches the cache.
+  if (source !== 'zookeeper') refuseOutOfRange(staticWorkerId, config, source)
+  const lease = await acquireWorkerLease({
+    ...common,
+    zkAddress: source === 'zookeeper' ? s.zkAddress : '',
+    staticWorkerId,
+    staticSource: source === 'statefulset' ? 'statefulset' : 'static',
+  })
+  try {
+    refuseOutOfRange(lease.workerId, config, source)
+  } catch (err) {
+    await lease.close()
+    throw err
+  }
+  return lease
+}
+
+function refuseOutOfRange (workerId: number, config: Config, source: string): void {
+  const { workerIdMin: min, workerIdMax: max } = config.snowflake
+  if (workerId < min || workerId > max) {
+    throw new LeaseRefused(`worker id ${workerId} from the ${source} source is outside [${min}, ${max}] ` +
+      '(leaf.snowflake.worker-id.min and leaf.snowflake.worker-id.max): another range, or another ID space, may use it')
+  }
+}

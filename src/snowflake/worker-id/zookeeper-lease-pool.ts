@@ -1,0 +1,145 @@
+import type { Logger } from '../../logger.js'
+import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
+import { LeaseRefused } from './worker-lease.js'
+import {
+  CreateMode, closeZookeeper, createZookeeper, isNoNode, isNodeExists, sessionIdOf, waitConnected, zk, type Client,
+} from './zookeeper.js'
+
+// The zookeeper-lease pool, under /snowflake/<leaf.name>/lease:
+// - holders/<id>: an ephemeral node per leased id. Creating it is the claim; ZooKeeper deletes
+//   it when the holder's session expires, judged by ZooKeeper's clock: the lease's TTL is the
+//   session timeout.
+// - issued/<id>: a persistent node per id ever leased, with the last millisecond its holders
+//   may have issued. Only the holder writes it, in a transaction that also checks that its
+//   holder node exists: a holder whose session expired can write nothing any more.
+
+export interface ZookeeperLeasePoolOptions {
+  address: string
+  name: string
+  /** The session timeout asked for; ZooKeeper may grant another within its bounds. */
+  ttlMs: number
+  connectTimeoutMs: number
+  logger: Logger
+}
+
+interface Issued { issuedUntil: number, by: string | undefined, released: boolean }
+
+function parseIssued (data: Buffer | undefined): Issued {
+  try {
+    const v = JSON.parse(data?.toString('utf8') ?? '{}') as { issuedUntil?: unknown, by?: unknown, released?: unknown }
+    return {
+      issuedUntil: typeof v.issuedUntil === 'number' && Number.isFinite(v.issuedUntil) ? v.issuedUntil : 0,
+      by: typeof v.by === 'string' ? v.by : undefined,
+      released: v.released === true,
+    }
+  } catch {
+    return { issuedUntil: 0, by: undefined, released: false }
+  }
+}
+
+export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): Promise<LeasePool> {
+  const base = `/snowflake/${o.name}/lease`
+  const holders = `${base}/holders`
+  const issued = `${base}/issued`
+  let closed = false
+  let client = connect()
+
+  function connect (): Client {
+    const c = createZookeeper(o.address, o.ttlMs)
+    c.on('expired', () => {
+      if (closed || client !== c) return
+      // Our holder node went with the session: the lease finds it gone and claims again.
+      o.logger.warn('ZooKeeper session of the worker-id lease expired: reconnecting with a new session')
+      client = connect()
+    })
+    return c
+  }
+
+  if (!await waitConnected(client, o.connectTimeoutMs)) {
+    closed = true
+    await closeZookeeper(client)
+    throw new LeaseRefused(`ZooKeeper at ${o.address} did not answer within ${o.connectTimeoutMs} ms: the zookeeper-lease source cannot lease a worker id without it`)
+  }
+  await zk.mkdirp(client, holders)
+  await zk.mkdirp(client, issued)
+
+  /** Our holder node of `workerId`, with its version, or undefined when the id is not ours. */
+  async function ownHolder (c: Client, workerId: number, owner: string): Promise<number | undefined> {
+    const node = await zk.getWithStat(c, `${holders}/${workerId}`)
+    if (node === undefined) return undefined
+    const mine = `0x${node.stat.ephemeralOwner.toString('hex')}` === sessionIdOf(c)
+    const data = JSON.parse(node.data?.toString('utf8') ?? '{}') as { owner?: unknown }
+    return mine && data.owner === owner ? node.stat.version : undefined
+  }
+
+  /** Writes issued/<id> if `owner` still holds the id; false when it does not. */
+  async function writeIssued (workerId: number, owner: string, next: (current: Issued) => Issued, thenRemove: boolean): Promise<boolean> {
+    const c = client
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const holderVersion = await ownHolder(c, workerId, owner)
+      if (holderVersion === undefined) return false
+      const node = await zk.getWithStat(c, `${issued}/${workerId}`)
+      const data = Buffer.from(JSON.stringify(next(parseIssued(node?.data))))
+      const t = c.transaction().check(`${holders}/${workerId}`, holderVersion)
+      if (node === undefined) t.create(`${issued}/${workerId}`, data, CreateMode.PERSISTENT)
+      else t.setData(`${issued}/${workerId}`, data, node.stat.version)
+      if (thenRemove) t.remove(`${holders}/${workerId}`, holderVersion)
+      else t.setData(`${holders}/${workerId}`, Buffer.from(JSON.stringify({ owner, at: Date.now() })), holderVersion)
+      try {
+        await zk.commit(t)
+        return true
+      } catch (err) {
+        // The holder node is gone (the id is no longer ours) or issued/<id> changed meanwhile: look again.
+        o.logger.debug({ err: (err as Error).message, workerId }, 'worker-id lease transaction failed: checked again')
+      }
+    }
+    return false
+  }
+
+  const ttlMs = (): number => client.getSessionTimeout() > 0 ? client.getSessionTimeout() : o.ttlMs
+  return {
+    where: `zookeeper://${o.address}${base}`,
+    ttlMs,
+    async list (min, max): Promise<PoolSlot[]> {
+      const c = client
+      const held = new Set((await zk.getChildren(c, holders)).map(Number))
+      const ids = new Set([...held, ...(await zk.getChildren(c, issued)).map(Number)])
+      const inRange = [...ids].filter((id) => Number.isInteger(id) && id >= min && id <= max)
+      const now = Date.now()
+      return Promise.all(inRange.map(async (workerId): Promise<PoolSlot> => {
+        // A live holder renews every heartbeat; its session ends at most one timeout after the last.
+        if (held.has(workerId)) return { workerId, state: 'held', expiresInMs: Math.min(1000, ttlMs()) }
+        const node = await zk.getWithStat(c, `${issued}/${workerId}`)
+        const record = parseIssued(node?.data)
+        if (node === undefined || record.released) return { workerId, state: 'free', expiresInMs: 0 }
+        // Expired: ordered by when its last holder last wrote it, by ZooKeeper's clock.
+        const mtime = Number(node.stat.mtime.readBigInt64BE(0))
+        return { workerId, state: 'expired', expiresInMs: mtime - now }
+      }))
+    },
+    async claim (workerId, owner, address): Promise<Claimed | undefined> {
+      const c = client
+      try {
+        await zk.create(c, `${holders}/${workerId}`, JSON.stringify({ owner, address, at: Date.now() }), CreateMode.EPHEMERAL)
+      } catch (err) {
+        if (!isNodeExists(err)) throw err
+        if (await ownHolder(c, workerId, owner) === undefined) return undefined
+      }
+      const record = parseIssued(await zk.getData(c, `${issued}/${workerId}`).catch((err: unknown) => {
+        if (isNoNode(err)) return undefined
+        throw err
+      }))
+      return { issuedUntil: record.issuedUntil, by: record.by }
+    },
+    renew (workerId, owner, issuedUntil) {
+      return writeIssued(workerId, owner, (current) => ({ issuedUntil: Math.max(current.issuedUntil, issuedUntil), by: owner, released: false }), false)
+    },
+    async release (workerId, owner, issuedUntil) {
+      await writeIssued(workerId, owner, () => ({ issuedUntil, by: owner, released: true }), true)
+    },
+    async close () {
+      closed = true
+      await closeZookeeper(client)
+    },
+  }
+}
