@@ -265,6 +265,45 @@ t.test('every variable the replicas get is a configuration key; both modes on; d
   t.same(first, second, 'the replicas differ only in identity')
 })
 
+// --- Kubernetes examples (config/kubernetes) ----------------------------------------------
+
+interface K8sEnv { name: string, value?: string, valueFrom?: unknown }
+interface K8sWorkload {
+  kind: string
+  spec: { template: { spec: { terminationGracePeriodSeconds?: number, containers: Array<{ env: K8sEnv[], readinessProbe?: { httpGet?: { path?: string } } }> } } }
+}
+
+function workload (file: string): { env: Record<string, string>, fromCluster: string[], doc: K8sWorkload } {
+  const doc = parseYaml(read(`config/kubernetes/${file}`)) as K8sWorkload
+  const container = doc.spec.template.spec.containers[0]
+  const env: Record<string, string> = {}
+  const fromCluster: string[] = []
+  for (const e of container?.env ?? []) {
+    if (e.value !== undefined) env[e.name] = e.value
+    else fromCluster.push(e.name)
+  }
+  return { env, fromCluster, doc }
+}
+
+t.test('the Kubernetes examples: only configuration keys, a valid configuration, the source each shows', async (t) => {
+  const known = new Set(Object.keys(KEYS).map(envName))
+  const cases = [
+    { file: 'statefulset.yaml', kind: 'StatefulSet', source: 'statefulset', cluster: { LEAF_JDBC_URL: 'mysql://leaf:leaf@db:3306/leaf' } },
+    { file: 'db-lease.yaml', kind: 'Deployment', source: 'db-lease', cluster: { LEAF_JDBC_URL: 'mysql://leaf:leaf@db:3306/leaf', LEAF_SNOWFLAKE_IP: '10.1.2.3' } },
+  ] as const
+  for (const c of cases) {
+    const { env, fromCluster, doc } = workload(c.file)
+    t.equal(doc.kind, c.kind, `${c.file}: a ${c.kind}`)
+    t.same([...Object.keys(env), ...fromCluster].filter((k) => !known.has(k)), [], `${c.file}: no unknown variable`)
+    t.same(fromCluster.sort(), Object.keys(c.cluster).sort(), `${c.file}: what the cluster fills in`)
+    const { config } = loadConfig({ cwd: ROOT, env: { ...env, ...c.cluster } })
+    t.equal(config.snowflake.workerIdSource, c.source, `${c.file}: source ${c.source}`)
+    t.ok(config.snowflake.enabled && config.segment.enabled, `${c.file}: both modes`)
+    t.equal(doc.spec.template.spec.containers[0]?.readinessProbe?.httpGet?.path, '/readyz', `${c.file}: readiness from /readyz`)
+    t.ok((doc.spec.template.spec.terminationGracePeriodSeconds ?? 30) >= 10, `${c.file}: time to release the lease at SIGTERM`)
+  }
+})
+
 t.test('Prometheus scrapes /metrics of both replicas on their container port', async (t) => {
   t.equal(mounts('prometheus').get('/etc/prometheus/prometheus.yml'), './config/prometheus.yml')
   interface ScrapeConfig { job_name: string, metrics_path?: string, static_configs?: { targets: string[] }[] }
