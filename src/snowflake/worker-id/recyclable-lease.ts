@@ -43,6 +43,8 @@ export interface LeasePool {
   readonly where: string
   /** The lease time the store grants (ZooKeeper may negotiate another session timeout). */
   ttlMs (): number
+  /** Whether the store's connection is up now, when it keeps one (ZooKeeper). */
+  connected? (): boolean
   /** The slots in [min, max] the store knows; an id not listed was never leased. */
   list (min: number, max: number): Promise<PoolSlot[]>
   /** Takes `workerId` for `owner` when it is free, expired or already `owner`'s: one atomic write. */
@@ -90,6 +92,13 @@ const EXHAUSTED_POLL_MS = 100
  * (LeaseRefused) when the pool stays exhausted past one TTL.
  */
 export async function acquireRecyclableLease (o: RecyclableLeaseOptions): Promise<RecyclableLease> {
+  const ttl = o.pool.ttlMs()
+  if (ttl < 3 * o.heartbeatIntervalMs) {
+    // ZooKeeper grants a session timeout within its own bounds, whatever was asked for.
+    await o.pool.close()
+    throw new LeaseRefused(`${o.pool.where} grants a lease of ${ttl} ms, less than 3 heartbeat intervals ` +
+      `(leaf.snowflake.heartbeat-interval-ms is ${o.heartbeatIntervalMs}): one late renewal would stop issuing`)
+  }
   const lease = new RecyclableLease(o)
   try {
     await lease.claimAtStart()
@@ -346,7 +355,7 @@ export class RecyclableLease implements WorkerLease {
     return {
       source: this.o.source,
       workerId: this.workerId,
-      zookeeperConnected: false,
+      zookeeperConnected: this.o.pool.connected?.() ?? false,
       unavailable: this.unavailable,
       lastHeartbeat: this.lastRenewal,
       foreverPath: undefined,

@@ -2,7 +2,7 @@ import type { Logger } from '../../logger.js'
 import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
 import { LeaseRefused } from './worker-lease.js'
 import {
-  CreateMode, closeZookeeper, createZookeeper, isNoNode, isNodeExists, sessionIdOf, waitConnected, zk, type Client,
+  CreateMode, closeZookeeper, createZookeeper, isConnected, isNoNode, isNodeExists, sessionIdOf, waitConnected, zk, type Client,
 } from './zookeeper.js'
 
 // The zookeeper-lease pool, under /snowflake/<leaf.name>/lease:
@@ -100,6 +100,7 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
   return {
     where: `zookeeper://${o.address}${base}`,
     ttlMs,
+    connected: () => isConnected(client),
     async list (min, max): Promise<PoolSlot[]> {
       const c = client
       const held = new Set((await zk.getChildren(c, holders)).map(Number))
