@@ -208,13 +208,12 @@ export class RecyclableLease implements WorkerLease {
     const last = this.workerId >= 0 ? this.workerId : cached?.workerId
     const candidates = [...new Set([...(last !== undefined && last >= min && last <= max ? [last] : []), ...free, ...expired])]
     for (const id of candidates) {
-      const sentAt = this.monotonic()
       const claimed = await pool.claim(id, this.owner, this.o.address)
       if (claimed === undefined) {
         this.o.onClaim?.('conflict')
         continue
       }
-      if (await this.handOver(id, claimed, sentAt)) return undefined
+      if (await this.handOver(id, claimed)) return undefined
     }
     const held = slots.filter((s) => s.state === 'held').map((s) => s.expiresInMs)
     return held.length === 0 ? 0 : Math.min(...held)
@@ -225,7 +224,7 @@ export class RecyclableLease implements WorkerLease {
    * max-clock-drift-ms; beyond that the id goes back and the next one is tried), record our
    * own issuedUntil, and serve.
    */
-  private async handOver (id: number, claimed: Claimed, sentAt: number): Promise<boolean> {
+  private async handOver (id: number, claimed: Claimed): Promise<boolean> {
     // Recorded by this very lease (a ZooKeeper session that expired): what counts is the
     // millisecond it actually reached, not the one it was allowed.
     const last = claimed.by === this.owner ? Math.min(claimed.issuedUntil, this.admitted) : claimed.issuedUntil
@@ -252,8 +251,10 @@ export class RecyclableLease implements WorkerLease {
     this.workerId = id
     this.notBefore = claimed.issuedUntil + 1
     this.taken = false
-    // The claim ran after sentAt: the lease lasts at least until sentAt + TTL.
-    if (!await this.renew(sentAt)) {
+    // The first renewal confirms the lease and records our issuedUntil: nothing is issued
+    // before it. (The claim's own expiry may have passed during a long wait above; then the
+    // renewal succeeds only if nobody claimed the id meanwhile.)
+    if (!await this.renew()) {
       await this.o.pool.release(id, this.owner, claimed.issuedUntil).catch(() => {})
       this.o.onClaim?.('error')
       return false
@@ -272,9 +273,9 @@ export class RecyclableLease implements WorkerLease {
 
   /**
    * Extends the lease and records the millisecond issuing may reach before the fence this
-   * renewal sets. `claimSentAt`: the claim that took the id was sent then (a lower bound).
+   * renewal sets: the store runs it after `sentAt`, so the lease lasts until sentAt + TTL.
    */
-  private async renew (claimSentAt?: number): Promise<boolean> {
+  private async renew (): Promise<boolean> {
     const sentAt = this.monotonic()
     const until = Math.max(this.o.clock(), this.admitted) + this.window
     let ok: boolean
@@ -292,7 +293,7 @@ export class RecyclableLease implements WorkerLease {
       this.taken = true
       return false
     }
-    const from = Math.min(sentAt, claimSentAt ?? sentAt)
+    const from = sentAt
     this.fenceAt = Math.max(this.fenceAt, from + this.window)
     this.recorded = Math.max(this.recorded, until)
     if (this.monotonic() >= this.fenceAt) {
