@@ -248,6 +248,7 @@ export class RecyclableLease implements WorkerLease {
       return true
     }
     const previous = this.workerId
+    const previousNotBefore = this.notBefore
     this.workerId = id
     this.notBefore = claimed.issuedUntil + 1
     this.taken = false
@@ -256,6 +257,9 @@ export class RecyclableLease implements WorkerLease {
     // renewal succeeds only if nobody claimed the id meanwhile.)
     if (!await this.renew()) {
       await this.o.pool.release(id, this.owner, claimed.issuedUntil).catch(() => {})
+      // Never served: the next claim counts as claimed or reclaimed against the id served before.
+      this.workerId = previous
+      this.notBefore = previousNotBefore
       this.o.onClaim?.('error')
       return false
     }
