@@ -1,0 +1,447 @@
+import { existsSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
+import t, { type Test } from 'tap'
+import { ConfigError, loadConfig, type Config } from '../src/config/load-config.js'
+import { createMysqlRunner } from '../src/segment/stores/mysql-pool.js'
+import { CACHE_FILE } from '../src/snowflake/worker-id/cache-file.js'
+import { MYSQL_LEASE_DDL, createDbLeasePool } from '../src/snowflake/worker-id/db-lease-pool.js'
+import { RecyclableLease, type ClaimResult, type LeasePool } from '../src/snowflake/worker-id/recyclable-lease.js'
+import { acquireWorkerId, ordinalOf } from '../src/snowflake/worker-id/sources.js'
+import { LeaseRefused, type WorkerLease } from '../src/snowflake/worker-id/worker-lease.js'
+import { createZookeeperLeasePool } from '../src/snowflake/worker-id/zookeeper-lease-pool.js'
+import { tempDir, testConfig } from './helpers/config.js'
+import { silentLogger } from './helpers/logger.js'
+import { TEST_MYSQL, createTestDatabase } from './helpers/mysql.js'
+import { createProxy } from './helpers/tcp-proxy.js'
+import { TEST_ZK, inspector, uniqueName } from './helpers/zookeeper.js'
+
+// The worker-id sources against the real stores: db-lease on MariaDB and on a SQLite file,
+// zookeeper-lease on ZooKeeper, and the configured sources (static, statefulset, zookeeper)
+// with the [min, max] range. The protocol's own rules are unit-tested in recyclable-lease.test.ts.
+
+function sleep (ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+async function until (what: () => boolean | Promise<boolean>, ms: number): Promise<boolean> {
+  const end = Date.now() + ms
+  while (!await what() && Date.now() < end) await sleep(50)
+  return what()
+}
+
+/** The config of one instance, as the server would load it. */
+function sourceConfig (values: Record<string, string | number | boolean>): Config {
+  return testConfig({
+    'leaf.snowflake.enable': true,
+    'leaf.snowflake.cache.dir': tempDir('leaf-cache-'),
+    'leaf.snowflake.ip': '10.1.2.3',
+    'leaf.snowflake.port': 8080,
+    ...values,
+  })
+}
+
+/** A worker id from the configured source, closed when `t` ends; claim results go to `claims`. */
+async function acquire (t: Test, config: Config, claims: ClaimResult[] = []): Promise<WorkerLease> {
+  const lease = await acquireWorkerId(config, silentLogger, { clock: Date.now, onLeaseClaim: (r) => claims.push(r) })
+  t.teardown(() => lease.close())
+  return lease
+}
+
+function recyclable (lease: WorkerLease): RecyclableLease {
+  if (!(lease instanceof RecyclableLease)) throw new Error(`a ${lease.status().source} lease, not a recyclable one`)
+  return lease
+}
+
+interface LeaseRow { pool: string, workerId: number, owner: string | null, address: string | null, issuedUntil: number, expiresAt: number, expiresIn: number }
+
+/** The db-lease table of one test, read behind the pool's back. */
+interface LeaseDb {
+  kind: 'mysql' | 'sqlite'
+  url: string
+  tableExists (): Promise<boolean>
+  rows (): Promise<LeaseRow[]>
+}
+
+async function leaseDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<LeaseDb> {
+  if (kind === 'mysql') {
+    const db = await createTestDatabase()
+    t.teardown(() => db.drop())
+    // The pool's sessions are in UTC: read the DATETIMEs in the same zone.
+    await db.query("SET time_zone = '+00:00'")
+    return {
+      kind,
+      url: db.url,
+      async tableExists () {
+        return (await db.query<unknown[]>("SHOW TABLES LIKE 'leaf_worker_lease'")).length === 1
+      },
+      async rows () {
+        const rows = await db.query<Record<string, unknown>[]>(
+          'SELECT pool, worker_id, owner, address, issued_until, ROUND(UNIX_TIMESTAMP(expires_at) * 1000) AS expires_at, ' +
+          'TIMESTAMPDIFF(MICROSECOND, NOW(3), expires_at) DIV 1000 AS expires_in FROM leaf_worker_lease ORDER BY pool, worker_id')
+        return rows.map(toRow)
+      },
+    }
+  }
+  const path = join(tempDir('leaf-lease-db-'), 'leaf.db')
+  const read = <T>(fn: (db: Database.Database) => T): T => {
+    const db = new Database(path, { readonly: true, fileMustExist: true })
+    try {
+      return fn(db)
+    } finally {
+      db.close()
+    }
+  }
+  return {
+    kind,
+    url: `sqlite:${path}`,
+    async tableExists () {
+      return existsSync(path) && read((db) => db.prepare("SELECT name FROM sqlite_master WHERE name = 'leaf_worker_lease'").all().length === 1)
+    },
+    async rows () {
+      return read((db) => db.prepare(
+        "SELECT pool, worker_id, owner, address, issued_until, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) AS expires_in " +
+        'FROM leaf_worker_lease ORDER BY pool, worker_id').all() as Record<string, unknown>[]).map(toRow)
+    },
+  }
+}
+
+function toRow (r: Record<string, unknown>): LeaseRow {
+  return {
+    pool: String(r.pool),
+    workerId: Number(r.worker_id),
+    owner: r.owner === null ? null : String(r.owner),
+    address: r.address === null ? null : String(r.address),
+    issuedUntil: Number(r.issued_until),
+    expiresAt: Number(r.expires_at),
+    expiresIn: Number(r.expires_in),
+  }
+}
+
+function dbLeaseConfig (db: LeaseDb, name: string, values: Record<string, string | number | boolean> = {}): Config {
+  return sourceConfig({
+    'leaf.name': name,
+    'leaf.snowflake.worker-id.source': 'db-lease',
+    'leaf.jdbc.url': db.url,
+    'leaf.snowflake.lease.ttl-ms': 3000,
+    'leaf.snowflake.heartbeat-interval-ms': 1000,
+    ...values,
+  })
+}
+
+t.test('sql/leaf_worker_lease.sql is the DDL the MySQL pool runs', async (t) => {
+  const shipped = readFileSync(new URL('../sql/leaf_worker_lease.sql', import.meta.url), 'utf8')
+  t.ok(shipped.includes(`${MYSQL_LEASE_DDL};\n`), 'the same CREATE TABLE statement')
+})
+
+t.test('mysql2 counts matched rows in affectedRows: an UPDATE that changes nothing still reports 1', async (t) => {
+  // The renewal decides "still ours" from affectedRows === 1. Without CLIENT_FOUND_ROWS (mysql2
+  // sets it by default) a renewal that wrote the same values would read as a lost lease.
+  const db = await createTestDatabase()
+  t.teardown(() => db.drop())
+  const url = new URL(TEST_MYSQL)
+  const { run, close } = createMysqlRunner({ host: url.hostname, port: Number(url.port), user: url.username, password: url.password, database: db.name, connectTimeoutMs: 2000, queryTimeoutMs: 2000, poolSize: 1 })
+  t.teardown(close)
+  await run('CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)')
+  await run('INSERT INTO t VALUES (1, 5)')
+  const same = await run<{ affectedRows: number, changedRows: number }>('UPDATE t SET v = ? WHERE id = ?', [5, 1])
+  t.equal(same.changedRows, 0, 'nothing changed')
+  t.equal(same.affectedRows, 1, 'but the row matched')
+  const none = await run<{ affectedRows: number }>('UPDATE t SET v = ? WHERE id = ?', [5, 2])
+  t.equal(none.affectedRows, 0, 'no row: 0')
+})
+
+for (const kind of ['mysql', 'sqlite'] as const) {
+  t.test(`db-lease on ${kind}: the table is created, and the claim, a renewal and the release are its rows`, async (t) => {
+    const db = await leaseDb(t, kind)
+    t.notOk(await db.tableExists(), 'no lease table before the first start')
+    const name = uniqueName()
+    const claims: ClaimResult[] = []
+    const before = Date.now()
+    const lease = recyclable(await acquire(t, dbLeaseConfig(db, name, { 'leaf.snowflake.worker-id.min': 3, 'leaf.snowflake.worker-id.max': 4 }), claims))
+    t.ok(await db.tableExists(), 'created by the first start')
+    t.equal(lease.workerId, 3, 'the lowest id of the range')
+    t.same(claims, ['claimed'])
+    const [row] = await db.rows()
+    t.match(row, { pool: name, workerId: 3, owner: /^[0-9a-f-]{36}$/, address: '10.1.2.3:8080' })
+    t.ok(row !== undefined && row.expiresIn > 2000 && row.expiresIn <= 3000, `leased for one TTL by the store's clock (${row?.expiresIn} ms left)`)
+    // issuedUntil: the clock at the renewal plus the window (TTL 3000 - margin 300).
+    t.ok(row !== undefined && row.issuedUntil >= before + 2700 && row.issuedUntil <= Date.now() + 2700, 'issued_until one window ahead')
+    t.equal(lease.issuableUntil, row?.issuedUntil, 'issuable up to what the store confirmed')
+    t.match(lease.status(), {
+      source: 'db-lease', workerId: 3, range: [3, 4], unavailable: undefined, issuedUntil: row?.issuedUntil, pool: `${kind === 'mysql' ? 'mysql://leaf@127.0.0.1:3306/' : 'sqlite:'}`,
+    })
+    t.match(lease.status().pool, new RegExp(`leaf_worker_lease \\(pool ${name}\\)$`))
+    t.equal(JSON.parse(JSON.stringify(lease.status())).pool.includes(':leaf@'), false, 'no password in the status')
+
+    await sleep(300)
+    await lease.heartbeat()
+    const [renewed] = await db.rows()
+    t.equal(renewed?.owner, row?.owner, 'still ours')
+    t.ok((renewed?.expiresAt ?? 0) >= (row?.expiresAt ?? 0) + 250, 'the expiry moved on')
+    t.ok((renewed?.issuedUntil ?? 0) >= (row?.issuedUntil ?? 0) + 250, 'issued_until raised')
+    t.equal(lease.issuableUntil, renewed?.issuedUntil)
+
+    const reached = Date.now() + 200
+    lease.check(reached)
+    await lease.close()
+    const [released] = await db.rows()
+    t.match(released, { workerId: 3, owner: null, issuedUntil: reached }, 'released with the millisecond reached')
+    t.ok((released?.expiresIn ?? 1) <= 0)
+  })
+
+  t.test(`db-lease on ${kind}: a 1-id pool: the second instance waits for the first's release, then for a dead claim's expiry`, async (t) => {
+    const db = await leaseDb(t, kind)
+    const name = uniqueName()
+    const only = { 'leaf.snowflake.worker-id.min': 0, 'leaf.snowflake.worker-id.max': 0 }
+    const first = recyclable(await acquire(t, dbLeaseConfig(db, name, { ...only, 'leaf.snowflake.lease.ttl-ms': 1500, 'leaf.snowflake.heartbeat-interval-ms': 500 })))
+    const reached = Date.now() + 300
+    first.check(reached)
+    // A longer TTL: the second waits up to 6 s for the first's lease of 1.5 s.
+    const patient = dbLeaseConfig(db, name, { ...only, 'leaf.snowflake.lease.ttl-ms': 6000, 'leaf.snowflake.heartbeat-interval-ms': 2000 })
+    let settled = false
+    const started = Date.now()
+    const pending = acquire(t, patient).finally(() => { settled = true })
+    await sleep(400)
+    t.notOk(settled, 'the second waits while the first holds the only id')
+    await first.close()
+    const firstReleased = (await db.rows())[0]?.issuedUntil ?? 0
+    t.ok(firstReleased >= reached, 'the first released with the millisecond it reached (its clock had passed the admitted one)')
+    const second = recyclable(await pending)
+    t.ok(Date.now() - started < 6000, `leased ${Date.now() - started} ms after asking`)
+    t.equal(second.workerId, 0)
+    t.equal(second.notBefore, firstReleased + 1, 'nothing at or before the first\'s last millisecond')
+    t.ok(Date.now() > firstReleased)
+    await second.close()
+    const released = (await db.rows())[0]?.issuedUntil ?? 0
+
+    // A claim that never renews nor releases (its process died right after): it expires after its TTL.
+    const pool = await createDbLeasePool({ store: patient.segment.store, pool: name, ttlMs: 1500, connectTimeoutMs: 2000, queryTimeoutMs: 2000 })
+    t.teardown(() => pool.close())
+    t.ok(await pool.claim(0, 'dead-claim', '10.9.9.9:1'), 'the dead claim took the id')
+    const at = Date.now()
+    const third = await acquire(t, patient)
+    t.ok(Date.now() - at >= 1300, `waited for the dead claim to expire (${Date.now() - at} ms)`)
+    t.equal(third.workerId, 0)
+    t.equal(third.notBefore, released + 1, 'the dead claim recorded nothing: the last release counts')
+  })
+}
+
+/** Eight claimants of one id at once, each with its own connection: exactly one wins. */
+async function raceOneId (t: Test, pools: LeasePool[]): Promise<void> {
+  t.teardown(() => Promise.all(pools.map((p) => p.close())))
+  for (let round = 0; round < 3; round++) {
+    const results = await Promise.all(pools.map((p, i) => p.claim(round, `owner-${i}`, `10.0.0.${i}:1`)))
+    const winners = results.flatMap((r, i) => r === undefined ? [] : [i])
+    t.equal(winners.length, 1, `id ${round}: one winner of ${pools.length}`)
+    const slots = await (pools[0] as LeasePool).list(round, round)
+    t.match(slots, [{ workerId: round, state: 'held' }], `id ${round}: held`)
+    const loser = pools.findIndex((_, i) => i !== winners[0])
+    t.equal(await (pools[loser] as LeasePool).renew(round, `owner-${loser}`, 1), false, 'a loser cannot renew it')
+    t.equal(await (pools[winners[0] as number] as LeasePool).renew(round, `owner-${winners[0]}`, 1), true, 'the winner can')
+  }
+}
+
+for (const kind of ['mysql', 'sqlite'] as const) {
+  t.test(`racing claims on ${kind}: one conditional write decides`, async (t) => {
+    const db = await leaseDb(t, kind)
+    const store = dbLeaseConfig(db, 'x').segment.store
+    const name = uniqueName()
+    // The first pool creates the table; the others open it.
+    const pools = [await createDbLeasePool({ store, pool: name, ttlMs: 10_000, connectTimeoutMs: 2000, queryTimeoutMs: 5000 })]
+    pools.push(...await Promise.all(Array.from({ length: 7 }, () => createDbLeasePool({ store, pool: name, ttlMs: 10_000, connectTimeoutMs: 2000, queryTimeoutMs: 5000 }))))
+    await raceOneId(t, pools)
+  })
+}
+
+t.test('racing claims on ZooKeeper: one create decides', async (t) => {
+  const name = uniqueName()
+  const pools = await Promise.all(Array.from({ length: 8 }, () => createZookeeperLeasePool({ address: TEST_ZK, name, ttlMs: 4000, connectTimeoutMs: 5000, logger: silentLogger })))
+  await raceOneId(t, pools)
+})
+
+function zkLeaseConfig (name: string, values: Record<string, string | number | boolean> = {}): Config {
+  return sourceConfig({
+    'leaf.name': name,
+    'leaf.snowflake.worker-id.source': 'zookeeper-lease',
+    'leaf.snowflake.zk.address': TEST_ZK,
+    'leaf.snowflake.zk.connect-timeout-ms': 5000,
+    'leaf.snowflake.lease.ttl-ms': 3000,
+    'leaf.snowflake.heartbeat-interval-ms': 1000,
+    ...values,
+  })
+}
+
+t.test('zookeeper-lease: the claim is an ephemeral holder node, each renewal writes issued/<id>, the release removes the holder', async (t) => {
+  const name = uniqueName()
+  const zkc = await inspector()
+  t.teardown(() => zkc.close())
+  const base = `/snowflake/${name}/lease`
+  const claims: ClaimResult[] = []
+  const before = Date.now()
+  const lease = recyclable(await acquire(t, zkLeaseConfig(name, { 'leaf.snowflake.worker-id.min': 7, 'leaf.snowflake.worker-id.max': 9 }), claims))
+  t.equal(lease.workerId, 7)
+  t.same(claims, ['claimed'])
+  t.same(await zkc.children(`${base}/holders`), ['7'])
+  const holder = await zkc.data(`${base}/holders/7`)
+  t.match(holder, { owner: /^[0-9a-f-]{36}$/ })
+  const issued = await zkc.data(`${base}/issued/7`)
+  t.match(issued, { by: holder.owner, released: false })
+  t.ok((issued.issuedUntil as number) >= before + 2700 && (issued.issuedUntil as number) <= Date.now() + 2700, 'issuedUntil one window ahead')
+  t.equal(lease.issuableUntil, issued.issuedUntil)
+  t.match(lease.status(), { source: 'zookeeper-lease', zookeeperConnected: true, workerId: 7, range: [7, 9], pool: `zookeeper://${TEST_ZK}${base}`, unavailable: undefined })
+
+  await sleep(200)
+  await lease.heartbeat()
+  const renewed = await zkc.data(`${base}/issued/7`)
+  t.ok((renewed.issuedUntil as number) >= (issued.issuedUntil as number) + 150, 'issuedUntil raised')
+
+  const reached = Date.now() + 300
+  lease.check(reached)
+  await lease.close()
+  t.same(await zkc.children(`${base}/holders`), [], 'holder node removed')
+  t.same(await zkc.data(`${base}/issued/7`), { issuedUntil: reached, by: holder.owner, released: true })
+
+  // The next holder of 7 waits for that millisecond.
+  const next = await acquire(t, zkLeaseConfig(name, { 'leaf.snowflake.worker-id.min': 7, 'leaf.snowflake.worker-id.max': 7 }))
+  t.equal(next.workerId, 7)
+  t.equal(next.notBefore, reached + 1, 'issuedUntil carried to the next holder')
+  t.ok(Date.now() > reached)
+})
+
+t.test('zookeeper-lease: a holder whose session expires loses its id to the next claimant, which starts after its issuedUntil', async (t) => {
+  const name = uniqueName()
+  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  t.teardown(async () => {
+    // Let the cut-off client reach ZooKeeper again, so it can be closed (zookeeper.ts).
+    proxy.unblock()
+    await sleep(1500)
+    await proxy.close()
+  })
+  const zkc = await inspector()
+  t.teardown(() => zkc.close())
+  const base = `/snowflake/${name}/lease`
+  const only = { 'leaf.snowflake.worker-id.min': 0, 'leaf.snowflake.worker-id.max': 0, 'leaf.snowflake.lease.ttl-ms': 2000, 'leaf.snowflake.heartbeat-interval-ms': 500 }
+  const first = recyclable(await acquire(t, zkLeaseConfig(name, { ...only, 'leaf.snowflake.zk.address': `127.0.0.1:${proxy.port}` })))
+  t.equal(first.workerId, 0)
+  proxy.block()
+  const cutAt = Date.now()
+  t.ok(await until(async () => (await zkc.children(`${base}/holders`)).length === 0, 10_000), 'ZooKeeper expired the session: the holder node is gone')
+  t.ok(Date.now() - cutAt >= 1500, `not before the session timeout (${Date.now() - cutAt} ms)`)
+  t.throws(() => first.check(Date.now()), { code: 'WORKER_LEASE_LOST' }, 'the cut-off holder fenced itself before that')
+  const recorded = (await zkc.data(`${base}/issued/0`)).issuedUntil as number
+
+  const second = recyclable(await acquire(t, zkLeaseConfig(name, only)))
+  t.equal(second.workerId, 0, 'the freed id')
+  t.equal(second.notBefore, recorded + 1, 'after the last millisecond the first holder recorded')
+
+  proxy.unblock()
+  await sleep(2500) // the first reconnects with a new session and renews: the store says the id is not its own
+  t.throws(() => first.check(Date.now()), { code: 'WORKER_LEASE_LOST' }, 'the first stays stopped: its id is taken and the range has no other')
+  t.match(first.status().unavailable, /no longer leased|no renewal confirmed/)
+  const holder = await zkc.data(`${base}/holders/0`)
+  t.ok(second.status().unavailable === undefined && holder.owner !== undefined, 'the second keeps it')
+})
+
+t.test('zookeeper-lease: after its session expires with nobody else waiting, an instance claims its id again, waiting only for what it admitted', async (t) => {
+  const name = uniqueName()
+  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  t.teardown(async () => {
+    proxy.unblock()
+    await sleep(1500)
+    await proxy.close()
+  })
+  const zkc = await inspector()
+  t.teardown(() => zkc.close())
+  const base = `/snowflake/${name}/lease`
+  const claims: ClaimResult[] = []
+  const lease = recyclable(await acquire(t, zkLeaseConfig(name, {
+    'leaf.snowflake.zk.address': `127.0.0.1:${proxy.port}`, 'leaf.snowflake.lease.ttl-ms': 2000, 'leaf.snowflake.heartbeat-interval-ms': 500,
+  }), claims))
+  const changes: [number, number][] = []
+  lease.onWorkerChange = (id, notBefore) => changes.push([id, notBefore])
+  const admitted = Date.now()
+  lease.check(admitted)
+  proxy.block()
+  t.ok(await until(async () => (await zkc.children(`${base}/holders`)).length === 0, 10_000), 'session expired')
+  const recorded = (await zkc.data(`${base}/issued/0`)).issuedUntil as number
+  t.ok(recorded > admitted, 'the record allows more than was admitted')
+  proxy.unblock()
+  t.ok(await until(() => lease.status().unavailable === undefined && changes.length > 0, 10_000), 'leased again')
+  t.same(changes, [[0, admitted + 1]], 'the same id, from the millisecond after the last one it began')
+  t.same(claims, ['claimed', 'reclaimed'])
+  t.same(await zkc.children(`${base}/holders`), ['0'])
+})
+
+t.test('statefulset: the ordinal at the end of the host name', async (t) => {
+  t.equal(ordinalOf('leaf-3'), 3)
+  t.equal(ordinalOf('leaf-ids-12'), 12)
+  t.equal(ordinalOf('leaf'), undefined)
+  t.equal(ordinalOf('leaf-3a'), undefined)
+  t.equal(ordinalOf('leaf-12345'), undefined, 'at most 4 digits')
+
+  const lease = await acquire(t, sourceConfig({ 'leaf.snowflake.worker-id.source': 'statefulset', 'leaf.snowflake.worker-id.hostname': 'leaf-3' }))
+  t.equal(lease.workerId, 3)
+  t.match(lease.status(), { source: 'statefulset', unavailable: undefined })
+
+  const saved = process.env.HOSTNAME
+  t.teardown(() => { process.env.HOSTNAME = saved })
+  process.env.HOSTNAME = 'leaf-12'
+  const fromEnv = await acquire(t, sourceConfig({ 'leaf.snowflake.worker-id.source': 'statefulset' }))
+  t.equal(fromEnv.workerId, 12, 'HOSTNAME when the key is empty')
+
+  await t.rejects(acquireWorkerId(sourceConfig({ 'leaf.snowflake.worker-id.source': 'statefulset', 'leaf.snowflake.worker-id.hostname': 'leaf' }), silentLogger, { clock: Date.now }),
+    { name: 'LeaseRefused', message: /"leaf" has none: set leaf\.snowflake\.worker-id\.hostname/ })
+  const range = sourceConfig({ 'leaf.snowflake.worker-id.source': 'statefulset', 'leaf.snowflake.worker-id.hostname': 'leaf-7', 'leaf.snowflake.worker-id.max': 5 })
+  await t.rejects(acquireWorkerId(range, silentLogger, { clock: Date.now }),
+    { name: 'LeaseRefused', message: 'worker id 7 from the statefulset source is outside [0, 5] (leaf.snowflake.worker-id.min and leaf.snowflake.worker-id.max): another range, or another ID space, may use it' })
+  t.notOk(existsSync(join(range.snowflake.cacheDir, CACHE_FILE)), 'refused before the cache is written')
+})
+
+t.test('static: an id outside [min, max] refuses the start, before the cache is written', async (t) => {
+  const config = sourceConfig({ 'leaf.snowflake.worker-id.source': 'static', 'leaf.snowflake.worker.id': 9, 'leaf.snowflake.worker-id.min': 0, 'leaf.snowflake.worker-id.max': 5 })
+  const err = await acquireWorkerId(config, silentLogger, { clock: Date.now }).then(() => undefined, (e: unknown) => e)
+  t.ok(err instanceof LeaseRefused)
+  t.match((err as Error).message, /worker id 9 from the static source is outside \[0, 5\]/)
+  t.notOk(existsSync(join(config.snowflake.cacheDir, CACHE_FILE)))
+  const below = sourceConfig({ 'leaf.snowflake.worker.id': 2, 'leaf.snowflake.worker-id.min': 3 })
+  t.equal(below.snowflake.workerIdSource, 'static', 'static by default without ZooKeeper')
+  await t.rejects(acquireWorkerId(below, silentLogger, { clock: Date.now }), { name: 'LeaseRefused', message: /worker id 2 from the static source is outside \[3, 1023\]/ })
+  const inside = await acquire(t, sourceConfig({ 'leaf.snowflake.worker.id': 5, 'leaf.snowflake.worker-id.min': 5, 'leaf.snowflake.worker-id.max': 5 }))
+  t.equal(inside.workerId, 5, 'the bounds are inclusive')
+})
+
+t.test('zookeeper: a sequence number outside [min, max] refuses the start and leaves no ephemeral node', async (t) => {
+  const name = uniqueName()
+  const zkc = await inspector()
+  t.teardown(() => zkc.close())
+  const config = sourceConfig({ 'leaf.name': name, 'leaf.snowflake.zk.address': TEST_ZK, 'leaf.snowflake.worker-id.min': 1, 'leaf.snowflake.worker-id.max': 5 })
+  t.equal(config.snowflake.workerIdSource, 'zookeeper', 'zookeeper by default with an address')
+  await t.rejects(acquireWorkerId(config, silentLogger, { clock: Date.now }), { name: 'LeaseRefused', message: /worker id 0 from the zookeeper source is outside \[1, 5\]/ })
+  t.same(await zkc.children(`/snowflake/${name}/temporary`), [], 'the lease was closed')
+  t.same(await zkc.children(`/snowflake/${name}/forever`), ['10.1.2.3:8080-0000000000'])
+})
+
+t.test('rules between the worker-id keys stop the start, naming the key', async (t) => {
+  const cwd = tempDir()
+  const cases: [string[], string, RegExp][] = [
+    [['--leaf.snowflake.worker-id.min=10', '--leaf.snowflake.worker-id.max=5'], 'leaf.snowflake.worker-id.min', /^leaf\.snowflake\.worker-id\.min: 10 is above leaf\.snowflake\.worker-id\.max \(5\)/],
+    [['--leaf.snowflake.worker-id.source=zookeeper-lease'], 'leaf.snowflake.worker-id.source', /zookeeper-lease needs leaf\.snowflake\.zk\.address/],
+    [['--leaf.snowflake.worker-id.source=zookeeper'], 'leaf.snowflake.worker-id.source', /zookeeper needs leaf\.snowflake\.zk\.address/],
+    [['--leaf.snowflake.worker-id.source=db-lease', '--leaf.snowflake.lease.ttl-ms=2999', '--leaf.snowflake.heartbeat-interval-ms=1000'],
+      'leaf.snowflake.lease.ttl-ms', /2999 is less than 3 heartbeat intervals \(leaf\.snowflake\.heartbeat-interval-ms is 1000\)/],
+    [['--leaf.snowflake.worker-id.source=zookeeper-lease', '--leaf.snowflake.zk.address=zk:2181', '--leaf.snowflake.lease.ttl-ms=5000'],
+      'leaf.snowflake.lease.ttl-ms', /5000 is less than 3 heartbeat intervals \(leaf\.snowflake\.heartbeat-interval-ms is 3000\)/],
+    [['--leaf.snowflake.worker-id.source=etcd'], 'leaf.snowflake.worker-id.source', /"etcd" is not one of zookeeper, static, zookeeper-lease, db-lease, statefulset/],
+  ]
+  for (const [argv, key, problem] of cases) {
+    const err = t.throws(() => loadConfig({ cwd, argv })) as ConfigError
+    t.ok(err instanceof ConfigError, `${argv.join(' ')}: a ConfigError`)
+    t.equal(err.key, key)
+    t.match(err.message, problem)
+  }
+  const ok = (argv: string[]) => loadConfig({ cwd, argv }).config.snowflake
+  t.match(ok(['--leaf.snowflake.worker-id.source=db-lease', '--leaf.snowflake.lease.ttl-ms=3000', '--leaf.snowflake.heartbeat-interval-ms=1000']), { workerIdSource: 'db-lease', leaseTtlMs: 3000 }, 'exactly 3 heartbeats')
+  t.match(ok(['--leaf.snowflake.worker-id.source=static', '--leaf.snowflake.lease.ttl-ms=300']), { workerIdSource: 'static' }, 'the TTL rule binds the lease sources only')
+  t.match(ok(['--leaf.snowflake.worker-id.min=7', '--leaf.snowflake.worker-id.max=7']), { workerIdMin: 7, workerIdMax: 7 }, 'a range of one id')
+})
