@@ -229,3 +229,83 @@ t.test('a twepoch in the future or over 2^41 ms ago refuses to start', async (t)
   t.throws(() => createSnowflakeGenerator({ workerId: 1, twepoch: Date.now() + 60_000 }), { name: 'StartRefused' })
   t.throws(() => createSnowflakeGenerator({ workerId: 1, twepoch: 0, clock: () => 2 ** 41 }), { name: 'StartRefused' })
 })
+
+t.test('guard check: asked once per new millisecond, before its first ID; a throw stops issuing until it passes again', async (t) => {
+  const checked: number[] = []
+  let refuse = false
+  const guard = {
+    issuableUntil: Infinity,
+    extend () {},
+    check (ms: number) {
+      if (refuse) throw new LeafError('WORKER_LEASE_LOST')
+      checked.push(ms)
+    },
+  }
+  const { gen, time } = generator({ guard })
+  gen.next()
+  gen.next()
+  gen.nextBatch('k', 10)
+  t.same(checked, [T0], 'one check for the 12 IDs of one millisecond')
+  time.now++
+  gen.next()
+  time.now += 5
+  t.equal((gen.nextRanges('k', 3) as unknown[]).length, 1)
+  t.same(checked, [T0, T0 + 1, T0 + 6])
+
+  refuse = true
+  t.equal(gen.decode(gen.next() as bigint).timestamp, T0 + 6, 'the millisecond already admitted goes on')
+  time.now++
+  t.throws(() => gen.next(), { code: 'WORKER_LEASE_LOST' }, 'a new millisecond is refused')
+  t.throws(() => gen.nextBatch('k', 5), { code: 'WORKER_LEASE_LOST' })
+  t.throws(() => gen.nextRanges('k', 5), { code: 'WORKER_LEASE_LOST' }, 'every time it is asked')
+  t.same(checked, [T0, T0 + 1, T0 + 6], 'nothing admitted meanwhile')
+  refuse = false
+  const id = gen.next() as bigint
+  t.same(gen.decode(id), { timestamp: T0 + 7, workerId: 7, sequence: 42 }, 'issuing again once the check passes')
+  t.same(checked.at(-1), T0 + 7)
+
+  // A full sequence spins into the next millisecond: that one is checked too.
+  const spun: number[] = []
+  let reads = 0
+  const full = createSnowflakeGenerator({ workerId: 7, clock: () => (++reads > 4096 + 3 ? T0 + 1 : T0), random: () => 0, guard: { issuableUntil: Infinity, extend () {}, check: (ms) => { spun.push(ms) } } })
+  reads = 0
+  t.equal((full.nextBatch('k', 4097) as bigint[]).length, 4097)
+  t.same(spun, [T0, T0 + 1])
+})
+
+t.test('rebind: later IDs carry the new worker id, none before its notBefore, none in a millisecond the old id used', async (t) => {
+  const { gen, time } = generator()
+  const before = gen.next() as bigint
+  t.equal(gen.workerId, 7)
+  gen.rebind(9, T0 + 50)
+  t.equal(gen.workerId, 9)
+  // (This clock moves only by hand: a rebound generator would spin for the next millisecond.)
+  time.now++
+  const moved = await gen.next()
+  t.same(gen.decode(moved), { timestamp: T0 + 50, workerId: 9, sequence: 42 }, 'waited for notBefore')
+  t.same(time.slept, [49])
+  t.ok(moved > before)
+
+  time.now = T0 + 60
+  gen.rebind(10, T0)
+  t.same(gen.decode(gen.next() as bigint), { timestamp: T0 + 60, workerId: 10, sequence: 42 }, 'a notBefore already passed: at once')
+  gen.rebind(11, T0 + 500)
+  gen.rebind(12, T0 + 100)
+  time.now++
+  const later = await gen.next()
+  t.same(gen.decode(later), { timestamp: T0 + 500, workerId: 12, sequence: 42 }, 'notBefore never goes back')
+
+  t.throws(() => gen.rebind(1024, 0), RangeError)
+  t.throws(() => gen.rebind(-1, 0), RangeError)
+  t.equal(gen.workerId, 12, 'a refused rebind changes nothing')
+
+  // Rebound within a millisecond the old id already issued in: the next ID waits for the next one.
+  let reads = 0
+  let moving = false
+  const clock = () => (moving && ++reads > 3 ? T0 + 1 : T0)
+  const same = createSnowflakeGenerator({ workerId: 1, clock, random: () => 0 })
+  t.same(same.decode(same.next() as bigint), { timestamp: T0, workerId: 1, sequence: 0 })
+  same.rebind(2, 0)
+  moving = true
+  t.same(same.decode(await same.next()), { timestamp: T0 + 1, workerId: 2, sequence: 0 })
+})
