@@ -1,3 +1,4 @@
+import Database from 'better-sqlite3'
 import t from 'tap'
 import { decodeSnowflakeId } from '../src/snowflake/snowflake-generator.js'
 import { writeFileSync } from 'node:fs'
@@ -5,6 +6,7 @@ import { join } from 'node:path'
 import { readWorkerCache, writeWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
 import { createProxy } from './helpers/tcp-proxy.js'
 import { tempDir } from './helpers/config.js'
+import { parseSamples, valueOf } from './helpers/prometheus.js'
 import { get, pool, startServer, type ServerProcess } from './helpers/server-process.js'
 import { TEST_ZK, inspector, uniqueName, zk } from './helpers/zookeeper.js'
 import { CreateMode } from '../src/snowflake/worker-id/zookeeper.js'
@@ -185,4 +187,63 @@ t.test('a Java Leaf cache file (no lastTimestamp) with ZooKeeper down: the start
   const down = ['--leaf.snowflake.zk.address=127.0.0.1:1', '--leaf.snowflake.zk.connect-timeout-ms=500']
   const refused = await startServer({ args: [...snowflakeArgs(uniqueName(), 9700, [`--leaf.snowflake.cache.dir=${cacheDir}`]), ...down] }).then(() => undefined, (e: Error) => e)
   t.match(refused?.message, /exited with 1 before listening[\s\S]*start refused: ZooKeeper unreachable .* holds no lastTimestamp/)
+})
+
+t.test('db-lease on SQLite: the status shows the lease, /metrics its three metrics, and SIGTERM releases the row', async (t) => {
+  const dir = tempDir()
+  const dbPath = join(dir, 'leaf.db')
+  const name = uniqueName()
+  const args = [
+    '--server.port=0',
+    '--leaf.segment.enable=false',
+    '--leaf.snowflake.enable=true',
+    `--leaf.name=${name}`,
+    '--leaf.snowflake.worker-id.source=db-lease',
+    `--leaf.jdbc.url=sqlite:${dbPath}`,
+    `--leaf.snowflake.cache.dir=${dir}`,
+    '--leaf.snowflake.ip=127.0.0.1',
+    '--leaf.snowflake.port=9800',
+    '--leaf.snowflake.worker-id.min=5',
+    '--leaf.snowflake.worker-id.max=6',
+    '--leaf.snowflake.lease.ttl-ms=3000',
+    '--leaf.snowflake.heartbeat-interval-ms=500',
+  ]
+  const server = await startServer({ args })
+  t.teardown(() => server.stop())
+  const first = BigInt((await get(`${server.url}/api/snowflake/get/k`)).body)
+  t.equal(decodeSnowflakeId(first).workerId, 5, 'the lowest id of the range')
+
+  const status = JSON.parse((await get(`${server.url}/api/snowflake/status`)).body)
+  t.match(status, {
+    workerId: 5,
+    source: 'db-lease',
+    issuing: true,
+    unavailable: null,
+    lease: { pool: `sqlite:${dbPath} leaf_worker_lease (pool ${name})`, range: [5, 6], expiresAt: String, issuedUntil: Number },
+  })
+  t.ok(Date.parse(status.lease.expiresAt) > Date.now(), 'the lease runs on')
+  t.ok(status.lease.issuedUntil >= decodeSnowflakeId(first).timestamp, 'issuedUntil covers the IDs given')
+  t.equal((await get(`${server.url}/readyz`)).status, 200)
+
+  const samples = parseSamples((await get(`${server.url}/metrics`)).body)
+  t.equal(valueOf(samples, 'leaf_snowflake_lease_claims_total', { result: 'claimed' }), 1)
+  t.equal(valueOf(samples, 'leaf_snowflake_lease_lost_total'), 0)
+  const expiry = valueOf(samples, 'leaf_snowflake_lease_expiry_seconds')
+  t.ok(expiry !== undefined && expiry > 0 && expiry <= 3, `seconds left on the lease: ${expiry}`)
+
+  let last = first
+  for (let i = 0; i < 20; i++) last = BigInt((await get(`${server.url}/api/snowflake/get/k`)).body)
+  t.equal(await server.stop('SIGTERM'), 0)
+  const db = new Database(dbPath, { readonly: true })
+  const row = db.prepare('SELECT owner, issued_until FROM leaf_worker_lease WHERE pool = ? AND worker_id = 5').get(name) as { owner: string | null, issued_until: number }
+  db.close()
+  t.equal(row.owner, null, 'the row was released (owner NULL)')
+  t.ok(row.issued_until >= decodeSnowflakeId(last).timestamp, 'with a millisecond at or after the last ID')
+  t.ok(server.output.some((l) => l.includes('worker-id lease released')), 'logged')
+
+  const again = await startServer({ args })
+  t.teardown(() => again.stop())
+  const next = BigInt((await get(`${again.url}/api/snowflake/get/k`)).body)
+  t.equal(decodeSnowflakeId(next).workerId, 5, 'the next start leases the cached id again')
+  t.ok(next > last, 'after every ID of the first')
 })
