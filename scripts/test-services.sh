@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Starts what the tests need when it is not running, installing it from Debian's packages
 # where it is missing: MariaDB (the machine's own service when it is up), ZooKeeper on a
-# loopback port with its own data folder, Chromium (the /cache page test) and promtool (the
-# metrics lint). Creates the `leaf` database and user.
+# loopback port with its own data folder, Chromium (the /cache page test), promtool (the
+# metrics lint) and faketime (the fault suite's clock-ahead scenario). Creates the `leaf`
+# database and user.
 # Idempotent: run it as often as you like.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,8 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v promtool >/dev/null || missing+=(prometheus)
+# faketime: the fault suite runs a server with its clock ahead (scenario 15).
+command -v faketime >/dev/null || missing+=(faketime)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   apt_install "${missing[@]}"

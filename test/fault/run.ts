@@ -15,7 +15,7 @@ import { PrivateMariaDb, PrivateZooKeeper, freePort } from './services.js'
 // test-output/fault/results.json; --publish (or FAULT_PUBLISH=1), on a run of every scenario,
 // also writes test/fault/results/latest.json and the README's figures from it.
 
-/** No scenario may run longer than this (each is designed to take well under it). */
+/** No scenario may run longer than this (each is designed to take well under it), unless it sets its own. */
 const SCENARIO_TIMEOUT_MS = 240_000
 
 function log (line: string): void {
@@ -81,13 +81,14 @@ async function main (): Promise<number> {
       const started = performance.now()
       let duplicates: number | undefined
       let timer: NodeJS.Timeout | undefined
+      const timeoutMs = scenario.timeoutMs ?? SCENARIO_TIMEOUT_MS
       try {
         // Services a previous scenario stopped are back before the next one.
         if (!db.running) await db.start()
         if (!zk.running) await zk.start()
         await Promise.race([
           scenario.run(suite, report),
-          new Promise((_resolve, reject) => { timer = setTimeout(() => reject(new Error(`timed out after ${SCENARIO_TIMEOUT_MS} ms`)), SCENARIO_TIMEOUT_MS) }),
+          new Promise((_resolve, reject) => { timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs) }),
         ])
         duplicates = report.finish().duplicates
       } catch (err) {

@@ -10,11 +10,17 @@ import { hostileInput } from './scenarios/s8-hostile-input.js'
 import { soak } from './scenarios/s9-soak.js'
 import { zookeeperLate } from './scenarios/s10-zookeeper-late.js'
 import { mysqlBlackhole } from './scenarios/s11-mysql-blackhole.js'
+import { CHURN_STARTS, leaseChurn } from './scenarios/s12-lease-churn.js'
+import { leasePausedHolder } from './scenarios/s13-lease-paused-holder.js'
+import { leasePartition } from './scenarios/s14-lease-partition.js'
+import { leaseClockAhead } from './scenarios/s15-lease-clock-ahead.js'
 
 export interface Scenario {
   id: number
   title: string
   run (suite: Suite, report: Report): Promise<void>
+  /** Its own bound on the run time, when the suite's default would cut it. */
+  timeoutMs?: number
 }
 
 export const SCENARIOS: Scenario[] = [
@@ -29,4 +35,9 @@ export const SCENARIOS: Scenario[] = [
   { id: 9, title: 'soak: 60 s mixed load, unpaced', run: soak },
   { id: 10, title: 'ZooKeeper late at start, connection resets', run: zookeeperLate },
   { id: 11, title: 'MySQL connections blackholed', run: mysqlBlackhole },
+  // Each start of node dist/server.js costs about half a second of CPU on this 2-core machine.
+  { id: 12, title: `worker-id lease churn: ${CHURN_STARTS} starts per lease source, pool of 64`, run: leaseChurn, timeoutMs: 120_000 + CHURN_STARTS * 2 * 700 },
+  { id: 13, title: 'lease holder paused past its TTL, both lease sources', run: leasePausedHolder },
+  { id: 14, title: 'lease holder cut from its store, both lease sources', run: leasePartition },
+  { id: 15, title: 'lease holder\'s clock 2 s ahead, then killed', run: leaseClockAhead },
 ]

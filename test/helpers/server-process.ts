@@ -26,11 +26,14 @@ export interface StartOptions {
   script?: string
   /** Told of the child process as soon as it is spawned (to kill it on any exit). */
   onSpawn?: (proc: ChildProcess) => void
+  /** A command the server runs under (`['faketime', '-f', '+2s']`): its process is `proc`. */
+  wrapper?: string[]
 }
 
 /** Runs the built server (`node dist/server.js`) and waits until it listens on 127.0.0.1. */
-export function startServer ({ args = [], env = {}, cwd = ROOT, timeoutMs = 20_000, script = SERVER_JS, onSpawn }: StartOptions = {}): Promise<ServerProcess> {
-  const proc = spawn(process.execPath, [script, '--server.host=127.0.0.1', ...args], {
+export function startServer ({ args = [], env = {}, cwd = ROOT, timeoutMs = 20_000, script = SERVER_JS, onSpawn, wrapper = [] }: StartOptions = {}): Promise<ServerProcess> {
+  const command = [...wrapper, process.execPath, script, '--server.host=127.0.0.1', ...args]
+  const proc = spawn(command[0] as string, command.slice(1), {
     cwd,
     env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

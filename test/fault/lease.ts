@@ -1,0 +1,167 @@
+import { join } from 'node:path'
+import { decodeSnowflakeId } from '../../src/snowflake/snowflake-generator.js'
+import { errorCode, startLeaf, zkInspector, type Leaf, type Suite } from './harness.js'
+import type { Answer, HttpClient } from './load.js'
+import { waitUntil } from './services.js'
+
+// What the worker-id lease scenarios (12-15) share: the two recyclable sources, the keys
+// that start an instance on one of them, the store's view of one id, and the server's logs.
+
+export const LEASE_SOURCES = ['db-lease', 'zookeeper-lease'] as const
+export type LeaseSource = typeof LEASE_SOURCES[number]
+
+export interface LeaseOptions {
+  source: LeaseSource
+  /** leaf.name: the pool (one per scenario and source). */
+  name: string
+  min: number
+  max: number
+  ttlMs: number
+  heartbeatMs: number
+  /** leaf.snowflake.port, recorded with the lease. */
+  port: number
+  cacheDir: string
+  /** The store's port as this instance reaches it (a proxy's); the private service's by default. */
+  storePort?: number
+  wrapper?: string[]
+  keep?: boolean
+}
+
+/** A snowflake-only instance leasing its worker id from `o.source`. */
+export function startLeaseLeaf (suite: Suite, label: string, o: LeaseOptions): Promise<Leaf> {
+  const zk = o.source === 'zookeeper-lease' ? `127.0.0.1:${o.storePort ?? suite.zk.port}` : suite.zk.address
+  const args = [
+    `--leaf.snowflake.worker-id.source=${o.source}`,
+    `--leaf.snowflake.worker-id.min=${o.min}`,
+    `--leaf.snowflake.worker-id.max=${o.max}`,
+    `--leaf.snowflake.lease.ttl-ms=${o.ttlMs}`,
+  ]
+  if (o.source === 'db-lease') args.push(`--leaf.jdbc.url=${suite.db.url(o.storePort ?? suite.db.port)}`)
+  return startLeaf(suite, label, {
+    name: o.name,
+    snowflake: { zk, port: o.port, cacheDir: o.cacheDir, heartbeatMs: o.heartbeatMs, sessionTimeoutMs: o.ttlMs },
+    args,
+    wrapper: o.wrapper,
+    keep: o.keep,
+  })
+}
+
+export function cacheDirOf (suite: Suite, name: string, label: string): string {
+  return join(suite.dir, name, label)
+}
+
+/** True when the store shows `workerId` of pool `name` as leased (not released, not expired). */
+export async function heldInStore (suite: Suite, source: LeaseSource, name: string, workerId: number): Promise<boolean> {
+  if (source === 'db-lease') {
+    const rows = await suite.db.query<{ held: string | number }[]>(
+      'SELECT owner IS NOT NULL AND expires_at >= NOW(3) AS held FROM leaf_worker_lease WHERE pool = ? AND worker_id = ?', [name, workerId])
+    return Number(rows[0]?.held ?? 0) === 1
+  }
+  const inspector = await zkInspector(suite.zk)
+  try {
+    return await inspector.owner(`/snowflake/${name}/lease/holders/${workerId}`) !== undefined
+  } finally {
+    await inspector.close()
+  }
+}
+
+/** How many ids of pool `name` the store shows as leased now. */
+export async function heldCount (suite: Suite, source: LeaseSource, name: string, inspector?: { children (path: string): Promise<string[]> }): Promise<number> {
+  if (source === 'db-lease') {
+    const rows = await suite.db.query<{ n: string | number }[]>(
+      'SELECT COUNT(*) AS n FROM leaf_worker_lease WHERE pool = ? AND owner IS NOT NULL AND expires_at >= NOW(3)', [name])
+    return Number(rows[0]?.n ?? 0)
+  }
+  if (inspector === undefined) throw new Error('a ZooKeeper inspector is needed')
+  return (await inspector.children(`/snowflake/${name}/lease/holders`)).length
+}
+
+/** Waits until the store no longer shows `workerId` as leased; the ms it took, or undefined past `timeoutMs`. */
+export async function waitReleased (suite: Suite, source: LeaseSource, name: string, workerId: number, timeoutMs: number): Promise<number | undefined> {
+  const from = performance.now()
+  const ok = await waitUntil(async () => !await heldInStore(suite, source, name, workerId), timeoutMs, 25)
+  return ok ? performance.now() - from : undefined
+}
+
+export interface SnowflakeStatus {
+  workerId: number
+  source: string
+  issuing: boolean
+  unavailable?: string
+  lease?: { pool?: string, range?: number[], expiresAt?: number, issuedUntil?: number }
+}
+
+export async function snowflakeStatus (client: HttpClient, base: string): Promise<SnowflakeStatus | undefined> {
+  const a = await client.get(`${base}/api/snowflake/status`, { timeoutMs: 5000 })
+  if (a.status !== 200) return undefined
+  try {
+    return JSON.parse(a.body) as SnowflakeStatus
+  } catch {
+    return undefined
+  }
+}
+
+/** The server's pino lines with message `msg`, parsed. */
+export function logLines (leaf: { output: string[] }, msg: string): Record<string, unknown>[] {
+  const lines: Record<string, unknown>[] = []
+  for (const line of leaf.output) {
+    if (!line.includes(msg)) continue
+    try {
+      const json = JSON.parse(line) as Record<string, unknown>
+      if (json.msg === msg) lines.push(json)
+    } catch {}
+  }
+  return lines
+}
+
+export const WAIT_MSG = 'waiting for the previous holder\'s last millisecond'
+export const LEASED_MSG = 'worker id leased'
+export const LOST_MSG = 'worker-id lease lost: snowflake issuing stopped'
+
+/** The largest `waitMs` a server logged while waiting for a previous holder's last millisecond (0: none). */
+export function largestWait (leaf: { output: string[] }): number {
+  return Math.max(0, ...logLines(leaf, WAIT_MSG).map((l) => Number(l.waitMs)).filter(Number.isFinite))
+}
+
+/** The node process's pid as the server logs it (under a wrapper, `proc.pid` is the wrapper's). */
+export function serverPid (leaf: Leaf): number {
+  for (const line of leaf.output) {
+    try {
+      const pid = (JSON.parse(line) as { pid?: unknown }).pid
+      if (typeof pid === 'number') return pid
+    } catch {}
+  }
+  return leaf.pid
+}
+
+export function isLeaseLost (a: Answer): boolean {
+  return a.status === 503 && errorCode(a) === 'WORKER_LEASE_LOST'
+}
+
+/** One snowflake answer of an instance, as a lease scenario keeps it. */
+export interface Taken {
+  /** performance.now() when sent and when the answer was in. */
+  sentAt: number
+  doneAt: number
+  status: number
+  code: string | undefined
+  ids: bigint[]
+}
+
+export function take (a: Answer, ids: bigint[] | undefined): Taken {
+  return { sentAt: a.sentAt, doneAt: a.sentAt + a.ms, status: a.status, code: a.status === 200 ? undefined : errorCode(a), ids: ids ?? [] }
+}
+
+/** The worker ids and the timestamps of a list of IDs. */
+export function decodeAll (ids: Iterable<bigint>): { workerIds: Set<number>, minTs: number, maxTs: number } {
+  const workerIds = new Set<number>()
+  let minTs = Infinity
+  let maxTs = -Infinity
+  for (const id of ids) {
+    const d = decodeSnowflakeId(id)
+    workerIds.add(d.workerId)
+    if (d.timestamp < minTs) minTs = d.timestamp
+    if (d.timestamp > maxTs) maxTs = d.timestamp
+  }
+  return { workerIds, minTs, maxTs }
+}
