@@ -80,10 +80,10 @@ class FakePool implements LeasePool {
     return true
   }
 
-  async release (workerId: number, owner: string, issuedUntil: number): Promise<void> {
+  async release (workerId: number, owner: string, issuedUntil: number, recordedBy: string | undefined): Promise<void> {
     const row = this.rows.get(workerId)
     if (row?.owner !== owner) return
-    Object.assign(row, { owner: null, expiresAt: Date.now(), issuedUntil, by: owner })
+    Object.assign(row, { owner: null, expiresAt: Date.now(), issuedUntil, by: recordedBy })
   }
 
   async close (): Promise<void> {
@@ -355,6 +355,22 @@ t.test('release: records max(clock, admitted) and frees the id; the next holder 
   const released = pool.rows.get(0)?.issuedUntil ?? 0
   t.ok(released >= admitted + 1 && released <= Date.now(), 'a clock ahead of the admitted millisecond: the clock is recorded')
   t.equal(pool.rows.get(0)?.owner, null)
+})
+
+t.test('every free id passed over for drift: refused, naming the ids and the clocks, not the pool\'s size', async (t) => {
+  const ahead = Date.now() + 60_000
+  const pool = new FakePool(600, {
+    0: { owner: null, issuedUntil: ahead, by: 'previous' },
+    1: { owner: null, issuedUntil: ahead, by: 'previous' },
+  })
+  const o = options(pool, { min: 0, max: 1, maxClockDriftMs: 1000 })
+  const err = await acquireRecyclableLease(o).then(() => undefined, (e: unknown) => e)
+  t.ok(err instanceof LeaseRefused)
+  t.match((err as Error).message, /no worker id of fake:\/\/pool in \[0, 1\] \(2 ids\) could be leased within leaf\.snowflake\.lease\.ttl-ms \(600 ms\): 2 \(0, 1\) were passed over/)
+  t.match((err as Error).message, /max-clock-drift-ms \(1000 ms\) ahead of this clock.*check the clocks/)
+  t.notMatch((err as Error).message, /every worker id/)
+  t.equal(o.seen.claims.at(-1), 'exhausted')
+  t.equal(pool.rows.get(0)?.issuedUntil, ahead, 'the ids went back with their previous holder\'s issuedUntil')
 })
 
 t.test('exhausted: waits for the soonest expiry and claims that id', async (t) => {

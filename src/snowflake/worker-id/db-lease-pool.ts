@@ -15,7 +15,7 @@ import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
 
 export const LEASE_TABLE = 'leaf_worker_lease'
 
-/** The MySQL DDL, as shipped in sql/leaf_worker_lease.sql (test/db-lease.test.ts compares them). */
+/** The MySQL DDL, as shipped in sql/leaf_worker_lease.sql (test/worker-id-sources.test.ts compares them). */
 export const MYSQL_LEASE_DDL = `CREATE TABLE IF NOT EXISTS \`leaf_worker_lease\` (
   \`pool\` varchar(128) NOT NULL,
   \`worker_id\` int(11) NOT NULL,

@@ -51,8 +51,12 @@ export interface LeasePool {
   claim (workerId: number, owner: string, address: string): Promise<Claimed | undefined>
   /** Extends `owner`'s lease and raises its issuedUntil; false when the id is no longer `owner`'s. */
   renew (workerId: number, owner: string, issuedUntil: number): Promise<boolean>
-  /** Frees the id when it is `owner`'s, setting issuedUntil to the millisecond actually reached. */
-  release (workerId: number, owner: string, issuedUntil: number): Promise<void>
+  /**
+   * Frees the id when it is `owner`'s, setting issuedUntil to the millisecond actually reached,
+   * as recorded by `recordedBy` (the claim that issued up to it: an id handed back unused keeps
+   * its previous holder's value and name).
+   */
+  release (workerId: number, owner: string, issuedUntil: number, recordedBy: string | undefined): Promise<void>
   close (): Promise<void>
 }
 
@@ -136,6 +140,8 @@ export class RecyclableLease implements WorkerLease {
   private taken = false
   private lastRenewal: number | undefined
   private lastServed = -1
+  /** Ids the last pass gave back because their previous holder ran too far ahead. */
+  private readonly driftRefused = new Set<number>()
 
   constructor (private readonly o: RecyclableLeaseOptions) {
     this.monotonic = o.monotonic ?? (() => performance.now())
@@ -184,8 +190,14 @@ export class RecyclableLease implements WorkerLease {
       const waitMs = Math.max(EXHAUSTED_POLL_MS, soonest)
       if (this.monotonic() + waitMs > deadline) {
         this.o.onClaim?.('exhausted')
-        throw new LeaseRefused(`every worker id of ${this.o.pool.where} in [${this.o.min}, ${this.o.max}] (${this.o.max - this.o.min + 1} ids) is leased, ` +
-          `and none expires within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): stop an instance, or widen leaf.snowflake.worker-id.min/max`)
+        const range = `${this.o.pool.where} in [${this.o.min}, ${this.o.max}] (${this.o.max - this.o.min + 1} ids)`
+        if (this.driftRefused.size > 0) {
+          throw new LeaseRefused(`no worker id of ${range} could be leased within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
+            `${this.driftRefused.size} (${[...this.driftRefused].slice(0, 10).join(', ')}) were passed over because their previous holder's last millisecond ` +
+            `is more than leaf.snowflake.max-clock-drift-ms (${this.o.maxClockDriftMs} ms) ahead of this clock, and the others are leased: check the clocks`)
+        }
+        throw new LeaseRefused(`every worker id of ${range} is leased, and none expires within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
+          'stop an instance, or widen leaf.snowflake.worker-id.min/max')
       }
       this.o.logger.warn({ waitMs, pool: this.o.pool.where }, 'every worker id is leased: waiting for the oldest lease to expire')
       await sleep(waitMs)
@@ -206,6 +218,7 @@ export class RecyclableLease implements WorkerLease {
     const expired = slots.filter((s) => s.state === 'expired').sort((a, b) => a.expiresInMs - b.expiresInMs).map((s) => s.workerId)
     const cached = readWorkerCache(this.o.cacheDir)
     const last = this.workerId >= 0 ? this.workerId : cached?.workerId
+    this.driftRefused.clear()
     const candidates = [...new Set([...(last !== undefined && last >= min && last <= max ? [last] : []), ...free, ...expired])]
     for (const id of candidates) {
       const claimed = await pool.claim(id, this.owner, this.o.address)
@@ -234,7 +247,8 @@ export class RecyclableLease implements WorkerLease {
       this.o.logger.warn({ workerId: id, issuedUntil: claimed.issuedUntil, waitMs, maxClockDriftMs: this.o.maxClockDriftMs },
         'the previous holder of this worker id may have issued IDs further ahead than leaf.snowflake.max-clock-drift-ms: trying another id')
       this.o.onClaim?.('drift')
-      await this.o.pool.release(id, this.owner, claimed.issuedUntil).catch(() => {})
+      this.driftRefused.add(id)
+      await this.o.pool.release(id, this.owner, claimed.issuedUntil, claimed.by).catch(() => {})
       return false
     }
     if (waitMs > 0) {
@@ -244,7 +258,7 @@ export class RecyclableLease implements WorkerLease {
       while (this.o.clock() <= claimed.issuedUntil) await sleep(1)
     }
     if (this.closed) {
-      await this.o.pool.release(id, this.owner, claimed.issuedUntil).catch(() => {})
+      await this.o.pool.release(id, this.owner, claimed.issuedUntil, claimed.by).catch(() => {})
       return true
     }
     const previous = this.workerId
@@ -256,7 +270,7 @@ export class RecyclableLease implements WorkerLease {
     // before it. (The claim's own expiry may have passed during a long wait above; then the
     // renewal succeeds only if nobody claimed the id meanwhile.)
     if (!await this.renew()) {
-      await this.o.pool.release(id, this.owner, claimed.issuedUntil).catch(() => {})
+      await this.o.pool.release(id, this.owner, claimed.issuedUntil, claimed.by).catch(() => {})
       // Never served: the next claim counts as claimed or reclaimed against the id served before.
       this.workerId = previous
       this.notBefore = previousNotBefore
@@ -385,7 +399,7 @@ export class RecyclableLease implements WorkerLease {
     if (this.workerId >= 0) {
       const reached = Math.max(this.o.clock(), this.admitted, this.notBefore - 1)
       try {
-        await withTimeout(this.o.pool.release(this.workerId, this.owner, reached), this.window, 'release not answered')
+        await withTimeout(this.o.pool.release(this.workerId, this.owner, reached, this.owner), this.window, 'release not answered')
         this.o.logger.info({ workerId: this.workerId, issuedUntil: reached }, 'worker-id lease released')
       } catch (err) {
         this.o.logger.warn({ workerId: this.workerId, err: (err as Error).message }, 'worker-id lease not released: it expires after its TTL')

@@ -135,8 +135,8 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
     renew (workerId, owner, issuedUntil) {
       return writeIssued(workerId, owner, (current) => ({ issuedUntil: Math.max(current.issuedUntil, issuedUntil), by: owner, released: false }), false)
     },
-    async release (workerId, owner, issuedUntil) {
-      await writeIssued(workerId, owner, () => ({ issuedUntil, by: owner, released: true }), true)
+    async release (workerId, owner, issuedUntil, recordedBy) {
+      await writeIssued(workerId, owner, () => ({ issuedUntil, by: recordedBy, released: true }), true)
     },
     async close () {
       closed = true
