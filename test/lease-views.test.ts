@@ -1,0 +1,87 @@
+import { join } from 'node:path'
+import t from 'tap'
+import { buildApp } from '../src/app.js'
+import { createDbLeasePool } from '../src/snowflake/worker-id/db-lease-pool.js'
+import { createZookeeperLeasePool } from '../src/snowflake/worker-id/zookeeper-lease-pool.js'
+import { LeaseRefused } from '../src/snowflake/worker-id/worker-lease.js'
+import { tempDir, testConfig } from './helpers/config.js'
+import { silentLogger } from './helpers/logger.js'
+import { TEST_MYSQL } from './helpers/mysql.js'
+import { createProxy } from './helpers/tcp-proxy.js'
+import { TEST_ZK } from './helpers/zookeeper.js'
+
+// What a recyclable lease shows through the service: /api/snowflake/status, /cache, /readyz,
+// the ID route and /metrics, in process on the embedded store; and the pools' refusals.
+
+t.test('a db-lease instance shows its lease, and once it is lost answers WORKER_LEASE_LOST everywhere', async (t) => {
+  const dir = tempDir('leaf-lease-views-')
+  const app = await buildApp(testConfig({
+    'leaf.snowflake.enable': true,
+    'leaf.snowflake.worker-id.source': 'db-lease',
+    'leaf.snowflake.worker-id.min': 7,
+    'leaf.snowflake.worker-id.max': 9,
+    'leaf.snowflake.cache.dir': join(dir, 'cache'),
+    'leaf.jdbc.url': `sqlite:${join(dir, 'leaf.db')}`,
+  }), { logger: silentLogger })
+  t.teardown(() => app.close())
+
+  const status = (await app.inject('/api/snowflake/status')).json()
+  t.match(status, { workerId: 7, source: 'db-lease', issuing: true, lease: { range: [7, 9], pool: /^sqlite:.*leaf_worker_lease \(pool leaf\)$/ } })
+  t.ok(Date.parse(status.lease.expiresAt) > Date.now(), 'the lease runs into the future')
+  t.ok(status.lease.issuedUntil > Date.now(), 'issuedUntil is ahead of the clock: the window until the next possible fence')
+
+  const page = (await app.inject('/cache')).body
+  t.match(page, /badge ok">leased</)
+  t.match(page, /ids 7–9/)
+  t.match(page, /issued until<\/dt><dd>\d+ \(\d{4}-/)
+  t.equal((await app.inject('/readyz')).statusCode, 200)
+  const id = (await app.inject('/api/snowflake/get/k'))
+  t.equal(id.statusCode, 200)
+  t.equal(Number((BigInt(id.body) >> 12n) & 1023n), 7, 'the ID carries the leased worker id')
+  t.match((await app.inject('/metrics')).body, /leaf_snowflake_lease_claims_total\{result="claimed"\} 1\n/)
+
+  await app.leaf.snowflake?.lease.close()
+  const ready = await app.inject('/readyz')
+  t.equal(ready.statusCode, 503)
+  t.match(ready.json(), { modes: { snowflake: { ready: false, reason: /^worker-id lease lost \(the lease is closed\)/ } } })
+  const refused = await app.inject('/api/snowflake/get/k2')
+  t.equal(refused.statusCode, 503)
+  t.equal(refused.json().error, 'WORKER_LEASE_LOST')
+  t.match((await app.inject('/cache')).body, /badge bad">lease lost</)
+  t.match((await app.inject('/api/snowflake/status')).json(), { issuing: false, lease: { expiresAt: null } })
+  t.match((await app.inject('/metrics')).body, /leaf_snowflake_lease_expiry_seconds 0\n/)
+})
+
+t.test('db-lease on a MySQL database that does not exist: the driver\'s error, nothing left open', async (t) => {
+  const url = new URL(TEST_MYSQL)
+  const err = await createDbLeasePool({
+    store: { kind: 'mysql', host: url.hostname, port: Number(url.port), user: url.username, password: url.password, database: 'leaf_no_such_database' },
+    pool: 'leaf',
+    ttlMs: 3000,
+    connectTimeoutMs: 1000,
+    queryTimeoutMs: 1000,
+  }).then(() => undefined, (e: unknown) => e as { code?: string })
+  t.equal(err?.code, 'ER_BAD_DB_ERROR')
+})
+
+t.test('zookeeper-lease with ZooKeeper silent at start: refused within the connect timeout, naming the address', async (t) => {
+  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  // An unconnected client is only closed once it connects (zookeeper.ts): let it, at the end.
+  t.teardown(async () => {
+    proxy.unblock()
+    await new Promise((resolve) => setTimeout(resolve, 1500))
+    await proxy.close()
+  })
+  proxy.block()
+  const started = performance.now()
+  const err = await createZookeeperLeasePool({
+    address: `127.0.0.1:${proxy.port}`,
+    name: `lease-views-${process.pid}`,
+    ttlMs: 3000,
+    connectTimeoutMs: 300,
+    logger: silentLogger,
+  }).then(() => undefined, (e: unknown) => e)
+  t.ok(err instanceof LeaseRefused)
+  t.match((err as Error).message, new RegExp(`ZooKeeper at 127\\.0\\.0\\.1:${proxy.port} did not answer within 300 ms`))
+  t.ok(performance.now() - started < 2000, 'within the connect timeout')
+})
