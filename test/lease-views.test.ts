@@ -4,6 +4,7 @@ import { buildApp } from '../src/app.js'
 import { createDbLeasePool } from '../src/snowflake/worker-id/db-lease-pool.js'
 import { createZookeeperLeasePool } from '../src/snowflake/worker-id/zookeeper-lease-pool.js'
 import { LeaseRefused } from '../src/snowflake/worker-id/worker-lease.js'
+import { withTimeout } from '../src/timers.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { TEST_MYSQL } from './helpers/mysql.js'
@@ -85,3 +86,38 @@ t.test('zookeeper-lease with ZooKeeper silent at start: refused within the conne
   t.match((err as Error).message, new RegExp(`ZooKeeper at 127\\.0\\.0\\.1:${proxy.port} did not answer within 300 ms`))
   t.ok(performance.now() - started < 2000, 'within the connect timeout')
 })
+
+t.test('zookeeper-lease: a connection gone silent is replaced by a new session after one session timeout', async (t) => {
+  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  t.teardown(() => proxy.close())
+  const pool = await createZookeeperLeasePool({
+    address: `127.0.0.1:${proxy.port}`,
+    name: `lease-silent-${process.pid}-${Date.now()}`,
+    ttlMs: 2000,
+    connectTimeoutMs: 2000,
+    logger: silentLogger,
+  })
+  t.teardown(() => pool.close())
+  const ttl = pool.ttlMs()
+  t.ok(await pool.claim(3, 'owner-a', '10.0.0.1:1'), 'claimed')
+  t.equal(await pool.renew(3, 'owner-a', 1), true)
+
+  t.equal(proxy.blackhole(), 1, 'the one connection goes silent')
+  const silent = await Promise.race([pool.renew(3, 'owner-a', 2), sleep(500).then(() => 'no answer')])
+  t.equal(silent, 'no answer', 'the library keeps the silent connection: no answer, no error')
+  await sleep(ttl + 100)
+  // A new session, on a new connection: the holder node belongs to the old one.
+  t.equal(await withTimeout(pool.renew(3, 'owner-a', 3), 5000, 'the new session did not answer'), false, 'no longer ours')
+  t.equal(pool.connected?.(), true, 'connected again')
+  // Once ZooKeeper expires the old session, the id is free to claim again.
+  let claimed = await pool.claim(3, 'owner-b', '10.0.0.1:1')
+  for (let i = 0; claimed === undefined && i < 40; i++) {
+    await sleep(200)
+    claimed = await pool.claim(3, 'owner-b', '10.0.0.1:1')
+  }
+  t.same(claimed, { issuedUntil: 1, by: 'owner-a' }, 'the old holder\'s last confirmed issuedUntil came with it')
+})
+
+function sleep (ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}

@@ -43,6 +43,8 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
   const issued = `${base}/issued`
   let closed = false
   let client = connect()
+  /** Monotonic time of ZooKeeper's last answer to this pool. */
+  let answeredAt = performance.now()
 
   function connect (): Client {
     const c = createZookeeper(o.address, o.ttlMs)
@@ -53,6 +55,33 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
       client = connect()
     })
     return c
+  }
+
+  function ttlMs (): number {
+    return client.getSessionTimeout() > 0 ? client.getSessionTimeout() : o.ttlMs
+  }
+
+  /**
+   * The client to use now. node-zookeeper-client keeps a connection that went silent (a path
+   * that died without a FIN or RST) forever: it pings, never reconnects, and never hears that
+   * its session expired. A client with no answer for a whole session timeout is replaced by a
+   * new session; its own session has expired by then, or soon will, along with its holder node.
+   */
+  function current (): Client {
+    const silentMs = performance.now() - answeredAt
+    if (!closed && silentMs > ttlMs()) {
+      o.logger.warn({ silentMs: Math.round(silentMs) }, 'ZooKeeper has not answered the worker-id lease for a whole session timeout: starting a new session')
+      const old = client
+      client = connect()
+      answeredAt = performance.now()
+      closeZookeeper(old).catch(() => {})
+    }
+    return client
+  }
+
+  function answered<T> (value: T): T {
+    answeredAt = performance.now()
+    return value
   }
 
   if (!await waitConnected(client, o.connectTimeoutMs)) {
@@ -74,9 +103,9 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
 
   /** Writes issued/<id> if `owner` still holds the id; false when it does not. */
   async function writeIssued (workerId: number, owner: string, next: (current: Issued) => Issued, thenRemove: boolean): Promise<boolean> {
-    const c = client
+    const c = current()
     for (let attempt = 0; attempt < 3; attempt++) {
-      const holderVersion = await ownHolder(c, workerId, owner)
+      const holderVersion = answered(await ownHolder(c, workerId, owner))
       if (holderVersion === undefined) return false
       const node = await zk.getWithStat(c, `${issued}/${workerId}`)
       const data = Buffer.from(JSON.stringify(next(parseIssued(node?.data))))
@@ -96,14 +125,13 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
     return false
   }
 
-  const ttlMs = (): number => client.getSessionTimeout() > 0 ? client.getSessionTimeout() : o.ttlMs
   return {
     where: `zookeeper://${o.address}${base}`,
     ttlMs,
     connected: () => isConnected(client),
     async list (min, max): Promise<PoolSlot[]> {
-      const c = client
-      const held = new Set((await zk.getChildren(c, holders)).map(Number))
+      const c = current()
+      const held = new Set(answered(await zk.getChildren(c, holders)).map(Number))
       const ids = new Set([...held, ...(await zk.getChildren(c, issued)).map(Number)])
       const inRange = [...ids].filter((id) => Number.isInteger(id) && id >= min && id <= max)
       const now = Date.now()
@@ -119,11 +147,12 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
       }))
     },
     async claim (workerId, owner, address): Promise<Claimed | undefined> {
-      const c = client
+      const c = current()
       try {
-        await zk.create(c, `${holders}/${workerId}`, JSON.stringify({ owner, address, at: Date.now() }), CreateMode.EPHEMERAL)
+        answered(await zk.create(c, `${holders}/${workerId}`, JSON.stringify({ owner, address, at: Date.now() }), CreateMode.EPHEMERAL))
       } catch (err) {
         if (!isNodeExists(err)) throw err
+        answered(undefined)
         if (await ownHolder(c, workerId, owner) === undefined) return undefined
       }
       const record = parseIssued(await zk.getData(c, `${issued}/${workerId}`).catch((err: unknown) => {
