@@ -8,7 +8,7 @@ import { sleep } from '../services.js'
 /** Starts per source: FAULT_CHURN_STARTS overrides (e.g. a shorter run while developing). */
 export const CHURN_STARTS = Number(process.env.FAULT_CHURN_STARTS ?? 2000)
 /** Processes alive at once (each start costs some 0.5 s of CPU: more only queue on 2 cores). */
-const CONCURRENCY = Number(process.env.FAULT_CHURN_CONCURRENCY ?? 4)
+const CONCURRENCY = Number(process.env.FAULT_CHURN_CONCURRENCY ?? 6)
 const POOL_MIN = 0
 const POOL_MAX = 63
 const TTL_MS = 2000
