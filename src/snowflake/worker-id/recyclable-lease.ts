@@ -45,6 +45,8 @@ export interface LeasePool {
   ttlMs (): number
   /** Whether the store's connection is up now, when it keeps one (ZooKeeper). */
   connected? (): boolean
+  /** How late past its TTL the store may free an expired lease (ZooKeeper expires sessions once per tick). */
+  readonly expirySlackMs?: number
   /** The slots in [min, max] the store knows; an id not listed was never leased. */
   list (min: number, max: number): Promise<PoolSlot[]>
   /** Takes `workerId` for `owner` when it is free, expired or already `owner`'s: one atomic write. */
@@ -183,7 +185,7 @@ export class RecyclableLease implements WorkerLease {
 
   /** At start: claims an id, waiting for an exhausted pool's oldest lease up to one TTL. */
   async claimAtStart (): Promise<void> {
-    const deadline = this.monotonic() + this.ttl
+    const deadline = this.monotonic() + this.ttl + (this.o.pool.expirySlackMs ?? 0)
     while (true) {
       const soonest = await this.claimOnce()
       if (soonest === undefined) return

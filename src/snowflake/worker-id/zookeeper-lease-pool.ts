@@ -1,6 +1,6 @@
 import type { Logger } from '../../logger.js'
 import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
-import { LeaseRefused } from './worker-lease.js'
+import { EXPIRY_MARGIN_MS, LeaseRefused } from './worker-lease.js'
 import {
   CreateMode, closeZookeeper, createZookeeper, isConnected, isNoNode, isNodeExists, sessionIdOf, waitConnected, zk, type Client,
 } from './zookeeper.js'
@@ -127,6 +127,7 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
 
   return {
     where: `zookeeper://${o.address}${base}`,
+    expirySlackMs: EXPIRY_MARGIN_MS,
     ttlMs,
     connected: () => isConnected(client),
     async list (min, max): Promise<PoolSlot[]> {
