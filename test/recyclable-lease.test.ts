@@ -27,6 +27,8 @@ class FakePool implements LeasePool {
   renewGate: Promise<void> | undefined
   /** This many renewals fail (the store does not answer) before they work again. */
   failRenewals = 0
+  /** This many claims fail (a lock wait, a lost connection) before they work again. */
+  failClaims = 0
   /** Each call yields this many times to the event loop first, at random: races interleave. */
   jitter = 0
   closed = false
@@ -55,6 +57,10 @@ class FakePool implements LeasePool {
 
   async claim (workerId: number, owner: string): Promise<Claimed | undefined> {
     await this.pause()
+    if (this.failClaims > 0) {
+      this.failClaims--
+      throw new Error('lock wait timeout')
+    }
     this.claims.push(workerId)
     if (this.losing.has(workerId)) return undefined
     const now = Date.now()
@@ -415,6 +421,12 @@ t.test('the store says the id is no longer ours: issuing stops, another id is cl
   // Another instance takes id 0; our renewal finds out.
   Object.assign(pool.rows.get(0) as Row, { owner: 'thief', expiresAt: Date.now() + 60_000 })
   pool.renewGate = new Promise((resolve) => { open = resolve })
+  // The generator must carry the new id before issuing may resume.
+  const unavailableAtRebind: Array<string | undefined> = []
+  l.onWorkerChange = (id, notBefore) => {
+    unavailableAtRebind.push(l.status().unavailable)
+    o.seen.changes.push([id, notBefore])
+  }
   const beat = l.heartbeat()
   await sleep(10)
   t.ok(checks(l), 'until the store answers, the fence holds')
@@ -424,6 +436,8 @@ t.test('the store says the id is no longer ours: issuing stops, another id is cl
   t.equal(l.workerId, 1, 'id 0 is the thief\'s: id 1 leased instead')
   t.same(o.seen.claims, ['claimed', 'conflict', 'reclaimed'])
   t.same(o.seen.changes, [[1, now + 201]], 'told the new id and the first millisecond after its previous holder\'s')
+  t.equal(unavailableAtRebind.length, 1)
+  t.match(unavailableAtRebind[0], /no longer leased/, 'told while issuing was still stopped')
   t.equal(o.seen.lost, 1)
   t.equal(l.notBefore, now + 201)
   t.equal(l.status().unavailable, undefined)
@@ -487,4 +501,41 @@ t.test('the wall clock jumps past the recorded issuedUntil: nothing past it unti
   t.equal(pool.rows.get(0)?.issuedUntil, l.issuableUntil)
   const id = await gen.next()
   t.ok(gen.decode(id).timestamp > recorded, 'issuing again, past the old record')
+})
+
+t.test('a store failing at start is tried again until the deadline; then refused naming its error', async (t) => {
+  const pool = new FakePool(600)
+  pool.failClaims = 2
+  const o = options(pool, { min: 0, max: 3 })
+  const l = await lease(t, o)
+  t.equal(l.workerId, 0)
+  t.same(o.seen.claims, ['error', 'error', 'claimed'], 'two failed passes, then the claim')
+
+  const down = new FakePool(600)
+  down.failClaims = Infinity
+  const o2 = options(down, { min: 0, max: 3 })
+  const started = Date.now()
+  const err = await acquireRecyclableLease(o2).then(() => undefined, (e: unknown) => e)
+  t.ok(err instanceof LeaseRefused)
+  t.match((err as Error).message, /no worker id could be leased from fake:\/\/pool within leaf\.snowflake\.lease\.ttl-ms \(600 ms\): the store failed \(lock wait timeout\)/)
+  t.ok(Date.now() - started >= 450, `tried for about one TTL (${Date.now() - started} ms)`)
+  t.equal(o2.seen.claims.at(-1), 'error')
+  t.ok(down.closed)
+})
+
+t.test('a new id starts with nothing recorded: issuing under it stops at its own issuedUntil, not the previous id\'s', async (t) => {
+  const now = Date.now()
+  const pool = new FakePool(10_000)
+  const o = options(pool, { min: 0, max: 1 })
+  const l = await lease(t, o)
+  const first = l.issuableUntil
+  t.ok(first > now, 'id 0 recorded ahead of the clock')
+  // The clock steps back 5 s; id 0 is taken; id 1 is claimed and recorded from the stepped clock.
+  const realClock = o.clock
+  o.clock = () => realClock() - 5000
+  Object.assign(pool.rows.get(0) as Row, { owner: 'thief', expiresAt: Date.now() + 60_000 })
+  await l.heartbeat()
+  t.equal(l.workerId, 1)
+  t.ok(l.issuableUntil < first, `id 1's limit (${l.issuableUntil}) is its own, below id 0's (${first})`)
+  t.equal(l.issuableUntil, pool.rows.get(1)?.issuedUntil, 'exactly what the store confirmed for id 1')
 })

@@ -90,6 +90,8 @@ export function fenceMarginMs (ttlMs: number): number {
   return Math.max(50, Math.round(ttlMs / 10))
 }
 
+/** A stop waits this long at most for the release: a store that does not answer lets the lease expire instead. */
+const RELEASE_TIMEOUT_MS = 2000
 /** A poll of an exhausted pool waits at least this long. */
 const EXHAUSTED_POLL_MS = 100
 
@@ -142,6 +144,8 @@ export class RecyclableLease implements WorkerLease {
   private taken = false
   private lastRenewal: number | undefined
   private lastServed = -1
+  /** The last pass's store failure, if any. */
+  private storeError: Error | undefined
   /** Ids the last pass gave back because their previous holder ran too far ahead. */
   private readonly driftRefused = new Set<number>()
 
@@ -187,10 +191,20 @@ export class RecyclableLease implements WorkerLease {
   async claimAtStart (): Promise<void> {
     const deadline = this.monotonic() + this.ttl + (this.o.pool.expirySlackMs ?? 0)
     while (true) {
-      const soonest = await this.claimOnce()
+      // A store that fails (a lock wait, a lost connection) is tried again until the deadline.
+      const soonest = await this.claimOnce().catch((err: Error) => {
+        this.storeError = err
+        this.o.logger.warn({ err: err.message, pool: this.o.pool.where }, 'worker-id claim failed: trying again')
+        return 0
+      })
       if (soonest === undefined) return
       const waitMs = Math.max(EXHAUSTED_POLL_MS, soonest)
       if (this.monotonic() + waitMs > deadline) {
+        if (this.storeError !== undefined) {
+          this.o.onClaim?.('error')
+          throw new LeaseRefused(`no worker id could be leased from ${this.o.pool.where} within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
+            `the store failed (${this.storeError.message})`)
+        }
         this.o.onClaim?.('exhausted')
         const range = `${this.o.pool.where} in [${this.o.min}, ${this.o.max}] (${this.o.max - this.o.min + 1} ids)`
         if (this.driftRefused.size > 0) {
@@ -221,9 +235,17 @@ export class RecyclableLease implements WorkerLease {
     const cached = readWorkerCache(this.o.cacheDir)
     const last = this.workerId >= 0 ? this.workerId : cached?.workerId
     this.driftRefused.clear()
+    this.storeError = undefined
     const candidates = [...new Set([...(last !== undefined && last >= min && last <= max ? [last] : []), ...free, ...expired])]
     for (const id of candidates) {
-      const claimed = await pool.claim(id, this.owner, this.o.address)
+      let claimed: Claimed | undefined
+      try {
+        claimed = await pool.claim(id, this.owner, this.o.address)
+      } catch (err) {
+        // The store failed (a lock wait, SQLITE_BUSY, a lost connection): the pass ends here.
+        this.o.onClaim?.('error')
+        throw err
+      }
       if (claimed === undefined) {
         this.o.onClaim?.('conflict')
         continue
@@ -268,6 +290,10 @@ export class RecyclableLease implements WorkerLease {
     this.workerId = id
     this.notBefore = claimed.issuedUntil + 1
     this.taken = false
+    // The generator switches to the new id before issuing may resume (still unavailable
+    // here), and nothing recorded for another id counts for this one.
+    this.recorded = 0
+    this.onWorkerChange?.(id, this.notBefore)
     // The first renewal confirms the lease and records our issuedUntil: nothing is issued
     // before it. (The claim's own expiry may have passed during a long wait above; then the
     // renewal succeeds only if nobody claimed the id meanwhile.)
@@ -276,6 +302,7 @@ export class RecyclableLease implements WorkerLease {
       // Never served: the next claim counts as claimed or reclaimed against the id served before.
       this.workerId = previous
       this.notBefore = previousNotBefore
+      if (previous >= 0) this.onWorkerChange?.(previous, previousNotBefore)
       this.o.onClaim?.('error')
       return false
     }
@@ -287,7 +314,6 @@ export class RecyclableLease implements WorkerLease {
     } catch (err) {
       this.o.logger.warn({ err: (err as Error).message, file: this.cacheFile }, 'worker-id cache not written: the next start may take another id')
     }
-    this.onWorkerChange?.(id, this.notBefore)
     return true
   }
 
@@ -401,7 +427,7 @@ export class RecyclableLease implements WorkerLease {
     if (this.workerId >= 0) {
       const reached = Math.max(this.o.clock(), this.admitted, this.notBefore - 1)
       try {
-        await withTimeout(this.o.pool.release(this.workerId, this.owner, reached, this.owner), this.window, 'release not answered')
+        await withTimeout(this.o.pool.release(this.workerId, this.owner, reached, this.owner), Math.min(this.window, RELEASE_TIMEOUT_MS), 'release not answered')
         this.o.logger.info({ workerId: this.workerId, issuedUntil: reached }, 'worker-id lease released')
       } catch (err) {
         this.o.logger.warn({ workerId: this.workerId, err: (err as Error).message }, 'worker-id lease not released: it expires after its TTL')

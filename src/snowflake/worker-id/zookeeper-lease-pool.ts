@@ -1,4 +1,5 @@
 import type { Logger } from '../../logger.js'
+import { withTimeout } from '../../timers.js'
 import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
 import { EXPIRY_MARGIN_MS, LeaseRefused } from './worker-lease.js'
 import {
@@ -12,6 +13,13 @@ import {
 // - issued/<id>: a persistent node per id ever leased, with the last millisecond its holders
 //   may have issued. Only the holder writes it, in a transaction that also checks that its
 //   holder node exists: a holder whose session expired can write nothing any more.
+//
+// Why that check is enough: a holder node goes only when its own session removes it or dies.
+// A session that died commits nothing. And this process runs its operations on one session one
+// after another (serial() below), so a release can never slip between a renewal's read of its
+// holder node and that renewal's commit; ZooKeeper runs one session's requests in the order
+// sent. (The versions read are passed on, but node-zookeeper-client turns a version of 0 into
+// "any version", and a recreated node starts again at 0: they prove nothing alone.)
 
 export interface ZookeeperLeasePoolOptions {
   address: string
@@ -41,13 +49,22 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
   const base = `/snowflake/${o.name}/lease`
   const holders = `${base}/holders`
   const issued = `${base}/issued`
+  /** One call to ZooKeeper may take this long: a silent connection never answers at all. */
+  const callTimeoutMs = Math.max(500, Math.round(o.ttlMs / 3))
   let closed = false
+  /** The session timeout ZooKeeper granted last (a client not connected yet reports 0). */
+  let granted = o.ttlMs
   let client = connect()
   /** Monotonic time of ZooKeeper's last answer to this pool. */
   let answeredAt = performance.now()
+  /** The tail of each client's chain of operations (serial()). */
+  const tails = new WeakMap<Client, Promise<unknown>>()
 
   function connect (): Client {
     const c = createZookeeper(o.address, o.ttlMs)
+    c.on('connected', () => {
+      if (c.getSessionTimeout() > 0) granted = c.getSessionTimeout()
+    })
     c.on('expired', () => {
       if (closed || client !== c) return
       // Our holder node went with the session: the lease finds it gone and claims again.
@@ -58,30 +75,44 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
   }
 
   function ttlMs (): number {
-    return client.getSessionTimeout() > 0 ? client.getSessionTimeout() : o.ttlMs
+    return granted
+  }
+
+  /** One ZooKeeper call, bounded: it fails when the connection is down or silent. */
+  async function call<T> (c: Client, what: Promise<T>): Promise<T> {
+    const value = await withTimeout(what, callTimeoutMs, `ZooKeeper did not answer within ${callTimeoutMs} ms`)
+    answeredAt = performance.now()
+    return value
+  }
+
+  /** Runs `fn` on `c` once every earlier operation on `c` has settled. */
+  function serial<T> (c: Client, fn: () => Promise<T>): Promise<T> {
+    const run = (tails.get(c) ?? Promise.resolve()).then(fn, fn)
+    tails.set(c, run.catch(() => {}))
+    return run
   }
 
   /**
-   * The client to use now. node-zookeeper-client keeps a connection that went silent (a path
-   * that died without a FIN or RST) forever: it pings, never reconnects, and never hears that
-   * its session expired. A client with no answer for a whole session timeout is replaced by a
-   * new session; its own session has expired by then, or soon will, along with its holder node.
+   * The client to use now, refusing at once while it is not connected (requests would queue
+   * without a bound). node-zookeeper-client keeps a connection that went silent (a path that
+   * died without a FIN or RST) forever: it pings, never reconnects, and never hears that its
+   * session expired. So a connected client with no answer for a whole session timeout is
+   * probed, and replaced by a new session if the probe goes unanswered too; its own session
+   * has expired by then, or soon will, along with its holder node.
    */
-  function current (): Client {
+  async function current (): Promise<Client> {
+    const c = client
+    if (!isConnected(c)) throw new Error(`not connected to ZooKeeper at ${o.address}`)
     const silentMs = performance.now() - answeredAt
-    if (!closed && silentMs > ttlMs()) {
+    if (closed || silentMs <= ttlMs()) return c
+    if (await call(c, zk.getWithStat(c, base)).then(() => true, () => false)) return c
+    if (client === c) {
       o.logger.warn({ silentMs: Math.round(silentMs) }, 'ZooKeeper has not answered the worker-id lease for a whole session timeout: starting a new session')
-      const old = client
       client = connect()
       answeredAt = performance.now()
-      closeZookeeper(old).catch(() => {})
+      closeZookeeper(c).catch(() => {})
     }
-    return client
-  }
-
-  function answered<T> (value: T): T {
-    answeredAt = performance.now()
-    return value
+    throw new Error(`ZooKeeper at ${o.address} went silent: reconnecting with a new session`)
   }
 
   if (!await waitConnected(client, o.connectTimeoutMs)) {
@@ -89,12 +120,18 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
     await closeZookeeper(client)
     throw new LeaseRefused(`ZooKeeper at ${o.address} did not answer within ${o.connectTimeoutMs} ms: the zookeeper-lease source cannot lease a worker id without it`)
   }
-  await zk.mkdirp(client, holders)
-  await zk.mkdirp(client, issued)
+  try {
+    await call(client, zk.mkdirp(client, holders))
+    await call(client, zk.mkdirp(client, issued))
+  } catch (err) {
+    closed = true
+    await closeZookeeper(client)
+    throw err
+  }
 
   /** Our holder node of `workerId`, with its version, or undefined when the id is not ours. */
   async function ownHolder (c: Client, workerId: number, owner: string): Promise<number | undefined> {
-    const node = await zk.getWithStat(c, `${holders}/${workerId}`)
+    const node = await call(c, zk.getWithStat(c, `${holders}/${workerId}`))
     if (node === undefined) return undefined
     const mine = `0x${node.stat.ephemeralOwner.toString('hex')}` === sessionIdOf(c)
     const data = JSON.parse(node.data?.toString('utf8') ?? '{}') as { owner?: unknown }
@@ -103,26 +140,28 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
 
   /** Writes issued/<id> if `owner` still holds the id; false when it does not. */
   async function writeIssued (workerId: number, owner: string, next: (current: Issued) => Issued, thenRemove: boolean): Promise<boolean> {
-    const c = current()
-    for (let attempt = 0; attempt < 3; attempt++) {
-      const holderVersion = answered(await ownHolder(c, workerId, owner))
-      if (holderVersion === undefined) return false
-      const node = await zk.getWithStat(c, `${issued}/${workerId}`)
-      const data = Buffer.from(JSON.stringify(next(parseIssued(node?.data))))
-      const t = c.transaction().check(`${holders}/${workerId}`, holderVersion)
-      if (node === undefined) t.create(`${issued}/${workerId}`, data, CreateMode.PERSISTENT)
-      else t.setData(`${issued}/${workerId}`, data, node.stat.version)
-      if (thenRemove) t.remove(`${holders}/${workerId}`, holderVersion)
-      else t.setData(`${holders}/${workerId}`, Buffer.from(JSON.stringify({ owner, at: Date.now() })), holderVersion)
-      try {
-        await zk.commit(t)
-        return true
-      } catch (err) {
-        // The holder node is gone (the id is no longer ours) or issued/<id> changed meanwhile: look again.
-        o.logger.debug({ err: (err as Error).message, workerId }, 'worker-id lease transaction failed: checked again')
+    const c = await current()
+    return serial(c, async () => {
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const holderVersion = await ownHolder(c, workerId, owner)
+        if (holderVersion === undefined) return false
+        const node = await call(c, zk.getWithStat(c, `${issued}/${workerId}`))
+        const data = Buffer.from(JSON.stringify(next(parseIssued(node?.data))))
+        const t = c.transaction().check(`${holders}/${workerId}`, holderVersion)
+        if (node === undefined) t.create(`${issued}/${workerId}`, data, CreateMode.PERSISTENT)
+        else t.setData(`${issued}/${workerId}`, data, node.stat.version)
+        if (thenRemove) t.remove(`${holders}/${workerId}`, holderVersion)
+        else t.setData(`${holders}/${workerId}`, Buffer.from(JSON.stringify({ owner, at: Date.now() })), holderVersion)
+        try {
+          await call(c, zk.commit(t))
+          return true
+        } catch (err) {
+          // The holder node is gone (the id is no longer ours) or issued/<id> changed meanwhile: look again.
+          o.logger.debug({ err: (err as Error).message, workerId }, 'worker-id lease transaction failed: checked again')
+        }
       }
-    }
-    return false
+      return false
+    })
   }
 
   return {
@@ -131,15 +170,15 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
     ttlMs,
     connected: () => isConnected(client),
     async list (min, max): Promise<PoolSlot[]> {
-      const c = current()
-      const held = new Set(answered(await zk.getChildren(c, holders)).map(Number))
-      const ids = new Set([...held, ...(await zk.getChildren(c, issued)).map(Number)])
+      const c = await current()
+      const held = new Set((await call(c, zk.getChildren(c, holders))).map(Number))
+      const ids = new Set([...held, ...(await call(c, zk.getChildren(c, issued))).map(Number)])
       const inRange = [...ids].filter((id) => Number.isInteger(id) && id >= min && id <= max)
       const now = Date.now()
       return Promise.all(inRange.map(async (workerId): Promise<PoolSlot> => {
         // A live holder renews every heartbeat; its session ends at most one timeout after the last.
         if (held.has(workerId)) return { workerId, state: 'held', expiresInMs: Math.min(1000, ttlMs()) }
-        const node = await zk.getWithStat(c, `${issued}/${workerId}`)
+        const node = await call(c, zk.getWithStat(c, `${issued}/${workerId}`))
         const record = parseIssued(node?.data)
         if (node === undefined || record.released) return { workerId, state: 'free', expiresInMs: 0 }
         // Expired: ordered by when its last holder last wrote it, by ZooKeeper's clock.
@@ -148,19 +187,20 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
       }))
     },
     async claim (workerId, owner, address): Promise<Claimed | undefined> {
-      const c = current()
-      try {
-        answered(await zk.create(c, `${holders}/${workerId}`, JSON.stringify({ owner, address, at: Date.now() }), CreateMode.EPHEMERAL))
-      } catch (err) {
-        if (!isNodeExists(err)) throw err
-        answered(undefined)
-        if (await ownHolder(c, workerId, owner) === undefined) return undefined
-      }
-      const record = parseIssued(await zk.getData(c, `${issued}/${workerId}`).catch((err: unknown) => {
-        if (isNoNode(err)) return undefined
-        throw err
-      }))
-      return { issuedUntil: record.issuedUntil, by: record.by }
+      const c = await current()
+      return serial(c, async () => {
+        try {
+          await call(c, zk.create(c, `${holders}/${workerId}`, JSON.stringify({ owner, address, at: Date.now() }), CreateMode.EPHEMERAL))
+        } catch (err) {
+          if (!isNodeExists(err)) throw err
+          if (await ownHolder(c, workerId, owner) === undefined) return undefined
+        }
+        const record = parseIssued(await call(c, zk.getData(c, `${issued}/${workerId}`)).catch((err: unknown) => {
+          if (isNoNode(err)) return undefined
+          throw err
+        }))
+        return { issuedUntil: record.issuedUntil, by: record.by }
+      })
     },
     renew (workerId, owner, issuedUntil) {
       return writeIssued(workerId, owner, (current) => ({ issuedUntil: Math.max(current.issuedUntil, issuedUntil), by: owner, released: false }), false)
