@@ -101,7 +101,7 @@ export function createMetrics (): Metrics {
     leaseGauge('leaf_zookeeper_connected', '1 while the ZooKeeper session is connected.', (s) => s.zookeeperConnected ? 1 : 0),
     leaseGauge('leaf_snowflake_last_heartbeat_timestamp_seconds', 'When the worker lease was last written.',
       (s) => s.lastHeartbeat === undefined ? undefined : s.lastHeartbeat / 1000),
-    leaseGauge('leaf_snowflake_lease_expiry_seconds', 'Time left on the worker-id lease (recyclable sources); 0 once lost.',
+    leaseGauge('leaf_snowflake_lease_expiry_seconds', 'Time left until the store may free the worker-id lease (recyclable sources; the holder fences TTL/10 earlier); 0 once lost.',
       (s) => s.issuedUntil === undefined ? undefined : Math.max(0, ((s.leaseExpiresAt ?? 0) - Date.now()) / 1000)),
   ]
 
