@@ -85,7 +85,7 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
 
   registerIdRoute(app, { mode: 'segment', source: leaf.segment?.generator, batchMax: config.batchMax, metrics, observe })
   registerIdRoute(app, { mode: 'snowflake', source: leaf.snowflake?.generator, batchMax: config.batchMax, metrics, observe })
-  registerDecodeRoutes(app, config.snowflake.twepoch)
+  registerDecodeRoutes(app, config.snowflake.layout)
   registerHealthRoutes(app)
   app.get('/metrics', async (_request, reply) => {
     reply.type(metrics.registry.contentType)

@@ -19,6 +19,9 @@ export const ERRORS = {
   CLOCK_BACKWARDS: { status: 503, message: 'The clock moved backwards; no ID is issued until it catches up.' },
   WORKER_ID_UNAVAILABLE: { status: 503, message: 'This instance holds no worker id it may issue snowflake IDs with now.' },
   WORKER_LEASE_LOST: { status: 503, message: 'This instance\'s worker-id lease ran out or was taken; no snowflake ID until it leases one again.' },
+  SEQUENCE_EXHAUSTED: { status: 503, message: 'Every ID of the current time unit is issued (a layout in seconds under a burst); try again.' },
+  ID_SPACE_EXHAUSTED: { status: 503, message: 'The layout\'s time field has run out; no snowflake ID can be made.' },
+  INVALID_FIELD: { status: 400, message: 'A field of the ID to make is out of range.' },
   BAD_REQUEST: { status: 400, message: 'The request is malformed.' },
   INTERNAL: { status: 500, message: 'Internal error.' },
 } as const satisfies Record<string, { status: number, message: string }>

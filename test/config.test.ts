@@ -99,6 +99,14 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   'leaf.snowflake.worker-id.max': { read: (c) => c.snowflake.workerIdMax, a: ['900', 900], b: ['800', 800] },
   'leaf.snowflake.worker-id.hostname': { read: (c) => c.snowflake.hostname, a: ['leaf-3', 'leaf-3'], b: ['leaf-4', 'leaf-4'] },
   'leaf.snowflake.lease.ttl-ms': { read: (c) => c.snowflake.leaseTtlMs, a: ['20000', 20000], b: ['40000', 40000] },
+  'leaf.snowflake.layout': {
+    read: (c) => c.snowflake.layout.spec,
+    a: ['uid-generator,time=31s,worker=22,sequence=10', 'uid-generator,time=31s,worker=22,sequence=10,epoch=1463673600000'],
+    b: ['time=42ms,worker=12,sequence=9,epoch=1600000000000', 'time=42ms,worker=12,sequence=9,epoch=1600000000000'],
+  },
+  'leaf.snowflake.vesta.version': { read: (c) => c.snowflake.vesta.version, a: ['1', 1], b: ['0', 0] },
+  'leaf.snowflake.vesta.gen-method': { read: (c) => c.snowflake.vesta.genMethod, a: ['1', 1], b: ['3', 3] },
+  'leaf.snowflake.borrow-ahead-ms': { read: (c) => c.snowflake.borrowAheadMs, a: ['5', 5], b: ['7', 7] },
   'leaf.snowflake.twepoch': { read: (c) => c.snowflake.twepoch, a: ['1500000000000', 1500000000000], b: ['1600000000000', 1600000000000] },
   'leaf.snowflake.cache.dir': { read: (c) => c.snowflake.cacheDir, a: ['/var/cache/leaf-a', '/var/cache/leaf-a'], b: ['/var/cache/leaf-b', '/var/cache/leaf-b'] },
   'leaf.snowflake.max-clock-drift-ms': { read: (c) => c.snowflake.maxClockDriftMs, a: ['1000', 1000], b: ['2000', 2000] },
@@ -226,4 +234,30 @@ t.test('string values are kept as Java\'s Properties reads them: an escaped trai
     'a token no header can carry is refused')
   const named = loadConfig({ cwd: dirWith(), env: { LEAF_NAME: 'leaf ', LEAF_SNOWFLAKE_ZK_ADDRESS: ' 127.0.0.1:2181' } }).config
   t.same([named.name, named.snowflake.zkAddress], ['leaf', '127.0.0.1:2181'], 'names and addresses trimmed: a stray space must not move the instance to another ZooKeeper tree')
+})
+
+t.test('layout: a preset or a spec, one clear error naming the key when bad; the worker-id range follows its worker bits', async (t) => {
+  const load = (...argv: string[]) => loadConfig({ cwd: dirWith(), argv }).config.snowflake
+  const leaf = load()
+  t.equal(leaf.layout.name, 'leaf')
+  t.equal(leaf.workerIdMax, 1023, 'the leaf layout: worker ids up to 1023')
+  t.equal(leaf.layout.epoch, 1288834974657, 'with twepoch')
+  t.equal(load('--leaf.snowflake.twepoch=1500000000000').layout.epoch, 1500000000000, 'twepoch moves the leaf layout\'s epoch')
+  const js = load('--leaf.snowflake.layout=js-safe')
+  t.equal(js.workerIdMax, 255, 'js-safe: worker ids up to 255 by default')
+  t.equal(load('--leaf.snowflake.layout=uid-generator,time=31s,worker=22,sequence=10').workerIdMax, 4194303, '22 worker bits')
+  t.equal(load('--leaf.snowflake.layout=vesta-max-peak', '--leaf.snowflake.vesta.version=1').layout.fixedBits < 0n, true, 'Vesta version 1 sets the top bit')
+  const bad: [string[], RegExp][] = [
+    [['--leaf.snowflake.layout=leaf2'], /leaf\.snowflake\.layout: "leaf2" is neither a preset/],
+    [['--leaf.snowflake.layout=time=41ms,worker=12,sequence=12'], /leaf\.snowflake\.layout: the fields take 65 bits, more than the 63/],
+    [['--leaf.snowflake.layout=uid-generator'], /leaf\.snowflake\.layout: the 28-bit time field in seconds .* ran out on 2024/],
+    [['--leaf.snowflake.layout=js-safe,epoch=2999-01-01T00:00:00Z'], /leaf\.snowflake\.layout: the epoch 2999-01-01T00:00:00.000Z lies in the future/],
+    [['--leaf.snowflake.layout=js-safe', '--leaf.snowflake.worker-id.max=256'], /leaf\.snowflake\.worker-id\.max: 256 is above 255, the largest worker id of the js-safe layout's 8 worker bits/],
+    [['--leaf.snowflake.layout=js-safe', '--leaf.snowflake.worker-id.min=300'], /leaf\.snowflake\.worker-id\.min: 300 is above 255/],
+    [['--leaf.snowflake.layout=js-safe', '--leaf.snowflake.worker.id=256'], /leaf\.snowflake\.worker\.id: 256 is above 255/],
+    [['--leaf.snowflake.worker-id.source=disposable'], /leaf\.snowflake\.worker-id\.source: disposable .* at least 16 worker bits/],
+  ]
+  for (const [argv, message] of bad) t.throws(() => load(...argv), { name: 'ConfigError', message }, argv.join(' '))
+  t.equal(load('--leaf.snowflake.layout=uid-generator,time=31s,worker=22,sequence=10', '--leaf.snowflake.worker-id.source=disposable').workerIdSource, 'disposable',
+    'disposable with 22 worker bits')
 })

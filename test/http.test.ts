@@ -112,7 +112,16 @@ t.test('decode routes: Leaf\'s strings in the server\'s zone, and the JSON form'
   t.same(leaf.json(), { timestamp: `1567733700834(${formatLocal(1567733700834)})`, sequenceId: '3448', workerId: '39' })
   t.match(formatLocal(1567733700834), /^2019-09-0[56] \d\d:\d\d:00\.834$/)
   const ours = await server.inject(`/api/snowflake/decode/${id}`)
-  t.same(ours.json(), { id: String(id), timestamp: 1567733700834, time: '2019-09-06T01:35:00.834Z', workerId: 39, sequence: 3448 })
+  t.same(ours.json(), {
+    id: String(id),
+    layout: 'leaf',
+    timestamp: 1567733700834,
+    time: '2019-09-06T01:35:00.834Z',
+    workerId: 39,
+    sequence: 3448,
+    // 1567733700834 - 1288834974657 = 278898726177 ms since twepoch
+    fields: { time: 278898726177, worker: 39, sequence: 3448 },
+  })
   for (const bad of ['abc', '', '1.5', '9223372036854775808', '99999999999999999999', '0x10']) {
     const a = await server.inject(`/decodeSnowflakeId?snowflakeId=${encodeURIComponent(bad)}`)
     t.equal(a.statusCode, 400, `decodeSnowflakeId ${bad || '(empty)'} -> 400`)

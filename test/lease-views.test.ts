@@ -1,6 +1,7 @@
 import { join } from 'node:path'
 import t from 'tap'
 import { buildApp } from '../src/app.js'
+import { leafLayout } from '../src/snowflake/layout.js'
 import { createDbLeasePool } from '../src/snowflake/worker-id/db-lease-pool.js'
 import { createZookeeperLeasePool } from '../src/snowflake/worker-id/zookeeper-lease-pool.js'
 import { LeaseRefused } from '../src/snowflake/worker-id/worker-lease.js'
@@ -10,6 +11,8 @@ import { silentLogger } from './helpers/logger.js'
 import { TEST_MYSQL } from './helpers/mysql.js'
 import { createProxy } from './helpers/tcp-proxy.js'
 import { TEST_ZK } from './helpers/zookeeper.js'
+
+const LEAF = leafLayout(1288834974657)
 
 // What a recyclable lease shows through the service: /api/snowflake/status, /cache, /readyz,
 // the ID route and /metrics, in process on the embedded store; and the pools' refusals.
@@ -61,6 +64,7 @@ t.test('db-lease on a MySQL database that does not exist: the driver\'s error, n
     ttlMs: 3000,
     connectTimeoutMs: 1000,
     queryTimeoutMs: 1000,
+    layout: LEAF,
   }).then(() => undefined, (e: unknown) => e as { code?: string })
   t.equal(err?.code, 'ER_BAD_DB_ERROR')
 })
@@ -81,6 +85,7 @@ t.test('zookeeper-lease with ZooKeeper silent at start: refused within the conne
     ttlMs: 3000,
     connectTimeoutMs: 300,
     logger: silentLogger,
+    layout: LEAF,
   }).then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof LeaseRefused)
   t.match((err as Error).message, new RegExp(`ZooKeeper at 127\\.0\\.0\\.1:${proxy.port} did not answer within 300 ms`))
@@ -96,6 +101,7 @@ t.test('zookeeper-lease: a connection gone silent is replaced by a new session a
     ttlMs: 2000,
     connectTimeoutMs: 2000,
     logger: silentLogger,
+    layout: LEAF,
   })
   t.teardown(() => pool.close())
   const ttl = pool.ttlMs()

@@ -15,6 +15,9 @@ import { silentLogger } from './helpers/logger.js'
 import { TEST_MYSQL, createTestDatabase } from './helpers/mysql.js'
 import { createProxy } from './helpers/tcp-proxy.js'
 import { TEST_ZK, inspector, uniqueName } from './helpers/zookeeper.js'
+import { leafLayout } from '../src/snowflake/layout.js'
+
+const LEAF = leafLayout(1288834974657)
 
 // The worker-id sources against the real stores: db-lease on MariaDB and on a SQLite file,
 // zookeeper-lease on ZooKeeper, and the configured sources (static, statefulset, zookeeper)
@@ -78,7 +81,7 @@ async function leaseDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<LeaseDb> {
       async rows () {
         const rows = await db.query<Record<string, unknown>[]>(
           'SELECT pool, worker_id, owner, address, issued_until, ROUND(UNIX_TIMESTAMP(expires_at) * 1000) AS expires_at, ' +
-          'TIMESTAMPDIFF(MICROSECOND, NOW(3), expires_at) DIV 1000 AS expires_in FROM leaf_worker_lease ORDER BY pool, worker_id')
+          'TIMESTAMPDIFF(MICROSECOND, NOW(3), expires_at) DIV 1000 AS expires_in FROM leaf_worker_lease WHERE worker_id >= 0 ORDER BY pool, worker_id')
         return rows.map(toRow)
       },
     }
@@ -101,7 +104,7 @@ async function leaseDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<LeaseDb> {
     async rows () {
       return read((db) => db.prepare(
         "SELECT pool, worker_id, owner, address, issued_until, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) AS expires_in " +
-        'FROM leaf_worker_lease ORDER BY pool, worker_id').all() as Record<string, unknown>[]).map(toRow)
+        'FROM leaf_worker_lease WHERE worker_id >= 0 ORDER BY pool, worker_id').all() as Record<string, unknown>[]).map(toRow)
     },
   }
 }
@@ -216,7 +219,7 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     const released = (await db.rows())[0]?.issuedUntil ?? 0
 
     // A claim that never renews nor releases (its process died right after): it expires after its TTL.
-    const pool = await createDbLeasePool({ store: patient.segment.store, pool: name, ttlMs: 1500, connectTimeoutMs: 2000, queryTimeoutMs: 2000 })
+    const pool = await createDbLeasePool({ store: patient.segment.store, pool: name, ttlMs: 1500, connectTimeoutMs: 2000, queryTimeoutMs: 2000, layout: LEAF })
     t.teardown(() => pool.close())
     t.ok(await pool.claim(0, 'dead-claim', '10.9.9.9:1'), 'the dead claim took the id')
     const at = Date.now()
@@ -248,15 +251,15 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     const store = dbLeaseConfig(db, 'x').segment.store
     const name = uniqueName()
     // The first pool creates the table; the others open it.
-    const pools = [await createDbLeasePool({ store, pool: name, ttlMs: 10_000, connectTimeoutMs: 2000, queryTimeoutMs: 5000 })]
-    pools.push(...await Promise.all(Array.from({ length: 7 }, () => createDbLeasePool({ store, pool: name, ttlMs: 10_000, connectTimeoutMs: 2000, queryTimeoutMs: 5000 }))))
+    const pools = [await createDbLeasePool({ store, pool: name, ttlMs: 10_000, connectTimeoutMs: 2000, queryTimeoutMs: 5000, layout: LEAF })]
+    pools.push(...await Promise.all(Array.from({ length: 7 }, () => createDbLeasePool({ store, pool: name, ttlMs: 10_000, connectTimeoutMs: 2000, queryTimeoutMs: 5000, layout: LEAF }))))
     await raceOneId(t, pools)
   })
 }
 
 t.test('racing claims on ZooKeeper: one create decides', async (t) => {
   const name = uniqueName()
-  const pools = await Promise.all(Array.from({ length: 8 }, () => createZookeeperLeasePool({ address: TEST_ZK, name, ttlMs: 4000, connectTimeoutMs: 5000, logger: silentLogger })))
+  const pools = await Promise.all(Array.from({ length: 8 }, () => createZookeeperLeasePool({ address: TEST_ZK, name, ttlMs: 4000, connectTimeoutMs: 5000, logger: silentLogger, layout: LEAF })))
   await raceOneId(t, pools)
 })
 

@@ -49,6 +49,9 @@ function optionalInt (min: number, max: number): Parser<number | undefined> {
 
 const port = int(0, 65535)
 
+/** The widest worker field any layout may have leaves room for time and sequence: 2^31 - 1 ids. */
+const MAX_ANY_WORKER_ID = 2 ** 31 - 1
+
 function oneOf<T extends string> (values: readonly T[]): Parser<T | ''> {
   return (raw, key) => {
     const v = raw.trim()
@@ -57,7 +60,7 @@ function oneOf<T extends string> (values: readonly T[]): Parser<T | ''> {
   }
 }
 
-export const WORKER_ID_SOURCES = ['zookeeper', 'static', 'zookeeper-lease', 'db-lease', 'statefulset'] as const
+export const WORKER_ID_SOURCES = ['zookeeper', 'static', 'zookeeper-lease', 'db-lease', 'statefulset', 'disposable'] as const
 export type WorkerIdSource = typeof WORKER_ID_SOURCES[number]
 
 const logLevel: Parser<string> = (raw, key) => {
@@ -99,13 +102,17 @@ export const KEYS = {
   'leaf.snowflake.zk.address': key('', text, 'ZooKeeper connect string (`host:port,host:port`); empty: no ZooKeeper, the worker id comes from `leaf.snowflake.worker.id`.'),
   'leaf.snowflake.port': key('', optionalInt(1, 65535), 'Port this instance registers under in ZooKeeper; empty: `server.port`.'),
   'leaf.snowflake.ip': key('', text, 'IP this instance registers under; empty: the first non-loopback IPv4 address.'),
-  'leaf.snowflake.worker.id': key('0', int(0, 1023), 'Worker id of the `static` source; must be unique per instance.'),
-  'leaf.snowflake.worker-id.source': key('', oneOf(WORKER_ID_SOURCES), 'Where the worker id comes from: `zookeeper`, `static`, `zookeeper-lease`, `db-lease` or `statefulset` (see Worker ids in containers); empty: `zookeeper` when `leaf.snowflake.zk.address` is set, else `static`.'),
-  'leaf.snowflake.worker-id.min': key('0', int(0, 1023), 'Lowest worker id this instance may use, from any source.'),
-  'leaf.snowflake.worker-id.max': key('1023', int(0, 1023), 'Highest worker id this instance may use, from any source; the lease pools hand out `min`..`max`.'),
+  'leaf.snowflake.worker.id': key('0', int(0, MAX_ANY_WORKER_ID), 'Worker id of the `static` source; must be unique per instance.'),
+  'leaf.snowflake.worker-id.source': key('', oneOf(WORKER_ID_SOURCES), 'Where the worker id comes from: `zookeeper`, `static`, `zookeeper-lease`, `db-lease`, `statefulset` or `disposable` (see Worker ids in containers); empty: `zookeeper` when `leaf.snowflake.zk.address` is set, else `static`.'),
+  'leaf.snowflake.worker-id.min': key('0', int(0, MAX_ANY_WORKER_ID), 'Lowest worker id this instance may use, from any source.'),
+  'leaf.snowflake.worker-id.max': key('', optionalInt(0, MAX_ANY_WORKER_ID), 'Highest worker id this instance may use, from any source; the lease pools hand out `min`..`max`; empty: the layout\'s largest (1023 for `leaf`).'),
   'leaf.snowflake.worker-id.hostname': key('', text, 'Host name whose trailing ordinal (`leaf-3` -> 3) is the `statefulset` source\'s worker id; empty: `HOSTNAME`.'),
   'leaf.snowflake.lease.ttl-ms': key('30000', int(300, 600_000), 'Lease time of the `*-lease` sources (for `zookeeper-lease`, the session timeout asked for); at least 3 heartbeat intervals.'),
-  'leaf.snowflake.twepoch': key('1288834974657', int(0, Number.MAX_SAFE_INTEGER), 'Epoch of the timestamp bits, in ms.'),
+  'leaf.snowflake.layout': key('leaf', text, 'ID layout: `leaf`, `js-safe`, `uid-generator`, `vesta-max-peak`, `vesta-min-granularity`, a preset with overrides (`uid-generator,epoch=2022-01-01T00:00:00+08:00`) or a custom spec (`time=41ms,worker=10,sequence=12,epoch=1288834974657`); see ID layouts.'),
+  'leaf.snowflake.vesta.version': key('0', int(0, 1), 'Version field of the Vesta layouts (1 makes every ID negative as a signed 64-bit value, as in Vesta).'),
+  'leaf.snowflake.vesta.gen-method': key('2', int(0, 3), 'Generation-method field of the Vesta layouts (Vesta: 0 embedded, 1 central server, 2 REST).'),
+  'leaf.snowflake.borrow-ahead-ms': key('0', int(0, 60_000), 'How far ahead of the clock a generator may move its time instead of waiting, when a time unit\'s sequence is used up or the clock steps back; 0: never (Leaf).'),
+  'leaf.snowflake.twepoch': key('1288834974657', int(0, Number.MAX_SAFE_INTEGER), 'Epoch of the `leaf` layout\'s time bits (and of a custom layout without one), in ms.'),
   'leaf.snowflake.cache.dir': key('', text, 'Folder of the worker-id cache file; empty: `<tmpdir>/<leaf.name>/leafconf/<port>`, as Java Leaf.'),
   'leaf.snowflake.max-clock-drift-ms': key('5000', int(0, 3_600_000), 'A new instance refuses to start when its clock differs from its live peers\' average by more than this; a lease claimant waits at most this long for the previous holder\'s last millisecond.'),
   'leaf.snowflake.heartbeat-interval-ms': key('3000', int(100, 600_000), 'How often the worker node\'s timestamp is refreshed in ZooKeeper, or the worker-id lease renewed.'),

@@ -3,6 +3,7 @@ import { resolve } from 'node:path'
 import { parse as parseProperties } from 'dot-properties'
 import { CONFIG_KEYS, ConfigError, KEYS, envName, isConfigKey, type ConfigKey, type ParsedConfig, type RawConfig, type WorkerIdSource } from './keys.js'
 import { parseJdbcUrl, type StoreConfig } from './jdbc-url.js'
+import { LayoutError, parseLayout, type Layout } from '../snowflake/layout.js'
 
 export { ConfigError } from './keys.js'
 export type { StoreConfig } from './jdbc-url.js'
@@ -37,6 +38,10 @@ export interface Config {
     hostname: string
     leaseTtlMs: number
     twepoch: number
+    layout: Layout
+    /** Vesta's version and genMethod values (carried in the Vesta layouts' IDs). */
+    vesta: { version: number, genMethod: number }
+    borrowAheadMs: number
     cacheDir: string
     maxClockDriftMs: number
     heartbeatIntervalMs: number
@@ -57,13 +62,15 @@ export interface LoadOptions {
   argv?: string[]
   env?: Record<string, string | undefined>
   cwd?: string
+  /** The layout's epoch and lifetime are checked against this. */
+  now?: number
 }
 
 /**
  * Builds the configuration: built-in defaults < properties file < environment < command line.
  * Throws ConfigError naming the key on the first bad value.
  */
-export function loadConfig ({ argv = [], env = {}, cwd = process.cwd() }: LoadOptions = {}): LoadedConfig {
+export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), now = Date.now() }: LoadOptions = {}): LoadedConfig {
   const warnings: string[] = []
   const cli = parseArgv(argv)
   const explicitPath = cli.configPath ?? env.LEAF_CONFIG
@@ -82,13 +89,21 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd() }: LoadOp
 
   const parsed = {} as Record<ConfigKey, unknown>
   for (const k of CONFIG_KEYS) parsed[k] = KEYS[k].parse(raw[k], k)
-  const config = toConfig(parsed as ParsedConfig)
+  const config = toConfig(parsed as ParsedConfig, now)
   checkWorkerIds(config.snowflake)
   return { config, file: file?.path, warnings }
 }
 
 /** Rules between worker-id keys that no single key's parser can see. */
 function checkWorkerIds (s: Config['snowflake']): void {
+  const largest = s.layout.maxWorkerId
+  const layout = `the ${s.layout.name} layout's ${s.layout.worker.bits} worker bits`
+  if (s.workerIdMax > largest) throw new ConfigError('leaf.snowflake.worker-id.max', `${s.workerIdMax} is above ${largest}, the largest worker id of ${layout}`)
+  if (s.workerIdMin > largest) throw new ConfigError('leaf.snowflake.worker-id.min', `${s.workerIdMin} is above ${largest}, the largest worker id of ${layout}`)
+  if (s.workerIdSource === 'static' && s.workerId > largest) throw new ConfigError('leaf.snowflake.worker.id', `${s.workerId} is above ${largest}, the largest worker id of ${layout}`)
+  if (s.workerIdSource === 'disposable' && s.layout.worker.bits < 16) {
+    throw new ConfigError('leaf.snowflake.worker-id.source', `disposable takes a new worker id on every start and never reuses one: it needs a layout with at least 16 worker bits (uid-generator has 22), and ${layout} are too few`)
+  }
   if (s.workerIdMin > s.workerIdMax) {
     throw new ConfigError('leaf.snowflake.worker-id.min', `${s.workerIdMin} is above leaf.snowflake.worker-id.max (${s.workerIdMax})`)
   }
@@ -100,7 +115,8 @@ function checkWorkerIds (s: Config['snowflake']): void {
   }
 }
 
-function toConfig (p: ParsedConfig): Config {
+function toConfig (p: ParsedConfig, now: number): Config {
+  const layout = resolveLayout(p, now)
   return {
     name: p['leaf.name'],
     server: { host: p['server.host'], port: p['server.port'] },
@@ -124,16 +140,33 @@ function toConfig (p: ParsedConfig): Config {
       workerId: p['leaf.snowflake.worker.id'],
       workerIdSource: p['leaf.snowflake.worker-id.source'] || (p['leaf.snowflake.zk.address'] === '' ? 'static' : 'zookeeper'),
       workerIdMin: p['leaf.snowflake.worker-id.min'],
-      workerIdMax: p['leaf.snowflake.worker-id.max'],
+      workerIdMax: p['leaf.snowflake.worker-id.max'] ?? layout.maxWorkerId,
       hostname: p['leaf.snowflake.worker-id.hostname'],
       leaseTtlMs: p['leaf.snowflake.lease.ttl-ms'],
       twepoch: p['leaf.snowflake.twepoch'],
+      layout,
+      vesta: { version: p['leaf.snowflake.vesta.version'], genMethod: p['leaf.snowflake.vesta.gen-method'] },
+      borrowAheadMs: p['leaf.snowflake.borrow-ahead-ms'],
       cacheDir: p['leaf.snowflake.cache.dir'],
       maxClockDriftMs: p['leaf.snowflake.max-clock-drift-ms'],
       heartbeatIntervalMs: p['leaf.snowflake.heartbeat-interval-ms'],
       zkConnectTimeoutMs: p['leaf.snowflake.zk.connect-timeout-ms'],
       zkSessionTimeoutMs: p['leaf.snowflake.zk.session-timeout-ms'],
     },
+  }
+}
+
+function resolveLayout (p: ParsedConfig, now: number): Layout {
+  try {
+    return parseLayout(p['leaf.snowflake.layout'], {
+      twepoch: p['leaf.snowflake.twepoch'],
+      vestaVersion: p['leaf.snowflake.vesta.version'],
+      vestaGenMethod: p['leaf.snowflake.vesta.gen-method'],
+      now,
+    })
+  } catch (err) {
+    if (err instanceof LayoutError) throw new ConfigError('leaf.snowflake.layout', err.message)
+    throw err
   }
 }
 

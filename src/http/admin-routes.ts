@@ -23,7 +23,8 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
   // request and reply classes of its own next to the ID routes' on the hot paths they share.
   const guarded = token === '' ? {} : { onRequest: [requireBearer(token)] }
   const { segment, snowflake } = app.leaf
-  const { twepoch } = app.leaf.config.snowflake
+  const { layout } = app.leaf.config.snowflake
+  const twepoch = layout.epoch
 
   app.get('/api/cache', guarded, async () => {
     const views = enabled(segment).generator.views()
@@ -52,6 +53,8 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
             },
           }),
       twepoch,
+      layout: layout.spec,
+      borrowedMs: snowflake.generator.borrowedMs(),
     }
   })
   app.get('/cache', guarded, async (_request, reply) => {

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import { ERRORS } from '../errors.js'
-import { decodeSnowflakeId } from '../snowflake/snowflake-generator.js'
+import { describeLayout, explainId, fieldProblem, makeId, timeOf, type Layout } from '../snowflake/layout.js'
 
 const INT64_MIN = -(2n ** 63n)
 const INT64_MAX = 2n ** 63n - 1n
@@ -19,21 +19,54 @@ export function formatLocal (ms: number): string {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}.${p(d.getMilliseconds(), 3)}`
 }
 
-/** Leaf's `/decodeSnowflakeId` and the JSON-typed `/api/snowflake/decode/:id`. */
-export function registerDecodeRoutes (app: FastifyInstance, twepoch: number): void {
+/**
+ * Leaf's `/decodeSnowflakeId`, and the layout's own routes: explain an ID
+ * (`/api/snowflake/decode/:id`), make the ID of a time (`/api/snowflake/make`) and describe the
+ * layout (`/api/snowflake/layout`). None needs the generator: they work with the mode off too.
+ */
+export function registerDecodeRoutes (app: FastifyInstance, layout: Layout): void {
   const invalid = { error: 'INVALID_ID', message: ERRORS.INVALID_ID.message, errorMsg: ERRORS.INVALID_ID.message }
+  const description = describeLayout(layout)
 
   app.get<{ Querystring: { snowflakeId?: string } }>('/decodeSnowflakeId', async (request, reply) => {
     const id = parseInt64(request.query.snowflakeId)
     if (id === undefined) return reply.code(ERRORS.INVALID_ID.status).send(invalid)
-    const { timestamp, workerId, sequence } = decodeSnowflakeId(id, twepoch)
+    const { timestamp, workerId, sequence } = explainId(layout, id)
     return { timestamp: `${timestamp}(${formatLocal(timestamp)})`, sequenceId: String(sequence), workerId: String(workerId) }
   })
 
   app.get<{ Params: { id: string } }>('/api/snowflake/decode/:id', async (request, reply) => {
     const id = parseInt64(request.params.id)
     if (id === undefined) return reply.code(ERRORS.INVALID_ID.status).send(invalid)
-    const { timestamp, workerId, sequence } = decodeSnowflakeId(id, twepoch)
-    return { id: String(id), timestamp, time: new Date(timestamp).toISOString(), workerId, sequence }
+    const { time, timestamp, workerId, sequence, ...vesta } = explainId(layout, id)
+    const fields = Object.fromEntries(layout.fields.map((f) => [f.name, f.name === 'time' ? time : f.name === 'worker' ? workerId : f.name === 'sequence' ? sequence : vesta[f.name as keyof typeof vesta]]))
+    return { id: String(id), layout: layout.name, timestamp, time: new Date(timestamp).toISOString(), workerId, sequence, ...vesta, fields }
   })
+
+  app.get<{ Querystring: { time?: string, workerId?: string, sequence?: string } }>('/api/snowflake/make', async (request, reply) => {
+    const q = request.query
+    const ms = parseTime(q.time)
+    const workerId = q.workerId === undefined ? 0 : parseField(q.workerId)
+    const sequence = q.sequence === undefined ? 0 : parseField(q.sequence)
+    const fields = { time: ms === undefined ? NaN : timeOf(layout, ms), workerId, sequence }
+    const problem = ms === undefined
+      ? { field: 'time', message: 'time must be ms since 1970 or an ISO-8601 time (2026-12-01T09:00:00+08:00)' }
+      : fieldProblem(layout, fields)
+    if (problem !== undefined) return reply.code(ERRORS.INVALID_FIELD.status).send({ error: 'INVALID_FIELD', message: problem.message, field: problem.field })
+    return { id: String(makeId(layout, fields)) }
+  })
+
+  app.get('/api/snowflake/layout', async () => description)
+}
+
+/** `1764579600000` or an ISO-8601 time; undefined when it is neither. */
+function parseTime (raw: string | undefined): number | undefined {
+  if (raw === undefined || raw === '') return undefined
+  const ms = /^\d{1,16}$/.test(raw) ? Number(raw) : /^\d{4}-\d{2}-\d{2}/.test(raw) ? Date.parse(raw) : NaN
+  return Number.isSafeInteger(ms) ? ms : undefined
+}
+
+/** A decimal integer, or NaN (which fieldProblem names). */
+function parseField (raw: string): number {
+  return /^\d{1,16}$/.test(raw) ? Number(raw) : NaN
 }

@@ -103,6 +103,15 @@ export function createMetrics (): Metrics {
       (s) => s.lastHeartbeat === undefined ? undefined : s.lastHeartbeat / 1000),
     leaseGauge('leaf_snowflake_lease_expiry_seconds', 'Time left until the store may free the worker-id lease (recyclable sources; the holder fences TTL/10 earlier); 0 once lost.',
       (s) => s.issuedUntil === undefined ? undefined : Math.max(0, ((s.leaseExpiresAt ?? 0) - Date.now()) / 1000)),
+    new Gauge({
+      name: 'leaf_snowflake_borrowed_ms',
+      help: 'How far ahead of the clock the generator\'s time is now (borrowed time, leaf.snowflake.borrow-ahead-ms).',
+      registers: [],
+      collect () {
+        this.reset()
+        if (modes.snowflake !== undefined) this.set(modes.snowflake.generator.borrowedMs())
+      },
+    }),
   ]
 
   const issuedSegment = new Map<string, { value: number }>()

@@ -1,7 +1,7 @@
 import type { Config } from '../config/load-config.js'
 import type { Logger } from '../logger.js'
 import { createSnowflakeGenerator, type SnowflakeGenerator, type SnowflakeGeneratorOptions } from '../snowflake/snowflake-generator.js'
-import { acquireWorkerId, type SourceHooks } from '../snowflake/worker-id/sources.js'
+import { acquireWorkerId, aheadOfClockMs, type SourceHooks } from '../snowflake/worker-id/sources.js'
 import type { WorkerLease } from '../snowflake/worker-id/worker-lease.js'
 
 export interface SnowflakeMode {
@@ -23,17 +23,18 @@ export async function startSnowflakeMode (
   const lease = await acquireWorkerId(config, logger, { clock, onLeaseClaim: extra.onLeaseClaim, onLeaseLost: extra.onLeaseLost })
   const generator = createSnowflakeGenerator({
     workerId: lease.workerId,
-    twepoch: s.twepoch,
+    layout: s.layout,
+    borrowAheadMs: s.borrowAheadMs,
     notBefore: lease.notBefore,
-    // The stored times are at or behind the clock (the lease refuses otherwise), so the restart
-    // window is at most one heartbeat away.
-    maxRestartWaitMs: s.heartbeatIntervalMs,
+    // The stored times are at most aheadOfClockMs past the clock (the lease refuses otherwise),
+    // so the restart window is at most one heartbeat past that.
+    maxRestartWaitMs: s.heartbeatIntervalMs + aheadOfClockMs(config),
     guard: lease,
     onClockBackwards: extra.onClockBackwards,
     clock,
   })
   lease.onWorkerChange = (workerId, notBefore) => generator.rebind(workerId, notBefore)
   const waitMs = Math.max(0, lease.notBefore - clock())
-  logger.info({ workerId: lease.workerId, source: lease.status().source, restartWindowMs: waitMs }, 'snowflake mode enabled')
+  logger.info({ workerId: lease.workerId, source: lease.status().source, layout: s.layout.spec, borrowAheadMs: s.borrowAheadMs, restartWindowMs: waitMs }, 'snowflake mode enabled')
   return { lease, generator, clock, close: () => lease.close() }
 }

@@ -1,5 +1,6 @@
 import { LeafError, StartRefused } from '../errors.js'
 import { expandRanges, type IdRange } from '../id-range.js'
+import { explainId, leafLayout, msOf, timeOf, type Layout } from './layout.js'
 
 // Java Leaf's layout: 41 bits of milliseconds since twepoch, 10 bits of worker id,
 // 12 bits of sequence.
@@ -9,10 +10,6 @@ export const MAX_WORKER_ID = (1 << WORKER_ID_BITS) - 1 // 1023
 export const SEQUENCE_MASK = (1 << SEQUENCE_BITS) - 1 // 4095
 const WORKER_SHIFT = BigInt(SEQUENCE_BITS)
 const TIMESTAMP_SHIFT = BigInt(WORKER_ID_BITS + SEQUENCE_BITS)
-/** 2^22: a millisecond count times this is exact as a double (below 2^63, a power of two). */
-const TIMESTAMP_FACTOR = 2 ** (WORKER_ID_BITS + SEQUENCE_BITS)
-/** 41 bits of milliseconds: past this, IDs would leave the positive 64-bit range. */
-export const MAX_TIMESTAMP_MS = 2 ** 41
 /** 2010-11-04 09:42:54.657 +08:00, Java Leaf's epoch. */
 export const DEFAULT_TWEPOCH = 1288834974657
 /** A new millisecond starts its sequence at a random value below this, as Leaf does. */
@@ -41,7 +38,14 @@ const UNGUARDED: IssueGuard = { issuableUntil: Infinity, extend () {} }
 
 export interface SnowflakeGeneratorOptions {
   workerId: number
+  /** The ID layout; by default Leaf's with `twepoch`. */
+  layout?: Layout
   twepoch?: number
+  /**
+   * How far ahead of the clock (ms) the generator may move its own time instead of waiting,
+   * when a time unit's sequence is used up or the clock steps back (0: never, as Leaf).
+   */
+  borrowAheadMs?: number
   clock?: () => number
   /** Resolves after `ms`; injectable for tests. */
   sleep?: (ms: number) => Promise<void>
@@ -65,7 +69,7 @@ export interface SnowflakeParts {
 
 export interface SnowflakeGenerator {
   readonly workerId: number
-  readonly twepoch: number
+  readonly layout: Layout
   /**
    * Issues with another worker id from now on (a recyclable lease claimed a new one), and
    * nothing for a millisecond before `notBefore` (that id's previous holder's last one).
@@ -74,15 +78,22 @@ export interface SnowflakeGenerator {
   /** Synchronous except while the clock is waited out. */
   next (key?: string): bigint | Promise<bigint>
   nextBatch (key: string, count: number): bigint[] | Promise<bigint[]>
-  /** The same IDs as ranges: one per millisecond they come from (its sequence runs up by one). */
+  /** The same IDs as ranges: one per time unit they come from (its sequence runs up by one). */
   nextRanges (key: string, count: number): IdRange<bigint>[] | Promise<IdRange<bigint>[]>
   decode (id: bigint): SnowflakeParts
+  /** How far (ms) the last ID's time unit begins ahead of the clock: time borrowed now. */
+  borrowedMs (): number
 }
+
+/** A request waits for this many fresh time units at most while their sequences are used up. */
+const EXHAUSTED_WAIT_PASSES = 3
 
 export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): SnowflakeGenerator {
   const {
     workerId,
     twepoch = DEFAULT_TWEPOCH,
+    layout = leafLayout(twepoch),
+    borrowAheadMs = 0,
     clock = Date.now,
     sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
     random = (n) => Math.floor(Math.random() * n),
@@ -91,57 +102,93 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
     guard = UNGUARDED,
     onClockBackwards,
   } = options
-  checkWorkerId(workerId)
-  const sinceEpoch = clock() - twepoch
-  if (sinceEpoch < 0 || sinceEpoch >= MAX_TIMESTAMP_MS) {
-    throw new StartRefused(`leaf.snowflake.twepoch ${twepoch} must lie in the past, less than 2^41 ms (about 69 years) ago`)
+  const { epoch, unitMs, maxSequence, maxTime } = layout
+  checkWorkerId(workerId, layout)
+  const sinceEpoch = clock() - epoch
+  if (sinceEpoch < 0 || sinceEpoch >= (maxTime + 1) * unitMs) {
+    throw new StartRefused(`the ${layout.name} layout's epoch ${epoch} must lie in the past, and its ${layout.time.bits}-bit time field must not have run out`)
   }
-  let lastTimestamp = -1
+  /** A time value times this is the time field in place: exact as a double (a power of two). */
+  const timeFactor = 2 ** layout.time.shift
+  const sequenceFactor = 2 ** layout.sequence.shift
+  const spread = layout.randomSequenceStart ? Math.min(SEQUENCE_START_SPREAD, maxSequence + 1) : 1
+  // The last ID's time unit (units since the epoch), its last millisecond, and its sequence.
+  let lastTime = -1
+  let lastEnd = -1
   let sequence = 0
-  // The high bits of every ID of the current millisecond, built once per millisecond.
-  let msBits = 0n
+  // The bits of every ID of the current time unit but the sequence, built once per unit.
+  let unitBits = 0n
   let currentWorkerId = workerId
-  let workerBits = BigInt(workerId) << WORKER_SHIFT
+  let fixedBits = layout.fixedBits | (BigInt(workerId) << BigInt(layout.worker.shift))
   let notBefore = firstAllowed
+  /** No ID for a time unit before this one: the one notBefore falls in (see docs/id-layouts.md). */
+  let minTime = timeOf(layout, notBefore)
   const check = guard.check?.bind(guard)
 
-  function beginMillisecond (ts: number, seq: number): void {
+  const timeAt = unitMs === 1 ? (ms: number) => ms - epoch : (ms: number) => Math.floor((ms - epoch) / unitMs)
+  const endOf = (time: number) => epoch + (time + 1) * unitMs - 1
+
+  function beginUnit (time: number, end: number): void {
     // A fraction of a millisecond would spill into the worker bits below.
-    if (!Number.isInteger(ts)) throw new RangeError(`the clock gave ${ts}, not whole milliseconds`)
-    check?.(ts)
-    lastTimestamp = ts
-    sequence = seq
-    // One BigInt conversion per millisecond, no shift: each is a heap allocation.
-    msBits = BigInt((ts - twepoch) * TIMESTAMP_FACTOR) | workerBits
+    if (!Number.isInteger(time)) throw new RangeError(`the clock gave a time of ${time} units, not a whole number`)
+    if (time > maxTime) throw new LeafError('ID_SPACE_EXHAUSTED', `The ${layout.name} layout's time field ran out on ${new Date(endOf(maxTime) + 1).toISOString()}; no snowflake ID can be made.`)
+    if (end > guard.issuableUntil) guard.extend(end)
+    check?.(end)
+    lastTime = time
+    lastEnd = end
+    sequence = spread === 1 ? 0 : random(spread)
+    // One BigInt conversion per time unit, no shift: each is a heap allocation.
+    unitBits = BigInt(time * timeFactor) | fixedBits
   }
 
   /** One ID now, or undefined when the clock is behind (the caller decides how to wait). */
   function tryNext (): bigint | undefined {
-    return advance() ? msBits | BigInt(sequence) : undefined
+    return advance() ? unitBits | BigInt(sequence * sequenceFactor) : undefined
   }
 
-  /** Moves to the next ID's millisecond and sequence; false when the clock is behind. */
+  /** Moves to the next ID's time unit and sequence; false when the clock is behind. */
   function advance (): boolean {
-    let ts = clock()
-    if (ts > guard.issuableUntil) guard.extend(ts)
-    if (ts === lastTimestamp) {
-      if (sequence < SEQUENCE_MASK) {
+    const now = clock()
+    let time = timeAt(now)
+    if (time === lastTime) {
+      if (lastEnd > guard.issuableUntil) guard.extend(lastEnd)
+      if (sequence < maxSequence) {
         sequence++
-      } else {
-        // This millisecond is used up: spin to the next one, as Leaf does (at most 1 ms). A
-        // clock stepping back meanwhile goes to the backwards rule, the millisecond still spent.
-        while (ts <= lastTimestamp) {
-          ts = clock()
-          if (ts < lastTimestamp) return false
-        }
-        if (ts < notBefore) return false
-        if (ts > guard.issuableUntil) guard.extend(ts)
-        beginMillisecond(ts, random(SEQUENCE_START_SPREAD))
+        return true
       }
-    } else if (ts > lastTimestamp && ts >= notBefore) {
-      beginMillisecond(ts, random(SEQUENCE_START_SPREAD))
+      if (borrowAheadMs > 0) return borrow(now, time)
+      // This unit is used up. A millisecond is spun out, as Leaf does; a longer unit is waited
+      // for (nextAfterWait). A clock stepping back meanwhile goes to the backwards rule, the
+      // unit still spent.
+      if (unitMs !== 1) return false
+      while (time <= lastTime) {
+        time = timeAt(clock())
+        if (time < lastTime) return false
+      }
+      if (time < minTime) return false
+      beginUnit(time, endOf(time))
+      return true
+    }
+    if (time > lastTime && time >= minTime) {
+      beginUnit(time, endOf(time))
+      return true
+    }
+    return borrowAheadMs > 0 && borrow(now, time)
+  }
+
+  /**
+   * Borrowed time: instead of waiting, stay in (or move to) a time unit ahead of the clock, never
+   * back, and never one that begins more than borrowAheadMs ahead of it.
+   */
+  function borrow (now: number, time: number): boolean {
+    const limit = timeAt(now + borrowAheadMs)
+    const target = lastTime >= time && lastTime >= minTime && sequence < maxSequence ? lastTime : Math.max(lastTime + 1, minTime, time)
+    if (target > limit) return false
+    if (target === lastTime) {
+      if (lastEnd > guard.issuableUntil) guard.extend(lastEnd)
+      sequence++
     } else {
-      return false
+      beginUnit(target, endOf(target))
     }
     return true
   }
@@ -162,19 +209,37 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
         waited += ms
         now = clock()
       }
-    } else if (now < lastTimestamp) {
+    } else if (timeAt(now) < lastTime) {
       // (A clock already at or past both, read between the two reads, needs no wait.)
-      const offset = lastTimestamp - now
-      onClockBackwards?.(offset)
-      if (offset > MAX_BACKWARDS_WAIT_MS) throw clockBackwards(offset)
-      await sleep(offset * 2)
+      const ahead = msOf(layout, lastTime) - now
+      const excess = ahead - borrowAheadMs
+      if (excess > 0) {
+        // The clock stepped back further than time may be borrowed (always, without borrowing).
+        onClockBackwards?.(ahead)
+        if (excess > MAX_BACKWARDS_WAIT_MS) throw clockBackwards(ahead)
+        await sleep(excess * 2)
+      } else {
+        // Borrowing within the bound, and the next unit lies beyond it (a long burst): wait for it.
+        await sleep(Math.max(1, msOf(layout, lastTime + 1) - borrowAheadMs - now))
+      }
     }
-    const id = tryNext()
+    let id = tryNext()
+    // A unit longer than a millisecond whose sequence is used up: wait for the next ones.
+    for (let pass = 0; id === undefined && pass < EXHAUSTED_WAIT_PASSES && exhausted(now = clock()); pass++) {
+      await sleep(Math.max(1, msOf(layout, lastTime + 1) - borrowAheadMs - now))
+      id = tryNext()
+    }
     if (id === undefined) {
       now = clock()
-      throw clockBackwards(Math.max(lastTimestamp, notBefore) - now)
+      if (exhausted(now)) throw new LeafError('SEQUENCE_EXHAUSTED', `Every ID of this ${layout.unit === 's' ? 'second' : 'millisecond'} for worker id ${currentWorkerId} is issued, and of the next ${EXHAUSTED_WAIT_PASSES} too; try again.`)
+      throw clockBackwards(Math.max(msOf(layout, lastTime), notBefore) - now)
     }
     return id
+  }
+
+  /** The clock is in the last ID's unit (or the one before it, borrowing) and its sequence is used up. */
+  function exhausted (now: number): boolean {
+    return now >= notBefore && sequence >= maxSequence && timeAt(now + borrowAheadMs) === lastTime
   }
 
   function next (): bigint | Promise<bigint> {
@@ -190,16 +255,19 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
     return fillRanges([], 0, count)
   }
 
+  // IDs of one unit are consecutive integers only when the sequence is the lowest field.
+  const consecutive = sequenceFactor === 1
+
   /** Adds IDs to `ranges` until they hold `count`; waits (asynchronously) only when the clock is behind. */
   function fillRanges (ranges: IdRange<bigint>[], taken: number, count: number): IdRange<bigint>[] | Promise<IdRange<bigint>[]> {
     // The range the next ID extends: only one begun in this same synchronous stretch, since
-    // other requests take IDs of the same millisecond during a wait.
+    // other requests take IDs of the same unit during a wait.
     let open: IdRange<bigint> | undefined
     for (; taken < count; taken++) {
-      const ms = lastTimestamp
+      const time = lastTime
       if (!advance()) return fillAfterWait(ranges, taken, count)
-      if (open !== undefined && lastTimestamp === ms) open.count++
-      else ranges.push(open = { first: msBits | BigInt(sequence), count: 1 })
+      if (open !== undefined && lastTime === time && consecutive) open.count++
+      else ranges.push(open = { first: unitBits | BigInt(sequence * sequenceFactor), count: 1 })
     }
     return ranges
   }
@@ -210,28 +278,33 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
   }
 
   function rebind (id: number, from: number): void {
-    checkWorkerId(id)
+    checkWorkerId(id, layout)
     currentWorkerId = id
-    workerBits = BigInt(id) << WORKER_SHIFT
+    fixedBits = layout.fixedBits | (BigInt(id) << BigInt(layout.worker.shift))
     notBefore = Math.max(notBefore, from)
-    // The current millisecond's IDs carry the old worker id: the next ID begins a new one.
-    sequence = SEQUENCE_MASK
+    minTime = timeOf(layout, notBefore)
+    // The current unit's IDs carry the old worker id: the next ID begins a new one.
+    sequence = maxSequence
   }
 
   return {
     get workerId () { return currentWorkerId },
-    twepoch,
+    layout,
     rebind,
     next,
     nextBatch,
     nextRanges,
-    decode: (id) => decodeSnowflakeId(id, twepoch),
+    decode: (id) => {
+      const { timestamp, workerId, sequence } = explainId(layout, id)
+      return { timestamp, workerId, sequence }
+    },
+    borrowedMs: () => lastTime < 0 ? 0 : Math.max(0, msOf(layout, lastTime) - clock()),
   }
 }
 
-function checkWorkerId (workerId: number): void {
-  if (!Number.isInteger(workerId) || workerId < 0 || workerId > MAX_WORKER_ID) {
-    throw new RangeError(`worker id ${workerId} is outside [0, ${MAX_WORKER_ID}]`)
+function checkWorkerId (workerId: number, layout: Layout): void {
+  if (!Number.isInteger(workerId) || workerId < 0 || workerId > layout.maxWorkerId) {
+    throw new RangeError(`worker id ${workerId} is outside [0, ${layout.maxWorkerId}] (the ${layout.name} layout's ${layout.worker.bits} worker bits)`)
   }
 }
 

@@ -5,6 +5,8 @@ import type { RowDataPacket } from 'mysql2/promise'
 import type { StoreConfig } from '../../config/jdbc-url.js'
 import { createMysqlRunner } from '../../segment/stores/mysql-pool.js'
 import { describeStore } from '../../segment/stores/create-store.js'
+import type { Layout } from '../layout.js'
+import { checkLayoutRecord } from './layout-record.js'
 import { LeaseRefused } from './worker-lease.js'
 import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
 
@@ -63,7 +65,12 @@ export interface DbLeasePoolOptions {
   ttlMs: number
   connectTimeoutMs: number
   queryTimeoutMs: number
+  /** Recorded by the pool's first instance; another layout refuses to start (layout-record.ts). */
+  layout: Layout
 }
+
+// The row with worker id -1 records the pool's ID layout in `address` (no claim ever lists it).
+const LAYOUT_ROW = -1
 
 export async function createDbLeasePool (o: DbLeasePoolOptions): Promise<LeasePool> {
   return o.store.kind === 'sqlite' ? createSqliteLeasePool(o, o.store.path) : await createMysqlLeasePool(o)
@@ -90,6 +97,20 @@ async function createMysqlLeasePool (o: DbLeasePoolOptions): Promise<LeasePool> 
       await close()
       throw new LeaseRefused(`${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/leaf_worker_lease.sql`)
     }
+  }
+  try {
+    const read = async () => (await run<RowDataPacket[]>('SELECT address FROM leaf_worker_lease WHERE pool = ? AND worker_id = ?', [o.pool, LAYOUT_ROW]))[0]?.address as string | null | undefined
+    let recorded = await read()
+    if (recorded === undefined) {
+      const used = (await run<RowDataPacket[]>('SELECT 1 FROM leaf_worker_lease WHERE pool = ? AND worker_id >= 0 LIMIT 1', [o.pool])).length > 0
+      checkLayoutRecord(where, undefined, used, o.layout)
+      await run('INSERT INTO leaf_worker_lease (pool, worker_id, address, expires_at) VALUES (?, ?, ?, NOW(3)) ON DUPLICATE KEY UPDATE pool = pool', [o.pool, LAYOUT_ROW, o.layout.signature])
+      recorded = await read()
+    }
+    checkLayoutRecord(where, recorded ?? '', true, o.layout)
+  } catch (err) {
+    await close()
+    throw err
   }
   const micros = o.ttlMs * 1000
   return {
@@ -135,6 +156,21 @@ function createSqliteLeasePool (o: DbLeasePoolOptions, path: string): LeasePool 
   const list = db.prepare<[number, string, number, number], { worker_id: number, free: number, expires_in: number }>(
     'SELECT worker_id, owner IS NULL AS free, expires_at - ? AS expires_in FROM leaf_worker_lease WHERE pool = ? AND worker_id BETWEEN ? AND ?')
   const now = db.prepare(`SELECT ${NOW} AS now`).pluck()
+  const where = `sqlite:${path} ${LEASE_TABLE} (pool ${o.pool})`
+  try {
+    db.transaction(() => {
+      const recorded = db.prepare('SELECT address FROM leaf_worker_lease WHERE pool = ? AND worker_id = ?').pluck().get(o.pool, LAYOUT_ROW) as string | null | undefined
+      if (recorded === undefined) {
+        checkLayoutRecord(where, undefined, db.prepare('SELECT 1 FROM leaf_worker_lease WHERE pool = ? AND worker_id >= 0 LIMIT 1').get(o.pool) !== undefined, o.layout)
+        db.prepare(`INSERT INTO leaf_worker_lease (pool, worker_id, address, expires_at) VALUES (?, ?, ?, ${NOW})`).run(o.pool, LAYOUT_ROW, o.layout.signature)
+      } else {
+        checkLayoutRecord(where, recorded ?? '', true, o.layout)
+      }
+    }).immediate()
+  } catch (err) {
+    db.close()
+    throw err
+  }
   db.pragma('busy_timeout = 100')
   const claim = db.transaction((workerId: number, owner: string, address: string) => {
     insert.run(o.pool, workerId)
@@ -142,7 +178,7 @@ function createSqliteLeasePool (o: DbLeasePoolOptions, path: string): LeasePool 
     return read.get(o.pool, workerId)
   })
   return {
-    where: `sqlite:${path} ${LEASE_TABLE} (pool ${o.pool})`,
+    where,
     ttlMs: () => o.ttlMs,
     async list (min, max) {
       return list.all(now.get() as number, o.pool, min, max).map((r) => slotOf(r.worker_id, r.free === 1, r.expires_in))

@@ -74,6 +74,8 @@ export interface RecyclableLeaseOptions {
   cacheDir: string
   heartbeatIntervalMs: number
   maxClockDriftMs: number
+  /** How far past the clock the generator may go (borrowed time, a unit's rest): each renewal covers it. */
+  aheadMs?: number
   clock: () => number
   /** Monotonic milliseconds; performance.now by default. */
   monotonic?: () => number
@@ -323,7 +325,7 @@ export class RecyclableLease implements WorkerLease {
    */
   private async renew (): Promise<boolean> {
     const sentAt = this.monotonic()
-    const until = Math.max(this.o.clock(), this.admitted) + this.window
+    const until = Math.max(this.o.clock() + (this.o.aheadMs ?? 0), this.admitted) + this.window
     let ok: boolean
     try {
       ok = await withTimeout(this.o.pool.renew(this.workerId, this.owner, until), this.window, `no answer from ${this.o.pool.where} within ${this.window} ms`)

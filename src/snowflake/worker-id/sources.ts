@@ -1,6 +1,8 @@
+import { randomInt } from 'node:crypto'
 import type { Config } from '../../config/load-config.js'
 import type { Logger } from '../../logger.js'
 import { createDbLeasePool } from './db-lease-pool.js'
+import { acquireDisposableWorkerId } from './disposable.js'
 import { firstNonLoopbackIPv4 } from './local-ip.js'
 import { acquireRecyclableLease, type ClaimResult, type LeasePool } from './recyclable-lease.js'
 import { acquireWorkerLease, LeaseRefused, workerCacheDir, type WorkerLease } from './worker-lease.js'
@@ -21,6 +23,15 @@ export function ordinalOf (hostname: string): number | undefined {
   return match === null ? undefined : Number(match[1])
 }
 
+/**
+ * How far past the clock the generator may take the time it records with the lease: the time it
+ * borrows, plus the rest of a time unit longer than a millisecond (an ID of a second is
+ * recorded at that second's last millisecond).
+ */
+export function aheadOfClockMs (config: Config): number {
+  return config.snowflake.borrowAheadMs + config.snowflake.layout.unitMs - 1
+}
+
 export async function acquireWorkerId (config: Config, logger: Logger, hooks: SourceHooks): Promise<WorkerLease> {
   const s = config.snowflake
   const common = {
@@ -34,12 +45,28 @@ export async function acquireWorkerId (config: Config, logger: Logger, hooks: So
     zkSessionTimeoutMs: s.zkSessionTimeoutMs,
     clock: hooks.clock,
     logger,
+    layout: s.layout,
+    aheadMs: aheadOfClockMs(config),
   }
   const source = s.workerIdSource
+  if (source === 'disposable') {
+    return acquireDisposableWorkerId({
+      store: config.segment.store,
+      // As UidGenerator: the host's address, and a port no other start shares.
+      hostName: s.ip || firstNonLoopbackIPv4() || '127.0.0.1',
+      port: `${s.port}-${Date.now()}-${randomInt(100_000)}`,
+      type: process.env.KUBERNETES_SERVICE_HOST !== undefined ? 1 : 2,
+      min: s.workerIdMin,
+      max: s.workerIdMax,
+      connectTimeoutMs: config.segment.connectTimeoutMs,
+      queryTimeoutMs: config.segment.queryTimeoutMs,
+      logger,
+    })
+  }
   if (source === 'db-lease' || source === 'zookeeper-lease') {
     const pool: LeasePool = source === 'db-lease'
-      ? await createDbLeasePool({ store: config.segment.store, pool: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: config.segment.connectTimeoutMs, queryTimeoutMs: config.segment.queryTimeoutMs })
-      : await createZookeeperLeasePool({ address: s.zkAddress, name: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: s.zkConnectTimeoutMs, logger })
+      ? await createDbLeasePool({ store: config.segment.store, pool: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: config.segment.connectTimeoutMs, queryTimeoutMs: config.segment.queryTimeoutMs, layout: s.layout })
+      : await createZookeeperLeasePool({ address: s.zkAddress, name: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: s.zkConnectTimeoutMs, logger, layout: s.layout })
     return acquireRecyclableLease({
       source,
       pool,
@@ -49,6 +76,7 @@ export async function acquireWorkerId (config: Config, logger: Logger, hooks: So
       cacheDir: workerCacheDir(common),
       heartbeatIntervalMs: s.heartbeatIntervalMs,
       maxClockDriftMs: s.maxClockDriftMs,
+      aheadMs: common.aheadMs,
       clock: hooks.clock,
       logger,
       onClaim: hooks.onLeaseClaim,

@@ -3,7 +3,9 @@ import { join } from 'node:path'
 import { LeafError, StartRefused } from '../../errors.js'
 import type { Logger } from '../../logger.js'
 import { sleep, withTimeout } from '../../timers.js'
-import { MAX_WORKER_ID, type IssueGuard } from '../snowflake-generator.js'
+import { leafLayout, type Layout } from '../layout.js'
+import { DEFAULT_TWEPOCH, MAX_WORKER_ID, type IssueGuard } from '../snowflake-generator.js'
+import { recordZookeeperLayout } from './layout-record.js'
 import { CACHE_FILE, readWorkerCache, writeWorkerCache, type CachedWorker } from './cache-file.js'
 import { firstNonLoopbackIPv4 } from './local-ip.js'
 import {
@@ -46,9 +48,13 @@ export interface WorkerLeaseOptions {
   zkSessionTimeoutMs: number
   clock: () => number
   logger: Logger
+  /** The ID layout: its worker bits bound the ids, and the ZooKeeper tree records it. Default: Leaf's. */
+  layout?: Layout
+  /** How far past the clock the generator may record (borrowed time, a unit's rest); default 0. */
+  aheadMs?: number
 }
 
-export type LeaseSource = 'zookeeper' | 'cache' | 'static' | 'statefulset' | 'db-lease' | 'zookeeper-lease'
+export type LeaseSource = 'zookeeper' | 'cache' | 'static' | 'statefulset' | 'db-lease' | 'zookeeper-lease' | 'disposable'
 
 export interface LeaseStatus {
   source: LeaseSource
@@ -96,7 +102,7 @@ export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<Worker
     const source = o.staticSource ?? 'static'
     if (source === 'static') o.logger.warn({ workerId: o.staticWorkerId }, 'snowflake without ZooKeeper: leaf.snowflake.worker.id must be unique per instance')
     const last = cached?.workerId === o.staticWorkerId ? cached.lastTimestamp : undefined
-    refuseIfAhead(last, now, `the worker-id cache ${cacheFile}`)
+    refuseIfAhead(last, now + (o.aheadMs ?? 0), `the worker-id cache ${cacheFile}`)
     return new Lease(o, cacheDir, source, o.staticWorkerId, restartWindow(last, o), undefined).start()
   }
 
@@ -125,7 +131,7 @@ export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<Worker
     // The cache may know a later time than ZooKeeper (heartbeats while it was down): it is
     // checked against the clock as ZooKeeper's time is.
     const cachedTime = cached?.workerId === workerId && cached.address === paths.address ? cached.lastTimestamp : undefined
-    refuseIfAhead(cachedTime, now, `the worker-id cache ${cacheFile}`)
+    refuseIfAhead(cachedTime, now + (o.aheadMs ?? 0), `the worker-id cache ${cacheFile}`)
     const last = Math.max(storedTimestamp ?? 0, cachedTime ?? 0)
     const lease = new Lease(o, cacheDir, 'zookeeper', workerId, restartWindow(last || undefined, o), paths)
     lease.attach(client, sessionIdOf(client))
@@ -208,6 +214,7 @@ async function takeEphemeral (client: Client, paths: ZkPaths, data: string, wait
 async function register (client: Client, o: WorkerLeaseOptions, paths: ZkPaths, now: number): Promise<{ workerId: number, storedTimestamp: number | undefined }> {
   await zk.mkdirp(client, paths.forever)
   await zk.mkdirp(client, paths.temporary.slice(0, paths.temporary.lastIndexOf('/')))
+  await recordZookeeperLayout(client, o.name, o.layout ?? leafLayout(DEFAULT_TWEPOCH))
   // First the ephemeral node: while we hold it, no other instance of this ip:port gets past
   // this line, so the forever node below is ours alone to read or create.
   await takeEphemeral(client, paths, nodeData(paths.ip, o.port, now), o.zkSessionTimeoutMs + EXPIRY_MARGIN_MS, o.logger)
@@ -220,7 +227,7 @@ async function register (client: Client, o: WorkerLeaseOptions, paths: ZkPaths, 
     workerId = Number(own.slice(paths.prefix.length))
     const data = await zk.getData(client, paths.own)
     storedTimestamp = parseTimestamp(data)
-    refuseIfAhead(storedTimestamp, now, `its ZooKeeper node ${paths.own}`)
+    refuseIfAhead(storedTimestamp, now + (o.aheadMs ?? 0), `its ZooKeeper node ${paths.own}`)
     o.logger.info({ workerId, path: paths.own }, 'snowflake worker id reused from ZooKeeper')
   } else {
     await checkPeerClocks(client, o, paths, now)
@@ -228,9 +235,10 @@ async function register (client: Client, o: WorkerLeaseOptions, paths: ZkPaths, 
     workerId = Number(paths.own.slice(paths.own.lastIndexOf('-') + 1))
     o.logger.info({ workerId, path: paths.own }, 'snowflake worker id created in ZooKeeper')
   }
-  if (!Number.isInteger(workerId) || workerId > MAX_WORKER_ID) {
+  const max = o.layout?.maxWorkerId ?? MAX_WORKER_ID
+  if (!Number.isInteger(workerId) || workerId > max) {
     // ZooKeeper's sequence counter of a folder never goes back: removing nodes frees nothing.
-    throw new LeaseRefused(`worker id ${workerId} from ${paths.own} is above ${MAX_WORKER_ID}. ZooKeeper numbers ${paths.forever}'s children ` +
+    throw new LeaseRefused(`worker id ${workerId} from ${paths.own} is above ${max}. ZooKeeper numbers ${paths.forever}'s children ` +
       'with a counter that never goes back, so deleting the nodes of instances that no longer exist does not help. ' +
       `In Leaf's layout the only remedy is to stop every instance of ${o.name} in a maintenance window, delete and recreate ${paths.forever}, and start them again`)
   }
@@ -272,7 +280,7 @@ function fromCache (o: WorkerLeaseOptions, cacheDir: string, cached: CachedWorke
     throw new LeaseRefused(`ZooKeeper unreachable (${why}) and the worker id in ${file} was leased for ${cached.address ?? 'an unrecorded address'}, ` +
       `not for ${paths.address}: another instance may hold it now`)
   }
-  if (now <= cached.lastTimestamp) {
+  if (now + (o.aheadMs ?? 0) <= cached.lastTimestamp) {
     throw new LeaseRefused(`ZooKeeper unreachable (${why}) and the clock (${now}) is not past the cached lastTimestamp (${cached.lastTimestamp})`)
   }
   o.logger.warn({ workerId: cached.workerId, file, why }, 'ZooKeeper unreachable at start: using the cached worker id')
@@ -435,7 +443,8 @@ class Lease implements WorkerLease {
   async heartbeat (): Promise<void> {
     if (this.closed) return
     const now = this.o.clock()
-    if (now < this.lastWritten) {
+    // (Borrowed time, or an ID of a second, is recorded ahead of the clock: that is no step back.)
+    if (now + (this.o.aheadMs ?? 0) < this.lastWritten) {
       this.o.logger.warn({ now, last: this.lastWritten }, 'clock behind the last heartbeat: heartbeat skipped')
       return
     }
@@ -449,7 +458,8 @@ class Lease implements WorkerLease {
     // A disconnected client queues requests without a timeout: skip ZooKeeper until it is
     // back, and bound a write that started before the connection went.
     if (paths === undefined || this.beating || client === undefined || !this.connected) return
-    const data = nodeData(paths.ip, this.o.port, now)
+    // ZooKeeper holds the last time recorded, so a restart that lost the cache file knows it too.
+    const data = nodeData(paths.ip, this.o.port, Math.max(now, this.lastWritten))
     if (this.ephemeralOf !== sessionIdOf(client) || this.unavailable !== undefined) {
       await withTimeout(this.sync(client, data), this.o.heartbeatIntervalMs, `ZooKeeper did not answer within ${this.o.heartbeatIntervalMs} ms`)
         .then(() => { if (this.unavailable === undefined) this.lastHeartbeat = now },

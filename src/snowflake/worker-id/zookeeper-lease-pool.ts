@@ -1,4 +1,6 @@
 import type { Logger } from '../../logger.js'
+import type { Layout } from '../layout.js'
+import { recordZookeeperLayout } from './layout-record.js'
 import { withTimeout } from '../../timers.js'
 import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
 import { EXPIRY_MARGIN_MS, LeaseRefused } from './worker-lease.js'
@@ -28,6 +30,8 @@ export interface ZookeeperLeasePoolOptions {
   ttlMs: number
   connectTimeoutMs: number
   logger: Logger
+  /** Recorded by the tree's first instance; another layout refuses to start (layout-record.ts). */
+  layout: Layout
 }
 
 interface Issued { issuedUntil: number, by: string | undefined, released: boolean }
@@ -123,6 +127,7 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
   try {
     await call(client, zk.mkdirp(client, holders))
     await call(client, zk.mkdirp(client, issued))
+    await call(client, recordZookeeperLayout(client, o.name, o.layout))
   } catch (err) {
     closed = true
     await closeZookeeper(client)

@@ -1,0 +1,61 @@
+import type { Layout } from '../layout.js'
+import { LeaseRefused } from './worker-lease.js'
+import { CreateMode, isNoNode, isNodeExists, zk, type Client } from './zookeeper.js'
+
+// The ID layout is part of a fleet's identity: two instances of one leaf.name with different
+// layouts can make the same 64-bit number from different fields. So every worker-id pool
+// records the layout of the first instance that used it, and an instance whose layout differs
+// refuses to start. A pool older than the record (Java Leaf's ZooKeeper tree, or a Leaf-TS
+// pool from before layouts) was used with Leaf's layout.
+
+/**
+ * Refuses when `recorded` (undefined: none yet) is not this instance's layout, or when there is
+ * no record but worker ids were given out already (`used`) and this layout is not Leaf's.
+ */
+export function checkLayoutRecord (where: string, recorded: string | undefined, used: boolean, layout: Layout): void {
+  if (recorded === undefined) {
+    if (used && layout.name !== 'leaf') {
+      throw new LeaseRefused(`${where} gave out worker ids before layouts were recorded, so under Leaf's layout, and this instance's layout is ${layout.spec}: ` +
+        'mixed layouts under one leaf.name would make the same ID twice. Use another leaf.name (a pool of its own) for the new layout')
+    }
+    return
+  }
+  if (recorded !== layout.signature) {
+    throw new LeaseRefused(`${where} records the ID layout "${recorded}", and this instance's is "${layout.signature}" (${layout.spec}): ` +
+      'mixed layouts under one leaf.name would make the same ID twice. Start with the recorded layout, or use another leaf.name (a pool of its own) for the new one')
+  }
+}
+
+/**
+ * The layout record of a ZooKeeper tree, `/snowflake/<name>/layout`, shared by the zookeeper and
+ * zookeeper-lease sources: checked, and written by the first instance.
+ */
+export async function recordZookeeperLayout (client: Client, name: string, layout: Layout): Promise<void> {
+  const base = `/snowflake/${name}`
+  const path = `${base}/layout`
+  const where = `ZooKeeper ${path}`
+  let node = await zk.getWithStat(client, path)
+  if (node === undefined) {
+    const used = (await childCount(client, `${base}/forever`)) + (await childCount(client, `${base}/lease/issued`)) > 0
+    checkLayoutRecord(where, undefined, used, layout)
+    await zk.mkdirp(client, base)
+    try {
+      await zk.create(client, path, layout.signature, CreateMode.PERSISTENT)
+      return
+    } catch (err) {
+      if (!isNodeExists(err)) throw err
+    }
+    // Another instance recorded one meanwhile: it must be ours.
+    node = await zk.getWithStat(client, path)
+  }
+  checkLayoutRecord(where, node?.data?.toString('utf8') ?? '', true, layout)
+}
+
+async function childCount (client: Client, path: string): Promise<number> {
+  try {
+    return (await zk.getChildren(client, path)).length
+  } catch (err) {
+    if (isNoNode(err)) return 0
+    throw err
+  }
+}
