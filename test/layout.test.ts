@@ -17,6 +17,11 @@ const NOW = 1796083200000
 const YEAR_MS = 365.25 * 24 * 3600 * 1000
 /** Within UidGenerator's default lifetime (2017-07-14T02:40:00Z), as the Baidu arithmetic needs. */
 const BAIDU_NOW = 1500000000000
+/**
+ * Baidu's defaults last 8.5 years from any epoch, so parseLayout refuses them even inside their
+ * lifetime (the 10-years-left rule); the tests of their arithmetic lift the rule (minYearsLeft 0).
+ */
+const BAIDU = { now: BAIDU_NOW, minYearsLeft: 0 }
 
 /** Vesta's REST server defaults: vesta.genMethod=2 (vesta-rest.properties), version 0 (the field's default). */
 function ctx (over: Partial<LayoutContext> = {}): LayoutContext {
@@ -123,8 +128,9 @@ t.test('js-safe: every ID up to its end is a safe JavaScript number, for 30 year
 })
 
 t.test('uid-generator: Baidu DefaultUidGenerator\'s arithmetic (28 s / 22 / 13, epoch 2016-05-20 +08:00)', async (t) => {
-  // Parsed at a time inside its lifetime (2016-05-20 to 2024-11-20): today it has run out.
-  const layout = parseLayout('uid-generator', ctx({ now: BAIDU_NOW }))
+  // Parsed at a time inside its lifetime (2016-05-20 to 2024-11-20), without the 10-years-left rule:
+  // today it has run out, and it never had 10 years left (see 'parseLayout: at least 10 years left').
+  const layout = parseLayout('uid-generator', ctx(BAIDU))
   t.strictSame(shapeOf(layout), [['time', 28, 35], ['worker', 22, 13], ['sequence', 13, 0]])
   t.equal(layout.epoch, 1463673600000, 'epochSeconds = toSeconds(1463673600000)')
   t.equal(layout.unit, 's')
@@ -288,7 +294,7 @@ const vesta = (version: bigint, type: bigint, genMethod: bigint, timeShift: bigi
 const CASES: Case[] = [
   { name: 'leaf', layout: () => parseLayout('leaf', ctx()), maxTime: 2 ** 41 - 1, maxWorker: 1023, maxSequence: 4095, encode: (ti, w, s) => (ti << 22n) | (w << 12n) | s, freeMask: 2n ** 63n - 1n, fixedBits: 0n },
   { name: 'js-safe', layout: () => parseLayout('js-safe', ctx()), maxTime: 2 ** 40 - 1, maxWorker: 255, maxSequence: 31, encode: (ti, w, s) => (ti << 13n) | (w << 5n) | s, freeMask: 2n ** 53n - 1n, fixedBits: 0n },
-  { name: 'uid-generator', layout: () => parseLayout('uid-generator', ctx({ now: BAIDU_NOW })), maxTime: 2 ** 28 - 1, maxWorker: 2 ** 22 - 1, maxSequence: 8191, encode: (ti, w, s) => (ti << 35n) | (w << 13n) | s, freeMask: 2n ** 63n - 1n, fixedBits: 0n },
+  { name: 'uid-generator', layout: () => parseLayout('uid-generator', ctx(BAIDU)), maxTime: 2 ** 28 - 1, maxWorker: 2 ** 22 - 1, maxSequence: 8191, encode: (ti, w, s) => (ti << 35n) | (w << 13n) | s, freeMask: 2n ** 63n - 1n, fixedBits: 0n },
   { name: 'uid-generator,time=31s,worker=23,sequence=9', layout: () => parseLayout('uid-generator,time=31s,worker=23,sequence=9', ctx()), maxTime: 2 ** 31 - 1, maxWorker: 2 ** 23 - 1, maxSequence: 511, encode: (ti, w, s) => (ti << 32n) | (w << 9n) | s, freeMask: 2n ** 63n - 1n, fixedBits: 0n },
   { name: 'vesta-max-peak (version 0)', layout: () => parseLayout('vesta-max-peak', ctx()), maxTime: 2 ** 30 - 1, maxWorker: 1023, maxSequence: 2 ** 20 - 1, encode: vesta(0n, 0n, 2n, 30n, 10n), freeMask: 2n ** 60n - 1n, fixedBits: 2n << 60n },
   { name: 'vesta-max-peak (version 1)', layout: () => parseLayout('vesta-max-peak', ctx({ vestaVersion: 1 })), maxTime: 2 ** 30 - 1, maxWorker: 1023, maxSequence: 2 ** 20 - 1, encode: vesta(1n, 0n, 2n, 30n, 10n), freeMask: 2n ** 60n - 1n, fixedBits: BigInt.asIntN(64, (1n << 63n) | (2n << 60n)) },
@@ -369,7 +375,29 @@ t.test('parseLayout: at least 10 years left', async (t) => {
   // UidGenerator's defaults ran out on 2024-11-20T13:24:16Z (21:24:16 +08:00): refused today.
   refused(t, 'uid-generator', ctx(), /the 28-bit time field in seconds from 2016-05-19T16:00:00.000Z ran out on 2024-11-20T13:24:16.000Z/)
   refused(t, 'uid-generator', ctx({ now: Date.now() }), /ran out on 2024-11-20T13:24:16.000Z/)
-  refused(t, 'uid-generator', ctx(), /UidGenerator deployment/)
+  // Inside its lifetime (2017-07-14), 7.35 years were left: refused all the same, by default.
+  refused(t, 'uid-generator', ctx({ now: BAIDU_NOW }), /the 28-bit time field in seconds from 2016-05-19T16:00:00.000Z runs out on 2024-11-20T13:24:16.000Z; a layout needs at least 10 years left/)
+  // minYearsLeft moves the rule: 2024-11-20T13:24:16Z - 2017-07-14T02:40:00Z = 232108256000 ms = 7.355 years.
+  t.equal(parseLayout('uid-generator', ctx({ now: BAIDU_NOW, minYearsLeft: 7 })).name, 'uid-generator', '7 years asked, 7.35 left: accepted')
+  refused(t, 'uid-generator', ctx({ now: BAIDU_NOW, minYearsLeft: 8 }), /runs out on 2024-11-20T13:24:16.000Z; a layout needs at least 8 years left/)
+  t.equal(parseLayout('uid-generator', ctx(BAIDU)).name, 'uid-generator', 'minYearsLeft 0: accepted within its lifetime')
+  refused(t, 'uid-generator', ctx({ minYearsLeft: 0 }), /ran out on 2024-11-20T13:24:16.000Z; a layout needs at least 0 years left/)
+})
+
+t.test('parseLayout: plain uid-generator today is refused, saying its 28 bits last 8.5 years and what to give instead', async (t) => {
+  const advice = /UidGenerator's default 28 bits of seconds last 8\.5 years from any epoch: give the time bits and epochStr your deployment uses \(uid-generator,time=31s,worker=22,sequence=10,epoch=\.\.\.\)/
+  refused(t, 'uid-generator', ctx({ now: Date.now() }), advice)
+  refused(t, 'uid-generator', ctx(), advice)
+  refused(t, 'uid-generator', ctx({ now: BAIDU_NOW }), advice)
+  // The advice is UidGenerator's only: another layout short of 10 years does not get it.
+  let other = ''
+  try {
+    parseLayout(`time=38ms,worker=10,sequence=12,epoch=${NOW}`, ctx())
+  } catch (e) {
+    other = e instanceof Error ? e.message : ''
+  }
+  t.match(other, /at least 10 years left/)
+  t.notMatch(other, /UidGenerator/, 'no UidGenerator advice for a custom layout')
 })
 
 t.test('parseLayout: unknown fields, missing units, duplicates, bad values', async (t) => {
@@ -413,10 +441,27 @@ t.test('parseLayout: a layout\'s spec parses back to the same layout', async (t)
 })
 
 t.test('parseLayout: preset overrides', async (t) => {
-  // The epoch override named in layout.ts and the brief: 2022-01-01 00:00 +08:00 = 2021-12-31T16:00:00Z.
-  const byEpoch = parseLayout('uid-generator,epoch=2022-01-01T00:00:00+08:00', ctx({ now: Date.now() }))
+  // The epoch override named in layout.ts: 2022-01-01 00:00 +08:00 = 2021-12-31T16:00:00Z. A later
+  // epoch does not help Baidu's 28 bits of seconds: 8.5 years, to 2030-07-04T13:24:16Z.
+  refused(t, 'uid-generator,epoch=2022-01-01T00:00:00+08:00', ctx(), /the 28-bit time field in seconds from 2021-12-31T16:00:00.000Z runs out on 2030-07-04T13:24:16.000Z; a layout needs at least 10 years left.*28 bits of seconds last 8\.5 years/)
+  refused(t, 'uid-generator,epoch=2022-01-01T00:00:00+08:00', ctx({ now: Date.now() }), /(runs|ran) out on 2030-07-04T13:24:16.000Z/)
+  // Without the rule, the override itself: Baidu's widths from the given epoch.
+  const byEpoch = parseLayout('uid-generator,epoch=2022-01-01T00:00:00+08:00', ctx({ minYearsLeft: 0 }))
   t.equal(byEpoch.epoch, 1640966400000)
   t.strictSame(shapeOf(byEpoch), [['time', 28, 35], ['worker', 22, 13], ['sequence', 13, 0]], 'the widths stay Baidu\'s')
+  t.equal(layoutEnd(byEpoch), 1640966400000 + 2 ** 28 * 1000, '2030-07-04T13:24:16Z')
+  // What the message advises: the deployment's time bits (31) with its epoch: works today.
+  const advised = parseLayout('uid-generator,time=31s,worker=22,sequence=10,epoch=2022-01-01T00:00:00+08:00', ctx({ now: Date.now() }))
+  t.equal(advised.name, 'uid-generator')
+  t.equal(advised.epoch, 1640966400000, '2022-01-01T00:00:00+08:00')
+  t.equal(advised.unit, 's')
+  t.strictSame(shapeOf(advised), [['time', 31, 32], ['worker', 22, 10], ['sequence', 10, 0]])
+  t.equal(advised.bits, 63)
+  t.equal(advised.maxWorkerId, 4194303, '2^22 - 1')
+  t.equal(advised.maxSequence, 1023, '2^10 - 1')
+  t.equal(layoutEnd(advised), 3788450048000, '1640966400000 + 2^31 * 1000: 2090-01-19T16:54:08Z')
+  t.equal(advised.spec, 'uid-generator,time=31s,worker=22,sequence=10,epoch=1640966400000')
+  t.equal(parseLayout('uid-generator,time=31s,worker=22,sequence=10,epoch=2022-01-01T00:00:00+08:00', ctx()).signature, advised.signature, 'and on the fixed day')
 })
 
 t.test('parseLayout: preset overrides of widths and epoch together', async (t) => {
@@ -455,20 +500,20 @@ t.test('fieldProblem names the field out of range', async (t) => {
   t.equal(fieldProblem(peak, { ...ok, workerId: 1024 })?.field, 'workerId')
 })
 
-t.test('every layout parseLayout accepts can be described and checked', async (t) => {
-  // A custom time field wider than JavaScript dates reach (8.64e15 ms after 1970) passes the bit and
-  // lifetime checks; the layout route and fieldProblem must then still work (or parseLayout refuse it).
-  for (const spec of ['time=53ms,worker=5,sequence=5', 'time=44s,worker=5,sequence=5']) {
-    let parsed: Layout | undefined
-    try {
-      parsed = parseLayout(spec, ctx())
-    } catch (e) {
-      t.ok(e instanceof LayoutError, `${spec}: refused with a LayoutError`)
-    }
-    if (parsed === undefined) continue
-    const layout = parsed
+t.test('a time field that outlasts JavaScript dates is refused; the widest accepted can be described and checked', async (t) => {
+  // A JavaScript Date holds 8.64e15 ms after 1970. From twepoch (1288834974657):
+  //   53 ms bits: 2^53 = 9007199254740992 ms, past it; 52: 2^52 = 4503599627370496, + twepoch within.
+  //   44 s bits: 2^44 * 1000 = 1.76e16; 43: 8.796e15, past it too; 42: 4.398e15 + twepoch within.
+  refused(t, 'time=53ms,worker=5,sequence=5', ctx(), /the 53-bit time field in milliseconds outlasts the dates JavaScript can hold: give it fewer bits/)
+  refused(t, 'time=44s,worker=5,sequence=5', ctx(), /the 44-bit time field in seconds outlasts the dates JavaScript can hold/)
+  refused(t, 'time=43s,worker=5,sequence=5', ctx(), /the 43-bit time field in seconds outlasts the dates JavaScript can hold/)
+  refused(t, 'time=53ms,worker=5,sequence=5', ctx({ minYearsLeft: 0 }), /outlasts the dates JavaScript can hold/)
+  for (const spec of ['time=52ms,worker=5,sequence=5', 'time=42s,worker=5,sequence=5']) {
+    const layout = parseLayout(spec, ctx())
+    t.ok(layoutEnd(layout) <= 8.64e15, `${spec}: ends at ${layoutEnd(layout)}, a date JavaScript holds`)
     t.ok(Number.isSafeInteger(layout.maxTime), `${spec}: maxTime ${layout.maxTime} is exact`)
     t.doesNotThrow(() => describeLayout(layout), `${spec}: describeLayout`)
     t.doesNotThrow(() => fieldProblem(layout, { time: -1, workerId: 0, sequence: 0 }), `${spec}: fieldProblem`)
+    t.equal(fieldProblem(layout, { time: -1, workerId: 0, sequence: 0 })?.field, 'time', `${spec}: fieldProblem names the time`)
   }
 })
