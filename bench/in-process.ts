@@ -1,14 +1,30 @@
 import pino from 'pino'
 import { Snowflake } from '@sapphire/snowflake'
 import { createSegmentGenerator, type Id } from '../src/segment/segment-generator.js'
-import { createSnowflakeGenerator, DEFAULT_TWEPOCH } from '../src/snowflake/snowflake-generator.js'
+import { createSnowflakeGenerator, DEFAULT_TWEPOCH, type SnowflakeGenerator } from '../src/snowflake/snowflake-generator.js'
+import { describeLayout, parseLayout } from '../src/snowflake/layout.js'
 import type { SegmentStore } from '../src/segment/store.js'
 import { FakeStore } from '../test/helpers/fake-store.js'
 
 // In-process generator throughput: each figure is IDs per second over `seconds` after a
 // warm-up, checked in blocks so the clock is read rarely.
 
-export interface InProcessRow { name: string, idsPerSecond: number, note?: string }
+export interface InProcessRow {
+  name: string
+  idsPerSecond: number
+  note?: string
+  /** The layout's own limit for one worker (IDs/s), where the row is a layout's. */
+  limit?: number
+  /** Burst rows: the median time to hand out the burst, in ms. */
+  burstMs?: number
+}
+
+/** The presets beside `leaf` (its row is the snowflake generator's): each measured at its own limit. */
+export const LAYOUT_PRESET_ROWS = ['js-safe', 'vesta-min-granularity', 'vesta-max-peak'] as const
+/** A burst that spans 4 of Leaf's milliseconds, handed out with and without borrowed time. */
+export const BURST = 4 * 4096
+export const BURST_BORROW_MS = 10
+export const burstRow = (borrowMs: number) => `leaf burst of ${BURST} IDs, borrow-ahead-ms=${borrowMs}`
 
 const BLOCK = 10_000
 
@@ -25,6 +41,51 @@ function measure (seconds: number, fn: () => unknown): number {
     now = performance.now()
   }
   return n / ((now - start) / 1000)
+}
+
+/**
+ * As measure(), for generators that may answer with a Promise (a seconds layout waits for the
+ * next second asynchronously): each is awaited and counted.
+ */
+async function measureAwaiting (seconds: number, gen: SnowflakeGenerator): Promise<number> {
+  const block = async () => {
+    for (let i = 0; i < BLOCK; i++) {
+      const id = gen.next()
+      if (typeof id !== 'bigint') await id
+    }
+  }
+  const warmUntil = performance.now() + 300
+  while (performance.now() < warmUntil) await block()
+  let n = 0
+  const start = performance.now()
+  const end = start + seconds * 1000
+  let now = start
+  while (now < end) {
+    await block()
+    n += BLOCK
+    now = performance.now()
+  }
+  return n / ((now - start) / 1000)
+}
+
+/**
+ * The median time (ms) to hand out BURST IDs in one synchronous run, after an idle 20 ms each
+ * time (so borrowed time is paid back), over `rounds` bursts.
+ */
+async function burstMs (borrowAheadMs: number, rounds = 41): Promise<number> {
+  const gen = createSnowflakeGenerator({ workerId: 1, borrowAheadMs })
+  const times: number[] = []
+  for (let r = 0; r < rounds; r++) {
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    const start = performance.now()
+    for (let i = 0; i < BURST; i++) {
+      const id = gen.next()
+      if (typeof id !== 'bigint') await id
+    }
+    times.push(performance.now() - start)
+  }
+  times.sort((a, b) => a - b)
+  return times[Math.floor(rounds / 2)] as number
 }
 
 /** A store with ranges large enough that no load happens while measuring. */
@@ -45,6 +106,17 @@ export async function runInProcess (seconds = 3): Promise<InProcessRow[]> {
   const snowflake = createSnowflakeGenerator({ workerId: 1 })
   const sf = measure(seconds, () => { sink = snowflake.next() as bigint })
   rows.push({ name: 'snowflake generator', idsPerSecond: sf, note: `${(sf / 4_096_000 * 100).toFixed(1)}% of the 4,096,000 IDs/s layout limit` })
+
+  for (const preset of LAYOUT_PRESET_ROWS) {
+    const layout = parseLayout(preset, { twepoch: DEFAULT_TWEPOCH, vestaVersion: 0, vestaGenMethod: 2, now: Date.now() })
+    const limit = describeLayout(layout).idsPerSecondPerWorker as number
+    const rate = await measureAwaiting(seconds, createSnowflakeGenerator({ workerId: 1, layout }))
+    rows.push({ name: `${preset} generator`, idsPerSecond: rate, limit, note: `${(rate / limit * 100).toFixed(1)}% of the ${limit.toLocaleString('en-US')} IDs/s layout limit` })
+  }
+  for (const borrow of [0, BURST_BORROW_MS]) {
+    const ms = await burstMs(borrow)
+    rows.push({ name: burstRow(borrow), idsPerSecond: BURST / (ms / 1000), burstMs: ms, note: `median ${ms.toFixed(2)} ms per burst` })
+  }
 
   const sapphire = new Snowflake(DEFAULT_TWEPOCH)
   rows.push({ name: '@sapphire/snowflake (reference)', idsPerSecond: measure(seconds, () => { sink = sapphire.generate() }) })

@@ -1,3 +1,4 @@
+import { BURST, BURST_BORROW_MS, burstRow, LAYOUT_PRESET_ROWS } from './in-process.js'
 import { BATCH_ROUTE, CEILING, judge, LAYOUT_LIMIT, median, SINGLE_ID_ROUTES, type BenchResults, type Verdict } from './results.js'
 
 // The README's performance figures, rendered from a results file (bench/results/latest.json):
@@ -23,6 +24,17 @@ export function renderFigures (r: BenchResults): string {
   const snowflake = inProcess('snowflake generator')
   rows.push(['snowflake generator, in process', `${fmt(snowflake)} IDs/s = ${pct(snowflake / LAYOUT_LIMIT)} of ${fmt(LAYOUT_LIMIT)} (the layout's limit)`, verdict('snowflake generator')])
   rows.push(['`@sapphire/snowflake`, same loop (reference; it enforces no per-millisecond limit)', `${fmt(inProcess('@sapphire/snowflake (reference)'))} IDs/s`, undefined])
+  for (const preset of LAYOUT_PRESET_ROWS) {
+    const row = r.inProcess.find((x) => x.name === `${preset} generator`)
+    if (row?.limit === undefined) continue
+    rows.push([`\`${preset}\` generator, in process`, `${fmt(row.idsPerSecond)} IDs/s = ${pct(row.idsPerSecond / row.limit)} of ${fmt(row.limit)} (the layout's limit)`, undefined])
+  }
+  const plain = r.inProcess.find((x) => x.name === burstRow(0))?.burstMs
+  const borrowed = r.inProcess.find((x) => x.name === burstRow(BURST_BORROW_MS))?.burstMs
+  if (plain !== undefined && borrowed !== undefined) {
+    rows.push([`a burst of ${fmt(BURST)} IDs (\`leaf\`: 4 ms of sequence) after 20 ms idle, in process`,
+      `median ${fmt(plain, 2)} ms without borrowing (it waits for each millisecond), ${fmt(borrowed, 2)} ms with \`borrow-ahead-ms=${BURST_BORROW_MS}\`: ${fmt(plain / borrowed, 1)}x faster`, undefined])
+  }
 
   const ceiling = http(CEILING)
   const ceilingCounts = r.callgrind === null
