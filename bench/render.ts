@@ -1,4 +1,4 @@
-import { BURST, BURST_BORROW_MS, burstRow, LAYOUT_PRESET_ROWS } from './in-process.js'
+import { BORROWING_ROW, BURST, BURST_BORROW_MS, burstRow, LAYOUT_PRESET_ROWS } from './in-process.js'
 import { BATCH_ROUTE, CEILING, judge, LAYOUT_LIMIT, median, SINGLE_ID_ROUTES, type BenchResults, type Verdict } from './results.js'
 
 // The README's performance figures, rendered from a results file (bench/results/latest.json):
@@ -24,6 +24,10 @@ export function renderFigures (r: BenchResults): string {
   const snowflake = inProcess('snowflake generator')
   rows.push(['snowflake generator, in process', `${fmt(snowflake)} IDs/s = ${pct(snowflake / LAYOUT_LIMIT)} of ${fmt(LAYOUT_LIMIT)} (the layout's limit)`, verdict('snowflake generator')])
   rows.push(['`@sapphire/snowflake`, same loop (reference; it enforces no per-millisecond limit)', `${fmt(inProcess('@sapphire/snowflake (reference)'))} IDs/s`, undefined])
+  const borrowing = r.inProcess.find((x) => x.name === BORROWING_ROW)
+  if (borrowing !== undefined) {
+    rows.push([`snowflake generator with \`borrow-ahead-ms=${BURST_BORROW_MS}\`, in process`, `${fmt(borrowing.idsPerSecond)} IDs/s = ${pct(borrowing.idsPerSecond / LAYOUT_LIMIT)} of ${fmt(LAYOUT_LIMIT)} (the layout's limit: borrowing moves waits, it cannot pass the limit for long)`, undefined])
+  }
   for (const preset of LAYOUT_PRESET_ROWS) {
     const row = r.inProcess.find((x) => x.name === `${preset} generator`)
     if (row?.limit === undefined) continue
