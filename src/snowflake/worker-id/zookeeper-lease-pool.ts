@@ -5,7 +5,7 @@ import { withTimeout } from '../../timers.js'
 import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
 import { EXPIRY_MARGIN_MS, LeaseRefused } from './worker-lease.js'
 import {
-  CreateMode, closeZookeeper, createZookeeper, isConnected, isNoNode, isNodeExists, sessionIdOf, waitConnected, zk, type Client,
+  CreateMode, closeZookeeper, createZookeeper, isConnected, isNoNode, isNodeExists, ownerOf, sessionIdOf, waitConnected, zk, type Client,
 } from './zookeeper.js'
 
 // The zookeeper-lease pool, under /snowflake/<leaf.name>/lease:
@@ -138,7 +138,7 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
   async function ownHolder (c: Client, workerId: number, owner: string): Promise<number | undefined> {
     const node = await call(c, zk.getWithStat(c, `${holders}/${workerId}`))
     if (node === undefined) return undefined
-    const mine = `0x${node.stat.ephemeralOwner.toString('hex')}` === sessionIdOf(c)
+    const mine = ownerOf(node.stat) === sessionIdOf(c)
     const data = JSON.parse(node.data?.toString('utf8') ?? '{}') as { owner?: unknown }
     return mine && data.owner === owner ? node.stat.version : undefined
   }

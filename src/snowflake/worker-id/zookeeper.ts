@@ -61,6 +61,11 @@ export function sessionIdOf (client: Client): string {
   return `0x${client.getSessionId().toString('hex')}`
 }
 
+/** The session that owns an ephemeral node, in sessionIdOf's form ('0x0000000000000000' for a persistent one). */
+export function ownerOf (stat: zookeeper.Stat): string {
+  return `0x${stat.ephemeralOwner.toString('hex')}`
+}
+
 // Its Exception inherits from Error (with getCode()), though its typings do not say so.
 function call<T> (fn: (cb: (err: unknown, result: T) => void) => void): Promise<T> {
   return new Promise((resolve, reject) => fn((err, result) => err ? reject(err) : resolve(result)))
@@ -74,10 +79,6 @@ export function isNoNode (err: unknown): boolean {
   return hasCode(err, zookeeper.Exception.NO_NODE)
 }
 
-export function isBadVersion (err: unknown): boolean {
-  return hasCode(err, zookeeper.Exception.BAD_VERSION)
-}
-
 export function isNodeExists (err: unknown): boolean {
   return hasCode(err, zookeeper.Exception.NODE_EXISTS)
 }
@@ -88,14 +89,8 @@ export const zk = {
   getData: (c: Client, path: string) => call<Buffer | undefined>((cb) => c.getData(path, cb)),
   /** The node's data and the session that owns it (hex, as sessionIdOf), or undefined when there is none. */
   async getOwned (c: Client, path: string): Promise<{ data: Buffer | undefined, owner: string } | undefined> {
-    try {
-      const [data, stat] = await new Promise<[Buffer | undefined, zookeeper.Stat]>((resolve, reject) =>
-        c.getData(path, (err, data, stat) => err ? reject(err) : resolve([data, stat])))
-      return { data, owner: `0x${stat.ephemeralOwner.toString('hex')}` }
-    } catch (err) {
-      if (isNoNode(err)) return undefined
-      throw err
-    }
+    const node = await zk.getWithStat(c, path)
+    return node && { data: node.data, owner: ownerOf(node.stat) }
   },
   /** The node's data and stat, or undefined when there is none. */
   async getWithStat (c: Client, path: string): Promise<{ data: Buffer | undefined, stat: zookeeper.Stat } | undefined> {
