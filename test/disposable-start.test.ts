@@ -8,6 +8,7 @@ import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { createTestDatabase } from './helpers/mysql.js'
 import { get, startServer } from './helpers/server-process.js'
+import { withSqlite } from './helpers/sqlite.js'
 
 // The disposable worker-id source through the whole start (config, buildApp, the ID routes), on
 // the SQLite file and on MariaDB: every start takes a new WORKER_NODE row and issues IDs with
@@ -59,14 +60,7 @@ async function store (t: Test, kind: 'mysql' | 'sqlite'): Promise<Store> {
     }
   }
   const path = join(tempDir('leaf-disposable-start-'), 'leaf.db')
-  const open = <T>(fn: (db: Database.Database) => T): T => {
-    const db = new Database(path)
-    try {
-      return fn(db)
-    } finally {
-      db.close()
-    }
-  }
+  const open = <T>(fn: (db: Database.Database) => T): T => withSqlite(path, fn)
   return {
     kind,
     url: `sqlite:${path}`,

@@ -9,6 +9,7 @@ import { LeaseRefused } from '../src/snowflake/worker-id/worker-lease.js'
 import { tempDir } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { createTestDatabase } from './helpers/mysql.js'
+import { withSqlite } from './helpers/sqlite.js'
 
 // The disposable worker-id source (Baidu UidGenerator's WORKER_NODE) against the real stores:
 // MariaDB and a SQLite file.
@@ -56,14 +57,7 @@ async function nodeDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<NodeDb> {
     }
   }
   const path = join(tempDir('leaf-worker-node-'), 'leaf.db')
-  const open = <T>(fn: (db: Database.Database) => T): T => {
-    const db = new Database(path)
-    try {
-      return fn(db)
-    } finally {
-      db.close()
-    }
-  }
+  const open = <T>(fn: (db: Database.Database) => T): T => withSqlite(path, fn)
   return {
     store: { kind, path },
     async tableExists () {

@@ -13,9 +13,9 @@ import { createZookeeperLeasePool } from '../src/snowflake/worker-id/zookeeper-l
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { TEST_MYSQL, createTestDatabase } from './helpers/mysql.js'
-import { createProxy } from './helpers/tcp-proxy.js'
-import { TEST_ZK, inspector, uniqueName } from './helpers/zookeeper.js'
+import { TEST_ZK, inspector, uniqueName, zookeeperProxy } from './helpers/zookeeper.js'
 import { leafLayout } from '../src/snowflake/layout.js'
+import { withSqlite } from './helpers/sqlite.js'
 
 const LEAF = leafLayout(1288834974657)
 
@@ -87,14 +87,7 @@ async function leaseDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<LeaseDb> {
     }
   }
   const path = join(tempDir('leaf-lease-db-'), 'leaf.db')
-  const read = <T>(fn: (db: Database.Database) => T): T => {
-    const db = new Database(path, { readonly: true, fileMustExist: true })
-    try {
-      return fn(db)
-    } finally {
-      db.close()
-    }
-  }
+  const read = <T>(fn: (db: Database.Database) => T): T => withSqlite(path, fn, { readonly: true, fileMustExist: true })
   return {
     kind,
     url: `sqlite:${path}`,
@@ -314,13 +307,7 @@ t.test('zookeeper-lease: the claim is an ephemeral holder node, each renewal wri
 
 t.test('zookeeper-lease: a holder whose session expires loses its id to the next claimant, which starts after its issuedUntil', async (t) => {
   const name = uniqueName()
-  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
-  t.teardown(async () => {
-    // Let the cut-off client reach ZooKeeper again, so it can be closed (zookeeper.ts).
-    proxy.unblock()
-    await sleep(1500)
-    await proxy.close()
-  })
+  const proxy = await zookeeperProxy(t)
   const zkc = await inspector()
   t.teardown(() => zkc.close())
   const base = `/snowflake/${name}/lease`
@@ -348,12 +335,7 @@ t.test('zookeeper-lease: a holder whose session expires loses its id to the next
 
 t.test('zookeeper-lease: after its session expires with nobody else waiting, an instance claims its id again, waiting only for what it admitted', async (t) => {
   const name = uniqueName()
-  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
-  t.teardown(async () => {
-    proxy.unblock()
-    await sleep(1500)
-    await proxy.close()
-  })
+  const proxy = await zookeeperProxy(t)
   const zkc = await inspector()
   t.teardown(() => zkc.close())
   const base = `/snowflake/${name}/lease`

@@ -7,7 +7,7 @@ import { CreateMode, connectZookeeper, sessionIdOf } from '../src/snowflake/work
 import { tempDir } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { createProxy, type TcpProxy } from './helpers/tcp-proxy.js'
-import { TEST_ZK, inspector, uniqueName, zk } from './helpers/zookeeper.js'
+import { TEST_ZK, inspector, uniqueName, zk, zookeeperProxy } from './helpers/zookeeper.js'
 
 const HEARTBEAT = 3000
 
@@ -44,13 +44,8 @@ const ZK_PORT = Number(TEST_ZK.split(':')[1])
  * connected (zookeeper.ts), so one left retrying would keep the test process alive.
  */
 async function unreachableZk (t: Test): Promise<TcpProxy> {
-  const proxy = await createProxy(ZK_PORT)
+  const proxy = await zookeeperProxy(t)
   proxy.block()
-  t.teardown(async () => {
-    proxy.unblock()
-    await sleep(1500)
-    await proxy.close()
-  })
   return proxy
 }
 

@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto'
+import type { Test } from 'tap'
 import { connectZookeeper, zk, type Client } from '../../src/snowflake/worker-id/zookeeper.js'
+import { createProxy, type TcpProxy } from './tcp-proxy.js'
 
 /** The ZooKeeper that scripts/test-services.sh starts; override with LEAF_TEST_ZK. */
 export const TEST_ZK = process.env.LEAF_TEST_ZK ?? '127.0.0.1:2181'
@@ -26,3 +28,18 @@ export async function inspector (): Promise<Client & { data (path: string): Prom
 }
 
 export { zk }
+
+/**
+ * A TCP proxy in front of the test ZooKeeper, for cutting a client off (`block()`) without a FIN
+ * or RST. Its teardown lets the cut-off clients reach ZooKeeper again before it closes, so they
+ * can end themselves (src/snowflake/worker-id/zookeeper.ts says why they must).
+ */
+export async function zookeeperProxy (t: Test): Promise<TcpProxy> {
+  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  t.teardown(async () => {
+    proxy.unblock()
+    await new Promise((resolve) => setTimeout(resolve, 1500))
+    await proxy.close()
+  })
+  return proxy
+}
