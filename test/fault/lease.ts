@@ -1,8 +1,8 @@
 import { join } from 'node:path'
 import { decodeSnowflakeId } from '../../src/snowflake/snowflake-generator.js'
-import { errorCode, startLeaf, zkInspector, type Leaf, type Suite } from './harness.js'
-import type { Answer, HttpClient } from './load.js'
-import { waitUntil } from './services.js'
+import { errorCode, startLeaf, takeIds, zkInspector, type Leaf, type Report, type Suite } from './harness.js'
+import { HttpClient, runLoad, type Answer } from './load.js'
+import { sleep, waitUntil } from './services.js'
 
 // What the worker-id lease scenarios (12-15) share: the two recyclable sources, the keys
 // that start an instance on one of them, the store's view of one id, and the server's logs.
@@ -164,4 +164,64 @@ export function decodeAll (ids: Iterable<bigint>): { workerIds: Set<number>, min
     if (d.timestamp > maxTs) maxTs = d.timestamp
   }
   return { workerIds, minTs, maxTs }
+}
+
+/** The paced load scenarios 13 and 14 put on holder A while its lease is taken from it. */
+export interface HolderLoad {
+  answers: Taken[]
+  /** Ends the load and closes its clients. */
+  stop (): Promise<void>
+}
+
+/**
+ * `clients` clients sending `ratePerSecond` snowflake requests to `leaf`, every tenth a batch
+ * of 10, for at most 60 s. An answer completed at or after `faultAt()` (a performance.now(),
+ * 0 while no fault is on) may be 503 WORKER_LEASE_LOST: that is what a fenced holder says.
+ */
+export function loadHolder (report: Report, stream: string, leaf: Leaf, clients: number, ratePerSecond: number, faultAt: () => number): HolderLoad {
+  const http = Array.from({ length: clients }, () => new HttpClient())
+  const answers: Taken[] = []
+  let stopped = false
+  const lostOk = (x: Answer) => faultAt() > 0 && x.sentAt + x.ms >= faultAt() && isLeaseLost(x)
+  const load = runLoad({
+    clients,
+    maxRequests: 100_000,
+    maxMs: 60_000,
+    ratePerSecond,
+    stop: () => stopped,
+    async step (c, n) {
+      const { answer, ids } = await takeIds(report, http[c] as HttpClient, leaf.url, 'snowflake', 'k', n % 10 === 9 ? 10 : undefined, `${stream}-c${c}`, lostOk)
+      answers.push(take(answer, ids))
+    },
+  })
+  return {
+    answers,
+    async stop () {
+      stopped = true
+      await load
+      for (const client of http) client.close()
+    },
+  }
+}
+
+/** Snowflake answers of `leaf` on one client: for `ms` (every fifth a batch of 10), then 20 single IDs more once `between` has run. */
+export async function serveFor (report: Report, stream: string, leaf: Leaf, ms: number, between: () => Promise<void>): Promise<Taken[]> {
+  const client = new HttpClient()
+  const answers: Taken[] = []
+  try {
+    const until = performance.now() + ms
+    for (let n = 0; performance.now() < until; n++) {
+      const { answer, ids } = await takeIds(report, client, leaf.url, 'snowflake', 'k', n % 5 === 4 ? 10 : undefined, stream)
+      answers.push(take(answer, ids))
+      await sleep(5)
+    }
+    await between()
+    for (let n = 0; n < 20; n++) {
+      const { answer, ids } = await takeIds(report, client, leaf.url, 'snowflake', 'k', undefined, stream)
+      answers.push(take(answer, ids))
+    }
+  } finally {
+    client.close()
+  }
+  return answers
 }

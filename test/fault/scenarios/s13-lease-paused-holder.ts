@@ -1,8 +1,8 @@
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
-import { fmtMs, takeIds, unique, type Leaf, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad, type Answer } from '../load.js'
+import { fmtMs, unique, type Leaf, type Report, type Suite } from '../harness.js'
+import { HttpClient } from '../load.js'
 import {
-  LEASE_SOURCES, cacheDirOf, decodeAll, isLeaseLost, largestWait, logLines, snowflakeStatus, startLeaseLeaf, take, waitReleased,
+  LEASE_SOURCES, cacheDirOf, decodeAll, largestWait, loadHolder, logLines, serveFor, snowflakeStatus, startLeaseLeaf, waitReleased,
   LOST_MSG, type LeaseSource, type Taken,
 } from '../lease.js'
 import { sleep, waitUntil } from '../services.js'
@@ -59,24 +59,11 @@ async function paused (suite: Suite, report: Report, source: LeaseSource): Promi
   const statusA = await snowflakeStatus(probe, a.url)
   report.check(statusA?.workerId === X, `${source}: A leased worker id ${statusA?.workerId}, not ${X}`)
 
-  const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
-  const answers: Taken[] = []
-  const state = { stop: false, stoppedAt: 0, stoppedWall: 0, contAt: Infinity }
-  // Answers completed while A was stopped or after: WORKER_LEASE_LOST is what A must say then.
-  const lostOk = (x: Answer) => state.stoppedAt > 0 && x.sentAt + x.ms >= state.stoppedAt && isLeaseLost(x)
-  const load = runLoad({
-    clients: CLIENTS,
-    maxRequests: 100_000,
-    maxMs: 60_000,
-    ratePerSecond: RATE,
-    stop: () => state.stop,
-    async step (c, n) {
-      const { answer, ids } = await takeIds(report, clients[c] as HttpClient, a.url, 'snowflake', 'k', n % 10 === 9 ? 10 : undefined, `${source}-A-c${c}`, lostOk)
-      answers.push(take(answer, ids))
-    },
-  })
+  const state = { stoppedAt: 0, stoppedWall: 0, contAt: Infinity }
+  const load = loadHolder(report, `${source}-A`, a, CLIENTS, RATE, () => state.stoppedAt)
+  const answers = load.answers
   let b: Leaf | undefined
-  const bAnswers: Taken[] = []
+  let bAnswers: Taken[] = []
   const fig: Figures = { source, stoppedMs: 0, expiredAfterMs: 0, bStartMs: 0, bWaitMs: 0, lost: 0, firstLostMs: undefined, reclaimMs: undefined, aIds: 0, bIds: 0 }
   try {
     await sleep(1500)
@@ -90,30 +77,18 @@ async function paused (suite: Suite, report: Report, source: LeaseSource): Promi
     b = await startLeaseLeaf(suite, `${source}-B`, { ...common, min: X, max: X, port: 7702, cacheDir: cacheDirOf(suite, name, 'B') })
     fig.bStartMs = performance.now() - bStart
     fig.bWaitMs = largestWait(b)
-    const bClient = new HttpClient()
-    const bUntil = performance.now() + B_SERVES_MS
-    for (let n = 0; performance.now() < bUntil; n++) {
-      const { answer, ids } = await takeIds(report, bClient, b.url, 'snowflake', 'k', n % 5 === 4 ? 10 : undefined, `${source}-B`)
-      bAnswers.push(take(answer, ids))
-      await sleep(5)
-    }
-    state.contAt = performance.now()
-    fig.stoppedMs = state.contAt - state.stoppedAt
-    a.proc.kill('SIGCONT')
-    // A's answers go on; B serves meanwhile.
-    const reclaimed = await waitUntil(() => answers.some((t) => t.sentAt >= state.contAt && t.ids.some((id) => decodeSnowflakeId(id).workerId === X + 1)), RECLAIM_BOUND_MS, 25)
-    report.check(reclaimed, `${source}: A served no ID under worker id ${X + 1} within ${fmtMs(RECLAIM_BOUND_MS)} after SIGCONT`)
-    for (let n = 0; n < 20; n++) {
-      const { answer, ids } = await takeIds(report, bClient, b.url, 'snowflake', 'k', undefined, `${source}-B`)
-      bAnswers.push(take(answer, ids))
-    }
-    bClient.close()
+    // B serves, then A goes on and B serves meanwhile.
+    bAnswers = await serveFor(report, `${source}-B`, b, B_SERVES_MS, async () => {
+      state.contAt = performance.now()
+      fig.stoppedMs = state.contAt - state.stoppedAt
+      a.proc.kill('SIGCONT')
+      const reclaimed = await waitUntil(() => answers.some((t) => t.sentAt >= state.contAt && t.ids.some((id) => decodeSnowflakeId(id).workerId === X + 1)), RECLAIM_BOUND_MS, 25)
+      report.check(reclaimed, `${source}: A served no ID under worker id ${X + 1} within ${fmtMs(RECLAIM_BOUND_MS)} after SIGCONT`)
+    })
     await sleep(500)
   } finally {
     if (a.proc.signalCode === null && a.proc.exitCode === null) a.proc.kill('SIGCONT')
-    state.stop = true
-    await load
-    for (const client of clients) client.close()
+    await load.stop()
   }
   const statusAfter = await snowflakeStatus(probe, a.url)
   probe.close()

@@ -1,8 +1,8 @@
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
-import { fmtMs, takeIds, unique, type Leaf, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad, type Answer } from '../load.js'
+import { fmtMs, unique, type Leaf, type Report, type Suite } from '../harness.js'
+import { HttpClient } from '../load.js'
 import {
-  LEASE_SOURCES, LOST_MSG, cacheDirOf, decodeAll, isLeaseLost, largestWait, logLines, snowflakeStatus, startLeaseLeaf, take, waitReleased,
+  LEASE_SOURCES, LOST_MSG, cacheDirOf, decodeAll, largestWait, loadHolder, logLines, serveFor, snowflakeStatus, startLeaseLeaf, waitReleased,
   type LeaseSource, type Taken,
 } from '../lease.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'
@@ -60,22 +60,10 @@ async function partitioned (suite: Suite, report: Report, source: LeaseSource): 
     const probe = new HttpClient()
     const statusA = await snowflakeStatus(probe, a.url)
     report.check(statusA?.workerId === X, `${source}: A leased worker id ${statusA?.workerId}, not ${X}`)
-    const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
-    const answers: Taken[] = []
-    const state = { stop: false, cutAt: 0, healedAt: Infinity }
-    const lostOk = (x: Answer) => state.cutAt > 0 && x.sentAt + x.ms >= state.cutAt && isLeaseLost(x)
-    const load = runLoad({
-      clients: CLIENTS,
-      maxRequests: 100_000,
-      maxMs: 60_000,
-      ratePerSecond: RATE,
-      stop: () => state.stop,
-      async step (c, n) {
-        const { answer, ids } = await takeIds(report, clients[c] as HttpClient, a.url, 'snowflake', 'k', n % 10 === 9 ? 10 : undefined, `${source}-A-c${c}`, lostOk)
-        answers.push(take(answer, ids))
-      },
-    })
-    const bAnswers: Taken[] = []
+    const state = { cutAt: 0, healedAt: Infinity }
+    const load = loadHolder(report, `${source}-A`, a, CLIENTS, RATE, () => state.cutAt)
+    const answers = load.answers
+    let bAnswers: Taken[] = []
     try {
       await sleep(1500)
       state.cutAt = performance.now()
@@ -87,28 +75,16 @@ async function partitioned (suite: Suite, report: Report, source: LeaseSource): 
       fig.freeAfterMs = performance.now() - state.cutAt
       b = await startLeaseLeaf(suite, `${source}-B`, { ...common, min: X, max: X, port: 7802, cacheDir: cacheDirOf(suite, name, 'B') })
       fig.bWaitMs = largestWait(b)
-      const bClient = new HttpClient()
-      const bUntil = performance.now() + B_SERVES_MS
-      for (let n = 0; performance.now() < bUntil; n++) {
-        const { answer, ids } = await takeIds(report, bClient, b.url, 'snowflake', 'k', n % 5 === 4 ? 10 : undefined, `${source}-B`)
-        bAnswers.push(take(answer, ids))
-        await sleep(5)
-      }
-      state.healedAt = performance.now()
-      fig.cutMs = state.healedAt - state.cutAt
-      proxy.unblock()
-      const back = await waitUntil(() => answers.some((t) => t.sentAt >= state.healedAt && t.ids.some((id) => decodeSnowflakeId(id).workerId === X + 1)), RECOVER_BOUND_MS, 25)
-      report.check(back, `${source}: A served no ID under worker id ${X + 1} within ${fmtMs(RECOVER_BOUND_MS)} after the cut healed`)
-      for (let n = 0; n < 20; n++) {
-        const { answer, ids } = await takeIds(report, bClient, b.url, 'snowflake', 'k', undefined, `${source}-B`)
-        bAnswers.push(take(answer, ids))
-      }
-      bClient.close()
+      bAnswers = await serveFor(report, `${source}-B`, b, B_SERVES_MS, async () => {
+        state.healedAt = performance.now()
+        fig.cutMs = state.healedAt - state.cutAt
+        proxy.unblock()
+        const back = await waitUntil(() => answers.some((t) => t.sentAt >= state.healedAt && t.ids.some((id) => decodeSnowflakeId(id).workerId === X + 1)), RECOVER_BOUND_MS, 25)
+        report.check(back, `${source}: A served no ID under worker id ${X + 1} within ${fmtMs(RECOVER_BOUND_MS)} after the cut healed`)
+      })
       await sleep(500)
     } finally {
-      state.stop = true
-      await load
-      for (const client of clients) client.close()
+      await load.stop()
     }
     const statusAfter = await snowflakeStatus(probe, a.url)
     probe.close()
