@@ -2,7 +2,8 @@ import { writeFileSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { readWorkerCache, writeWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
-import { LeaseRefused, acquireWorkerLease, type WorkerLease, type WorkerLeaseOptions } from '../src/snowflake/worker-id/worker-lease.js'
+import { LeaseRefused, acquireWorkerLease, restartWindow, type WorkerLease, type WorkerLeaseOptions } from '../src/snowflake/worker-id/worker-lease.js'
+import { parseLayout } from '../src/snowflake/layout.js'
 import { CreateMode, connectZookeeper, sessionIdOf } from '../src/snowflake/worker-id/zookeeper.js'
 import { tempDir } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
@@ -350,6 +351,50 @@ t.test('a pause longer than the session timeout stops issuing until our session 
   t.match(l.status().unavailable, /nothing recorded for \d+ ms, longer than the ZooKeeper session timeout/)
   t.ok(await until(() => l.status().unavailable === undefined, 3000), 'resumed once the ephemeral node is seen to be ours')
   t.ok(issuing(l, o.clock()))
+})
+
+t.test('restartWindow: one heartbeat past the cache file; without it, past time recorded ahead of the clock and past now plus that', async (t) => {
+  const o = { heartbeatIntervalMs: 3000, aheadMs: 999 }
+  t.equal(restartWindow(undefined, false, { heartbeatIntervalMs: 3000 }, 50_000), 0, 'nothing recorded, nothing ahead: no window')
+  t.equal(restartWindow(10_000, true, o, 50_000), 13_001, 'the cache file holds what was recorded ahead: one heartbeat past it')
+  t.equal(restartWindow(10_000, false, { heartbeatIntervalMs: 3000 }, 50_000), 13_001, 'nothing is recorded ahead of the clock: ZooKeeper\'s time is enough')
+  t.equal(restartWindow(49_000, false, o, 50_000), 49_000 + 3000 + 1 + 999, 'ZooKeeper current: past its time, a heartbeat, and what the cache file may have held beyond it')
+  t.equal(restartWindow(10_000, false, o, 50_000), 50_000 + 999 + 1, 'ZooKeeper stale (it was away): past now plus what the old life may have issued ahead of its clock')
+  t.equal(restartWindow(undefined, false, o, 50_000), 51_000, 'no record at all')
+})
+
+t.test('a seconds layout: a restart that lost its cache file starts after the second the old life was issuing in', async (t) => {
+  const layout = parseLayout('time=32s,worker=10,sequence=21,epoch=1700000000000', { twepoch: 0, vestaVersion: 0, vestaGenMethod: 0, now: Date.now() })
+  let offset = 0
+  const o = options({ layout, aheadMs: layout.unitMs - 1, clock: () => Date.now() + offset })
+  const first = await acquireWorkerLease(o)
+  const zkc = await inspector()
+  t.teardown(() => zkc.close())
+  const stored = (await zkc.data(`/snowflake/${o.name}/forever/10.1.2.3:8080-0000000000`)).timestamp as number
+  // 3.2 s on, before the next beat reaches ZooKeeper: the generator begins a second past what is
+  // recorded and records that second's last millisecond, in the cache file first.
+  offset = 3200
+  const end = Math.floor(o.clock() / 1000) * 1000 + 999
+  t.ok(end > stored + HEARTBEAT, 'the second ends past what ZooKeeper\'s time allows')
+  first.extend(end)
+  t.equal(readWorkerCache(o.cacheDir)?.lastTimestamp, end, 'recorded in the cache file')
+  await first.close()
+  t.equal((await zkc.data(`/snowflake/${o.name}/forever/10.1.2.3:8080-0000000000`)).timestamp, stored, 'ZooKeeper never heard of it')
+  const again = await lease(t, { ...o, cacheDir: tempDir('leaf-cache-') })
+  t.equal(again.workerId, 0)
+  t.ok(again.notBefore > end, `notBefore ${again.notBefore} is past the old life's last second (${end})`)
+})
+
+t.test('a pause is judged by the clock, not by time recorded ahead of it', async (t) => {
+  let offset = 0
+  const o = options({ heartbeatIntervalMs: 200, zkSessionTimeoutMs: 2000, aheadMs: 20_000, clock: () => Date.now() + offset })
+  const l = await lease(t, o)
+  l.extend(o.clock() + 15_000) // borrowed far ahead
+  t.ok(issuing(l, o.clock()), 'issuing')
+  offset = 5000 // a pause longer than the session timeout, though less than the time recorded ahead
+  t.notOk(issuing(l, o.clock() + 16_000), 'no ID right after the pause')
+  t.match(l.status().unavailable, /nothing recorded for \d+ ms, longer than the ZooKeeper session timeout/)
+  t.ok(await until(() => l.status().unavailable === undefined, 3000), 'resumed once the ephemeral node is seen to be ours')
 })
 
 t.test('ZooKeeper cut off: the lease keeps serving and keeps the cache current; connected again after', async (t) => {

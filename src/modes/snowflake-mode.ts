@@ -27,8 +27,8 @@ export async function startSnowflakeMode (
     borrowAheadMs: s.borrowAheadMs,
     notBefore: lease.notBefore,
     // The stored times are at most aheadOfClockMs past the clock (the lease refuses otherwise),
-    // so the restart window is at most one heartbeat past that.
-    maxRestartWaitMs: s.heartbeatIntervalMs + aheadOfClockMs(config),
+    // and a restart without its cache file waits that much again (restartWindow).
+    maxRestartWaitMs: s.heartbeatIntervalMs + 2 * aheadOfClockMs(config) + 1,
     guard: lease,
     onClockBackwards: extra.onClockBackwards,
     clock,

@@ -103,7 +103,7 @@ export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<Worker
     if (source === 'static') o.logger.warn({ workerId: o.staticWorkerId }, 'snowflake without ZooKeeper: leaf.snowflake.worker.id must be unique per instance')
     const last = cached?.workerId === o.staticWorkerId ? cached.lastTimestamp : undefined
     refuseIfAhead(last, now + (o.aheadMs ?? 0), `the worker-id cache ${cacheFile}`)
-    return new Lease(o, cacheDir, source, o.staticWorkerId, restartWindow(last, o), undefined).start()
+    return new Lease(o, cacheDir, source, o.staticWorkerId, restartWindow(last, last !== undefined, o, now), undefined).start()
   }
 
   if (o.port === 0) {
@@ -133,7 +133,7 @@ export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<Worker
     const cachedTime = cached?.workerId === workerId && cached.address === paths.address ? cached.lastTimestamp : undefined
     refuseIfAhead(cachedTime, now + (o.aheadMs ?? 0), `the worker-id cache ${cacheFile}`)
     const last = Math.max(storedTimestamp ?? 0, cachedTime ?? 0)
-    const lease = new Lease(o, cacheDir, 'zookeeper', workerId, restartWindow(last || undefined, o), paths)
+    const lease = new Lease(o, cacheDir, 'zookeeper', workerId, restartWindow(last || undefined, cachedTime !== undefined, o, now), paths)
     lease.attach(client, sessionIdOf(client))
     lease.start()
     await lease.heartbeat()
@@ -168,11 +168,19 @@ function refuseIfAhead (stored: number | undefined, now: number, where: string):
 }
 
 /**
- * IDs may have been issued for every millisecond up to one heartbeat after the last stored
- * time, that one included (Lease.issuableUntil): the first ID after a restart comes after it.
+ * The first millisecond a restart may issue in. IDs may have been issued for every millisecond
+ * up to one heartbeat after the cache file's last time, that one included (Lease.issuableUntil).
+ * Without the cache file (`fromCache` false: a new container, another host's /tmp) what is left
+ * may lag: the generator records time ahead of the clock (borrowed, or a unit's last
+ * millisecond) in the cache file first, and ZooKeeper hears of it only at the next beat, or
+ * not at all while it is away. The earlier life ended before now, and never issued more than
+ * `aheadMs` past its clock: so the first ID comes after both bounds.
  */
-function restartWindow (last: number | undefined, o: WorkerLeaseOptions): number {
-  return last === undefined ? 0 : last + o.heartbeatIntervalMs + 1
+export function restartWindow (last: number | undefined, fromCache: boolean, o: Pick<WorkerLeaseOptions, 'heartbeatIntervalMs' | 'aheadMs'>, now: number): number {
+  const recorded = last === undefined ? 0 : last + o.heartbeatIntervalMs + 1
+  const ahead = o.aheadMs ?? 0
+  if (fromCache || ahead === 0) return recorded
+  return Math.max(recorded + ahead, now + ahead + 1)
 }
 
 /**
@@ -256,7 +264,9 @@ async function checkPeerClocks (client: Client, o: WorkerLeaseOptions, paths: Zk
   }
   if (times.length === 0) return
   const average = times.reduce((a, b) => a + b, 0) / times.length
-  if (Math.abs(now - average) > o.maxClockDriftMs) {
+  // A peer's heartbeat may carry time recorded ahead of its clock (borrowed time, a unit's rest).
+  const peersAhead = o.aheadMs ?? 0
+  if (now - average > o.maxClockDriftMs || average - now > o.maxClockDriftMs + peersAhead) {
     throw new LeaseRefused(`this clock (${now}) is ${Math.round(now - average)} ms off the average of ${times.length} live peers (${Math.round(average)}); ` +
       `leaf.snowflake.max-clock-drift-ms is ${o.maxClockDriftMs}`)
   }
@@ -284,7 +294,7 @@ function fromCache (o: WorkerLeaseOptions, cacheDir: string, cached: CachedWorke
     throw new LeaseRefused(`ZooKeeper unreachable (${why}) and the clock (${now}) is not past the cached lastTimestamp (${cached.lastTimestamp})`)
   }
   o.logger.warn({ workerId: cached.workerId, file, why }, 'ZooKeeper unreachable at start: using the cached worker id')
-  const lease = new Lease(o, cacheDir, 'cache', cached.workerId, restartWindow(cached.lastTimestamp, o), paths)
+  const lease = new Lease(o, cacheDir, 'cache', cached.workerId, restartWindow(cached.lastTimestamp, true, o, now), paths)
   lease.start()
   lease.attach(client, undefined)
   return lease
@@ -299,6 +309,8 @@ class Lease implements WorkerLease {
   /** Why no ID may be issued; undefined while IDs may be. */
   private unavailable: string | undefined
   private lastWritten = 0
+  /** The clock when something was last recorded (lastWritten may be ahead of it). */
+  private lastRecordedAt = 0
   private lastHeartbeat: number | undefined
   private beating = false
   private syncing = false
@@ -338,14 +350,17 @@ class Lease implements WorkerLease {
 
   /** Writes `ms` to the cache file: IDs may be issued up to one heartbeat past it. Throws when it cannot. */
   private record (ms: number): void {
-    if (this.paths !== undefined && this.lastWritten > 0 && ms - this.lastWritten > this.pauseLimitMs) {
+    // Judged by the clock, not by `ms`: what is recorded may lie ahead of it (borrowed time).
+    const now = this.o.clock()
+    if (this.paths !== undefined && this.lastRecordedAt > 0 && now - this.lastRecordedAt > this.pauseLimitMs) {
       // Nothing was recorded for longer than the session timeout: this process was paused
       // (or starved), and ZooKeeper may have expired its session meanwhile and let another
       // instance of this ip:port take the worker id. No ID until our session is seen holding
       // the ephemeral node again (sync, at the next heartbeat).
       this.ephemeralOf = undefined
-      this.setUnavailable(`nothing recorded for ${ms - this.lastWritten} ms, longer than the ZooKeeper session timeout: the ephemeral node is checked again`)
+      this.setUnavailable(`nothing recorded for ${now - this.lastRecordedAt} ms, longer than the ZooKeeper session timeout: the ephemeral node is checked again`)
     }
+    this.lastRecordedAt = Math.max(this.lastRecordedAt, now)
     if (ms > this.lastWritten) {
       writeWorkerCache(this.cacheDir, { workerId: this.workerId, lastTimestamp: ms, address: this.address })
       this.lastWritten = ms
