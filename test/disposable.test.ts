@@ -166,6 +166,16 @@ for (const kind of ['mysql', 'sqlite'] as const) {
   })
 }
 
+t.test('disposable with borrowed time: a start waits out how far an earlier one may have borrowed (UidGenerator #85)', async (t) => {
+  const db = await nodeDb(t, 'sqlite')
+  const clock = () => 1_800_000_000_000
+  const first = await acquire(db, { borrowAheadMs: 0, clock })
+  t.equal(first.notBefore, 0, 'without borrowing, nothing to wait for: the new id is higher')
+  const second = await acquire(db, { borrowAheadMs: 250, clock })
+  t.equal(second.workerId, first.workerId + 1)
+  t.equal(second.notBefore, 1_800_000_000_000 + 250 + 1, 'past the clock by the borrow bound')
+})
+
 t.test('disposable on mysql: an existing UidGenerator table keeps working', async (t) => {
   const db = await nodeDb(t, 'mysql')
   await db.exec(readFileSync(new URL('../sql/worker_node.sql', import.meta.url), 'utf8'))

@@ -61,6 +61,9 @@ export interface DisposableWorkerIdOptions {
   max: number
   connectTimeoutMs: number
   queryTimeoutMs: number
+  /** leaf.snowflake.borrow-ahead-ms: how far ahead of its clock an earlier start may have issued. */
+  borrowAheadMs?: number
+  clock?: () => number
   logger: Logger
 }
 
@@ -84,7 +87,10 @@ export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): 
   let unavailable: string | undefined
   const lease = {
     workerId,
-    notBefore: 0,
+    // Nothing records how far an earlier start borrowed: it ended before now, and never issued
+    // more than borrowAheadMs past its clock. Past that, this start's IDs (a higher worker id
+    // in the same unit) are above all of its IDs: a restart never goes back (UidGenerator's #85).
+    notBefore: (o.borrowAheadMs ?? 0) > 0 ? (o.clock ?? Date.now)() + (o.borrowAheadMs ?? 0) + 1 : 0,
     issuableUntil: Infinity,
     // Never reached: the id is ours for good, nothing is recorded as IDs are issued.
     extend () {},

@@ -60,6 +60,8 @@ export async function acquireWorkerId (config: Config, logger: Logger, hooks: So
       max: s.workerIdMax,
       connectTimeoutMs: config.segment.connectTimeoutMs,
       queryTimeoutMs: config.segment.queryTimeoutMs,
+      borrowAheadMs: s.borrowAheadMs,
+      clock: hooks.clock,
       logger,
     })
   }
