@@ -514,6 +514,8 @@ t.test('checkLayoutRecord: a record decides by signature; no record decides by u
   t.doesNotThrow(() => checkLayoutRecord(where, undefined, false, js), 'no record, unused: any layout')
   t.doesNotThrow(() => checkLayoutRecord(where, undefined, true, leaf), 'no record, used: leaf')
   t.throws(() => checkLayoutRecord(where, undefined, true, js), { name: 'LeaseRefused', message: 'the pool gave out worker ids before layouts were recorded, so under Leaf\'s layout, and this instance\'s layout is js-safe' })
+  t.throws(() => checkLayoutRecord(where, undefined, true, layoutOf('leaf,worker=8,sequence=14')), LeaseRefused, 'no record, used: Leaf\'s name with other widths is not Leaf\'s layout')
+  t.doesNotThrow(() => checkLayoutRecord(where, undefined, true, layoutOf('leaf,epoch=1500000000000')), 'no record, used: Leaf\'s fields with another twepoch (a setting before layouts were recorded)')
   t.doesNotThrow(() => checkLayoutRecord(where, JS_SAFE_SIGNATURE, true, js), 'the recorded layout')
   t.doesNotThrow(() => checkLayoutRecord(where, LEAF_SIGNATURE, true, layoutOf(LEAF_AS_CUSTOM)), 'the recorded layout, spelled otherwise')
   t.throws(() => checkLayoutRecord(where, LEAF_SIGNATURE, false, js), { name: 'LeaseRefused', message: `the pool records the ID layout "${LEAF_SIGNATURE}", and this instance's is "${JS_SAFE_SIGNATURE}" (js-safe)` })

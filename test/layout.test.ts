@@ -357,6 +357,14 @@ t.test('parseLayout: more than 63 bits in a custom layout, more than 53 in js-sa
   refused(t, 'vesta-max-peak,time=31s', ctx(), /65 bits, more than the 64/)
 })
 
+t.test('parseLayout: time above worker and sequence, at most 31 worker bits', async (t) => {
+  refused(t, 'sequence=12,time=41ms,worker=10', ctx(), /the time field must come before the worker and sequence fields/)
+  refused(t, 'worker=10,time=41ms,sequence=12', ctx(), /the time field must come before the worker and sequence fields/)
+  t.equal(parseLayout('time=41ms,sequence=12,worker=10', ctx()).worker.shift, 0, 'worker below sequence is fine (Vesta\'s order)')
+  t.equal(parseLayout('time=31s,worker=31,sequence=1,epoch=1700000000000', ctx()).maxWorkerId, 2 ** 31 - 1, '31 worker bits are fine')
+  refused(t, 'time=30s,worker=32,sequence=1,epoch=1700000000000', ctx(), /the worker field has 32 bits; at most 31/)
+})
+
 t.test('parseLayout: an epoch in the future', async (t) => {
   t.equal(parseLayout(`leaf,epoch=${NOW}`, ctx()).epoch, NOW, 'an epoch of now is fine')
   refused(t, `leaf,epoch=${NOW + 1}`, ctx(), /the epoch 2026-12-01T00:00:00.001Z lies in the future/)
@@ -421,9 +429,9 @@ t.test('parseLayout: a layout\'s spec parses back to the same layout', async (t)
   t.equal(custom.name, 'custom')
   t.equal(custom.spec, 'time=41ms,worker=10,sequence=12,epoch=1288834974657', 'a custom spec without an epoch takes twepoch, and says so')
   t.equal(parseLayout(custom.spec, ctx({ twepoch: 0 })).signature, custom.signature, 'the spec carries the epoch: another twepoch does not change it')
-  const reordered = parseLayout('sequence=6,time=35s,worker=20,epoch=2020-01-01T00:00:00Z', ctx())
-  t.strictSame(shapeOf(reordered), [['sequence', 6, 55], ['time', 35, 20], ['worker', 20, 0]], 'fields sit in the order given, the first highest')
-  t.equal(reordered.spec, 'sequence=6,time=35s,worker=20,epoch=1577836800000')
+  const reordered = parseLayout('time=35s,sequence=6,worker=20,epoch=2020-01-01T00:00:00Z', ctx())
+  t.strictSame(shapeOf(reordered), [['time', 35, 26], ['sequence', 6, 20], ['worker', 20, 0]], 'fields sit in the order given, the first highest')
+  t.equal(reordered.spec, 'time=35s,sequence=6,worker=20,epoch=1577836800000')
   t.equal(parseLayout(reordered.spec, ctx()).signature, reordered.signature)
   t.equal(parseLayout(reordered.spec, ctx()).spec, reordered.spec)
   const overridden = parseLayout('uid-generator,time=31s,worker=23,sequence=9', ctx())

@@ -54,6 +54,8 @@ export const VESTA_EPOCH = 1420041600000
 /** The time field must outlast the start by this much (10 years of 365.25 days). */
 export const MIN_YEARS_LEFT = 10
 const YEAR_MS = 365.25 * 24 * 3600 * 1000
+/** Worker ids are 32-bit signed integers in the lease pools (leaf_worker_lease.worker_id is an INT). */
+const MAX_WORKER_BITS = 31
 /** The last millisecond a JavaScript Date holds. */
 const MAX_DATE_MS = 8.64e15
 
@@ -216,6 +218,15 @@ function check (layout: Layout, spec: LayoutSpec, c: LayoutContext): void {
     if (f.value !== undefined && (f.value < 0 || f.value > 2 ** f.bits - 1)) {
       throw new LayoutError(`${f.name} ${f.value} does not fit its ${f.bits} bit${f.bits === 1 ? '' : 's'} (0..${2 ** f.bits - 1})`)
     }
+  }
+  const at = (f: LayoutField) => layout.fields.indexOf(f)
+  if (at(layout.time) > at(layout.worker) || at(layout.time) > at(layout.sequence)) {
+    // Below them, a new unit's first ID would be smaller than the last unit's later ones.
+    throw new LayoutError('the time field must come before the worker and sequence fields (they are given from the most significant bit down): ' +
+      'otherwise IDs would not increase with time')
+  }
+  if (layout.worker.bits > MAX_WORKER_BITS) {
+    throw new LayoutError(`the worker field has ${layout.worker.bits} bits; at most ${MAX_WORKER_BITS}: worker-id pools store worker ids as 32-bit signed integers`)
   }
   if (layout.bits > spec.maxBits) {
     throw new LayoutError(`the fields take ${layout.bits} bits, more than the ${spec.maxBits} ${spec.maxBits === 53 ? 'a JavaScript number holds exactly' : 'of a positive signed 64-bit ID'}`)
