@@ -308,6 +308,23 @@ t.test('handover: a previous holder further ahead than max-clock-drift-ms: that 
   t.equal(l.notBefore, 1)
 })
 
+t.test('handover: a previous holder ahead by less than max-clock-drift-ms plus what it may borrow is waited for, not taken for drift', async (t) => {
+  const issuedUntil = Date.now() + 300
+  const pool = new FakePool(10_000, { 0: { owner: null, issuedUntil, by: 'previous' } })
+  const l = await lease(t, options(pool, { min: 0, max: 1, maxClockDriftMs: 100, aheadMs: 400 }))
+  t.equal(l.workerId, 0, 'the same id: 300 ms ahead is within 100 ms of drift plus 400 ms recorded ahead by design')
+  t.same(l.seen.claims, ['claimed'])
+  t.equal(l.notBefore, issuedUntil + 1)
+  t.ok(Date.now() > issuedUntil, 'after its last millisecond')
+})
+
+t.test('a range of millions of ids: the pass claims the first free one', async (t) => {
+  const pool = new FakePool(10_000, { 0: { owner: 'other', expiresAt: Date.now() + 60_000 } })
+  const l = await lease(t, options(pool, { min: 0, max: 2 ** 22 - 1 }))
+  t.equal(l.workerId, 1)
+  t.same(pool.claims, [1], 'one claim: the held id is passed over, and no other asked for')
+})
+
 t.test('re-claiming an id whose record this same lease wrote waits only for what it admitted, not what it was allowed', async (t) => {
   const mono = manualClock()
   // A long TTL: the recorded issuedUntil runs 27 s ahead, past max-clock-drift-ms.

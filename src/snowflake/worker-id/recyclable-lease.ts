@@ -231,15 +231,23 @@ export class RecyclableLease implements WorkerLease {
     const { min, max, pool } = this.o
     const slots = await pool.list(min, max)
     const known = new Map(slots.map((s) => [s.workerId, s]))
-    const free: number[] = []
-    for (let id = min; id <= max; id++) if (known.get(id)?.state !== 'held' && known.get(id)?.state !== 'expired') free.push(id)
     const expired = slots.filter((s) => s.state === 'expired').sort((a, b) => a.expiresInMs - b.expiresInMs).map((s) => s.workerId)
     const cached = readWorkerCache(this.o.cacheDir)
     const last = this.workerId >= 0 ? this.workerId : cached?.workerId
     this.driftRefused.clear()
     this.storeError = undefined
-    const candidates = [...new Set([...(last !== undefined && last >= min && last <= max ? [last] : []), ...free, ...expired])]
-    for (const id of candidates) {
+    // Generated as the pass goes: a range may hold millions of ids (22 worker bits), and the
+    // pass seldom gets past the first.
+    const preferred = last !== undefined && last >= min && last <= max ? last : undefined
+    function * candidates (): Generator<number> {
+      if (preferred !== undefined) yield preferred
+      for (let id = min; id <= max; id++) {
+        const state = known.get(id)?.state
+        if (id !== preferred && state !== 'held' && state !== 'expired') yield id
+      }
+      for (const id of expired) if (id !== preferred) yield id
+    }
+    for (const id of candidates()) {
       let claimed: Claimed | undefined
       try {
         claimed = await pool.claim(id, this.owner, this.o.address)
@@ -269,7 +277,8 @@ export class RecyclableLease implements WorkerLease {
     const last = claimed.by === this.owner ? Math.min(claimed.issuedUntil, this.admitted) : claimed.issuedUntil
     claimed = { ...claimed, issuedUntil: last }
     const waitMs = claimed.issuedUntil + 1 - this.o.clock()
-    if (waitMs > this.o.maxClockDriftMs) {
+    // (A holder records up to aheadMs past its clock by design: that is no drift.)
+    if (waitMs > this.o.maxClockDriftMs + (this.o.aheadMs ?? 0)) {
       this.o.logger.warn({ workerId: id, issuedUntil: claimed.issuedUntil, waitMs, maxClockDriftMs: this.o.maxClockDriftMs },
         'the previous holder of this worker id may have issued IDs further ahead than leaf.snowflake.max-clock-drift-ms: trying another id')
       this.o.onClaim?.('drift')
