@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import t, { type Test } from 'tap'
@@ -174,6 +174,16 @@ t.test('disposable with borrowed time: a start waits out how far an earlier one 
   const second = await acquire(db, { borrowAheadMs: 250, clock })
   t.equal(second.workerId, first.workerId + 1)
   t.equal(second.notBefore, 1_800_000_000_000 + 250 + 1, 'past the clock by the borrow bound')
+})
+
+t.test('disposable: a store that cannot take the row refuses the start in one line', async (t) => {
+  const file = join(tempDir('leaf-disposable-bad-'), 'not-a-folder')
+  writeFileSync(file, '')
+  const err = await acquireDisposableWorkerId({
+    store: { kind: 'sqlite', path: join(file, 'leaf.db') }, hostName: '10.1.2.3', port: '8080', type: 2, min: 0, max: 1023, connectTimeoutMs: 2000, queryTimeoutMs: 2000, logger: silentLogger,
+  }).then(() => undefined, (e: unknown) => e)
+  t.ok(err instanceof LeaseRefused, `a LeaseRefused (${String(err)})`)
+  t.match((err as Error).message, /WORKER_NODE: no WORKER_NODE row could be inserted, so no worker id is taken \(EEXIST: file already exists, mkdir/)
 })
 
 t.test('disposable on mysql: an existing UidGenerator table keeps working', async (t) => {

@@ -272,6 +272,23 @@ t.test('a start from the cache that ZooKeeper then contradicts stops issuing at 
   }
 })
 
+t.test('a start from the cache under a tree that records another layout stops issuing once ZooKeeper is back', async (t) => {
+  const proxy = await unreachableZk(t)
+  const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, zkConnectTimeoutMs: 300, heartbeatIntervalMs: 200 })
+  const zkc = await inspector()
+  t.teardown(() => zkc.close())
+  await zk.mkdirp(zkc, `/snowflake/${o.name}/forever`)
+  await zk.create(zkc, `/snowflake/${o.name}/forever/10.1.2.3:8080-`, '{}', CreateMode.PERSISTENT_SEQUENTIAL)
+  await zk.create(zkc, `/snowflake/${o.name}/layout`, 'time=40ms,worker=8,sequence=5,epoch=1767225600000', CreateMode.PERSISTENT)
+  writeWorkerCache(o.cacheDir, { workerId: 0, lastTimestamp: Date.now() - 1000, address: '10.1.2.3:8080' })
+  const l = await lease(t, o)
+  t.ok(issuing(l), 'issuing from the cache while ZooKeeper is away')
+  proxy.unblock()
+  t.ok(await until(() => l.status().unavailable !== undefined, 5000), 'the other layout is found')
+  t.throws(() => l.extend(Date.now()), { code: 'WORKER_ID_UNAVAILABLE' })
+  t.match(l.status().unavailable, /records the ID layout "time=40ms,worker=8,sequence=5,epoch=1767225600000"/)
+})
+
 t.test('a start from the cache whose ephemeral node another live session holds: stopped until it goes, then resumed', async (t) => {
   const proxy = await unreachableZk(t)
   const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, zkConnectTimeoutMs: 300, heartbeatIntervalMs: 200 })

@@ -73,7 +73,13 @@ type Row = [hostName: string, port: string, type: number]
 export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): Promise<WorkerLease> {
   const where = `${describeStore(o.store)} ${WORKER_NODE_TABLE}`
   const row: Row = [o.hostName.slice(0, COLUMN_LENGTH), o.port.slice(0, COLUMN_LENGTH), o.type]
-  const workerId = o.store.kind === 'sqlite' ? insertSqlite(o.store.path, row) : await insertMysql(o, where, row)
+  let workerId: number
+  try {
+    workerId = o.store.kind === 'sqlite' ? insertSqlite(o.store.path, row) : await insertMysql(o, where, row)
+  } catch (err) {
+    if (err instanceof LeaseRefused) throw err
+    throw new LeaseRefused(`${where}: no WORKER_NODE row could be inserted, so no worker id is taken (${(err as Error).message})`)
+  }
   // The row stays: its id is spent either way, as in UidGenerator.
   if (workerId > o.max) {
     throw new LeaseRefused(`${where}: worker id ${workerId} exceeds the max ${o.max} of the range [${o.min}, ${o.max}]: ` +

@@ -433,6 +433,8 @@ class Lease implements WorkerLease {
     this.syncing = true
     try {
       await zk.mkdirp(client, paths.forever)
+      // A start from the cache saw no layout record: it is checked (or written) now.
+      await recordZookeeperLayout(client, this.o.name, this.o.layout ?? leafLayout(DEFAULT_TWEPOCH))
       const own = (await zk.getChildren(client, paths.forever)).find((c) => c.startsWith(paths.prefix))
       if (own === undefined || Number(own.slice(paths.prefix.length)) !== this.workerId) {
         throw new LeaseRefused(`ZooKeeper holds ${own === undefined ? 'no node' : `${paths.forever}/${own}`} for ${paths.address}, ` +
