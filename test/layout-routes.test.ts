@@ -318,6 +318,8 @@ t.test('borrow-ahead-ms: a burst past a frozen millisecond shows in /metrics and
     return { seconds: valueOf(samples, 'leaf_snowflake_borrowed_seconds'), ms: status.borrowedMs, layout: status.layout }
   }
   t.same(await borrowed(), { seconds: 0, ms: 0, layout: 'js-safe' }, 'nothing borrowed before the first ID')
+  t.match((await server.inject('/readyz')).json(), { modes: { snowflake: { ready: false, reason: 'restart window: first ID in 21 ms' } } }, 'no cache file: the first ID waits past the clock and the borrow bound')
+  now += 21
   // 100 IDs at 32 per millisecond with the clock frozen: 4 milliseconds, the last 3 ahead of it.
   const res = await server.inject('/api/snowflake/get/k?count=100')
   t.equal(res.statusCode, 200)
