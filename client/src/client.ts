@@ -1,0 +1,361 @@
+import type { SizingOptions } from './batch-size.js'
+import { CLIENT_CODES, LeafClientError } from './errors.js'
+import { countIds } from './id-ranges.js'
+import { KeyBuffer, REAL_CLOCK, type Batch, type Clock, type KeyStats } from './key-buffer.js'
+import { ServerRing } from './servers.js'
+import { createUndiciTransport, type Mode, type Transport } from './transport.js'
+
+export interface LeafClientOptions {
+  /** Base URLs of the Leaf-TS servers (`http://10.0.0.1:8080`); asked round-robin. */
+  servers: readonly string[]
+  /** Sent as `Authorization: Bearer <token>` with every request (for a gateway in front of the servers). */
+  token?: string
+  /** Keep IDs in a local buffer per (mode, key), fetched ahead in batches. Default true; false: one request per call. */
+  prefetch?: boolean
+  /** How long one call may take, retries on other servers included (ms). Default 5,000. */
+  timeoutMs?: number
+  /** How long one request to one server may take before the next server is asked (ms). Default 2,000. */
+  requestTimeoutMs?: number
+  /** Smallest batch asked for. Default 100. */
+  minBatch?: number
+  /** Largest batch asked for; the servers' `leaf.batch.max` (default 10,000). A server that says its own is lower lowers it. */
+  maxBatch?: number
+  /** The batch size adapts to one fetch per key per this many ms. Default 1,000. */
+  targetFetchIntervalMs?: number
+  /** Snowflake IDs are dropped this long after the request that fetched them was sent (ms). Default 1,000. */
+  snowflakeMaxAgeMs?: number
+  /** A failed server is skipped for this long, doubling with each failure in a row (ms). Default 100. */
+  backoffMs?: number
+  /** The longest skip. Default 5,000. */
+  maxBackoffMs?: number
+  /**
+   * `round-robin` (default): each fetch goes to the next server. `sticky`: each (mode, key)
+   * stays with the server that last answered it until that one fails, so its IDs keep
+   * increasing until a failover.
+   */
+  balance?: 'round-robin' | 'sticky'
+  /** Keep-alive connections per server at most. Default 16. */
+  connections?: number
+  /** How requests are sent; the default is undici, one keep-alive Pool per server. */
+  transport?: Transport
+  /** Time as the client sees it (tests). */
+  clock?: Clock
+}
+
+export interface ServerStats {
+  server: string
+  requests: number
+  failures: number
+  /** IDs this server handed out to the client. */
+  ids: number
+  /** In its backoff now. */
+  down: boolean
+}
+
+export interface ClientStats {
+  requests: number
+  failures: number
+  ids: number
+  servers: ServerStats[]
+  /** Per `<mode>/<key>`. */
+  keys: Record<string, KeyStats>
+}
+
+export interface LeafClient {
+  /** The next ID: from the local buffer when it holds one, else after one fetch. */
+  nextId (mode: Mode, key: string): Promise<bigint>
+  /** `count` IDs, increasing while they come from one server. */
+  nextIds (mode: Mode, key: string, count: number): Promise<bigint[]>
+  /** The next ID from the local buffer, synchronously; undefined when it is empty (a fetch starts). */
+  tryNextId (mode: Mode, key: string): bigint | undefined
+  /** As tryNextId as a number, with no bigint made; throws UNSAFE_INTEGER for an ID past 2^53. */
+  tryNextNumber (mode: Mode, key: string): number | undefined
+  /** As nextId as a number; rejects with UNSAFE_INTEGER for an ID past 2^53. */
+  nextNumber (mode: Mode, key: string): Promise<number>
+  /** As nextId, in decimal. */
+  nextIdString (mode: Mode, key: string): Promise<string>
+  /** As nextIds, in decimal. */
+  nextIdStrings (mode: Mode, key: string, count: number): Promise<string[]>
+  stats (): ClientStats
+  /** Ends the pools and drops the buffers (their IDs are lost, as Leaf's are); calls under way reject with CLOSED. */
+  close (): Promise<void>
+}
+
+export const DEFAULTS = {
+  prefetch: true,
+  timeoutMs: 5000,
+  requestTimeoutMs: 2000,
+  minBatch: 100,
+  /** The server's `leaf.batch.max` default. */
+  maxBatch: 10_000,
+  targetFetchIntervalMs: 1000,
+  snowflakeMaxAgeMs: 1000,
+  backoffMs: 100,
+  maxBackoffMs: 5000,
+  balance: 'round-robin',
+  connections: 16,
+} as const
+
+/** Most IDs one nextIds call may ask for (its array is made up front). */
+export const MAX_IDS_PER_CALL = 10_000_000
+
+export function createLeafClient (options: LeafClientOptions): LeafClient {
+  const o = settle(options)
+  const clock = options.clock ?? REAL_CLOCK
+  const transport = options.transport ?? createUndiciTransport({ servers: o.servers, token: options.token, connections: o.connections })
+  const ring = new ServerRing(o.servers, o, clock.now)
+  const sizing: SizingOptions = { minBatch: o.minBatch, maxBatch: o.maxBatch, targetIntervalMs: o.targetFetchIntervalMs }
+  // Snowflake batches must be used before they age out: aim for a fetch per half of that.
+  const snowflakeSizing: SizingOptions = { ...sizing, targetIntervalMs: Math.min(o.targetFetchIntervalMs, o.snowflakeMaxAgeMs / 2) }
+  const buffers = { segment: new Map<string, KeyBuffer>(), snowflake: new Map<string, KeyBuffer>() }
+  const perServer = new Map(o.servers.map((s) => [s, { requests: 0, failures: 0, ids: 0 }]))
+  let closed: LeafClientError | undefined
+  // The last key looked up per mode: a hot loop on one key skips the map.
+  let lastSegmentKey: string | undefined
+  let lastSegment: KeyBuffer | undefined
+  let lastSnowflakeKey: string | undefined
+  let lastSnowflake: KeyBuffer | undefined
+
+  /**
+   * One batch of (mode, key) with failover: servers round-robin (or the key's own first when
+   * sticky), a failed one skipped for its backoff, until one answers or the budget runs out.
+   * A 4xx answer is the same on every server, so it is not retried.
+   */
+  async function fetchBatch (mode: Mode, key: string, count: number, deadline: number, onAttemptFailed: (err: LeafClientError) => void, prefer?: string): Promise<Batch> {
+    let last: LeafClientError | undefined
+    let attempts = 0
+    const tried = new Set<string>()
+    for (;;) {
+      if (closed !== undefined) throw closed
+      const remaining = deadline - clock.now()
+      if (remaining <= 0) throw exhausted(last, attempts, deadline)
+      const { server, waitMs } = ring.pick(prefer)
+      if (waitMs > 0 && tried.size >= ring.size) {
+        // Every server failed in this call: wait for the first backoff to end, within the budget.
+        if (waitMs >= remaining) throw exhausted(last, attempts, deadline)
+        await clock.sleep(waitMs)
+        continue
+      }
+      tried.add(server)
+      attempts++
+      const counters = perServer.get(server) as { requests: number, failures: number, ids: number }
+      counters.requests++
+      const fetchedAt = clock.now()
+      const asked = Math.min(count, sizing.maxBatch)
+      try {
+        const ranges = await transport.fetchIds(server, mode, key, asked, Math.min(remaining, o.requestTimeoutMs))
+        ring.succeeded(server)
+        const n = countIds(ranges)
+        counters.ids += n
+        return { ranges, count: n, fetchedAt, server }
+      } catch (err) {
+        const e = err instanceof LeafClientError ? err : new LeafClientError(CLIENT_CODES.NETWORK, `${server}: ${String(err)}`, { server, cause: err })
+        counters.failures++
+        if (lowerMaxBatch(e, asked)) continue
+        if (!e.retryable) throw withAttempts(e, attempts)
+        ring.failed(server)
+        last = withAttempts(e, attempts)
+        onAttemptFailed(last)
+        prefer = undefined
+      }
+    }
+  }
+
+  /** A server whose `leaf.batch.max` is below ours says so in INVALID_COUNT's message: use its maximum. */
+  function lowerMaxBatch (e: LeafClientError, asked: number): boolean {
+    if (e.code !== 'INVALID_COUNT') return false
+    const max = /from 1 to (\d+)/.exec(e.message)
+    const theirs = max === null ? NaN : Number(max[1])
+    if (!(theirs >= 1 && theirs < asked)) return false
+    sizing.maxBatch = snowflakeSizing.maxBatch = theirs
+    sizing.minBatch = snowflakeSizing.minBatch = Math.min(sizing.minBatch, theirs)
+    return true
+  }
+
+  function exhausted (last: LeafClientError | undefined, attempts: number, deadline: number): LeafClientError {
+    const budget = `within ${o.timeoutMs} ms`
+    if (last === undefined) return new LeafClientError(CLIENT_CODES.TIMEOUT, `no server answered ${budget}`, { attempts })
+    return new LeafClientError(last.code, `every server failed ${budget} (${attempts} requests); last: ${last.message}`, {
+      status: last.status, server: last.server, attempts, cause: last,
+    })
+  }
+
+  function buffer (mode: Mode, key: string): KeyBuffer {
+    if (closed !== undefined) throw closed
+    const map = buffers[mode]
+    if (map === undefined) throw new TypeError(`mode must be 'segment' or 'snowflake', not ${String(mode)}`)
+    let b = map.get(key)
+    if (b === undefined) {
+      if (typeof key !== 'string') throw new TypeError('key must be a string')
+      const isSnowflake = mode === 'snowflake'
+      let server: string | undefined
+      b = new KeyBuffer({
+        sizing: isSnowflake ? snowflakeSizing : sizing,
+        maxAgeMs: isSnowflake ? o.snowflakeMaxAgeMs : Infinity,
+        timeoutMs: o.timeoutMs,
+        clock,
+        fetch: async (count, deadline, onAttemptFailed) => {
+          const batch = await fetchBatch(mode, key, count, deadline, onAttemptFailed, o.balance === 'sticky' ? server : undefined)
+          server = batch.server
+          return batch
+        },
+      })
+      map.set(key, b)
+    }
+    return b
+  }
+
+  function segmentBuffer (key: string): KeyBuffer {
+    if (key === lastSegmentKey && lastSegment !== undefined) return lastSegment
+    const b = buffer('segment', key)
+    lastSegmentKey = key
+    lastSegment = b
+    return b
+  }
+
+  function snowflakeBuffer (key: string): KeyBuffer {
+    if (key === lastSnowflakeKey && lastSnowflake !== undefined) return lastSnowflake
+    const b = buffer('snowflake', key)
+    lastSnowflakeKey = key
+    lastSnowflake = b
+    return b
+  }
+
+  const bufferOf = (mode: Mode, key: string): KeyBuffer => mode === 'segment' ? segmentBuffer(key) : mode === 'snowflake' ? snowflakeBuffer(key) : buffer(mode, key)
+
+  /** Without prefetch: each call is its own requests, `count` IDs in batches of at most maxBatch. */
+  async function direct (mode: Mode, key: string, count: number): Promise<bigint[]> {
+    if (closed !== undefined) throw closed
+    const deadline = clock.now() + o.timeoutMs
+    const ids = new Array<bigint>(count)
+    let filled = 0
+    while (filled < count) {
+      const batch = await fetchBatch(mode, key, count - filled, deadline, noop)
+      for (const r of batch.ranges) {
+        for (let id = r.first; id <= r.last && filled < count; id++) ids[filled++] = id
+      }
+    }
+    return ids
+  }
+
+  function checkCount (count: number): void {
+    if (!Number.isInteger(count) || count < 0 || count > MAX_IDS_PER_CALL) throw new RangeError(`count must be an integer from 0 to ${MAX_IDS_PER_CALL}, not ${count}`)
+  }
+
+  const client: LeafClient = {
+    nextId (mode, key) {
+      try {
+        if (!o.prefetch) return direct(mode, key, 1).then(first)
+        return bufferOf(mode, key).nextId()
+      } catch (err) {
+        return Promise.reject(err)
+      }
+    },
+    nextIds (mode, key, count) {
+      try {
+        checkCount(count)
+        if (count === 0) return Promise.resolve([])
+        if (!o.prefetch) return direct(mode, key, count)
+        return bufferOf(mode, key).nextIds(count)
+      } catch (err) {
+        return Promise.reject(err)
+      }
+    },
+    tryNextId (mode, key) {
+      if (!o.prefetch) {
+        if (closed !== undefined) throw closed
+        return undefined
+      }
+      return bufferOf(mode, key).tryNextId()
+    },
+    tryNextNumber (mode, key) {
+      if (!o.prefetch) {
+        if (closed !== undefined) throw closed
+        return undefined
+      }
+      return bufferOf(mode, key).tryNextNumber()
+    },
+    nextNumber (mode, key) {
+      try {
+        if (!o.prefetch) return direct(mode, key, 1).then((ids) => toNumber(first(ids)))
+        return bufferOf(mode, key).nextNumber()
+      } catch (err) {
+        return Promise.reject(err)
+      }
+    },
+    nextIdString (mode, key) {
+      return client.nextId(mode, key).then(String)
+    },
+    nextIdStrings (mode, key, count) {
+      return client.nextIds(mode, key, count).then((ids) => ids.map(String))
+    },
+    stats () {
+      const servers = o.servers.map((server) => ({ server, ...(perServer.get(server) as { requests: number, failures: number, ids: number }), down: ring.isDown(server) }))
+      const keys: Record<string, KeyStats> = {}
+      for (const mode of ['segment', 'snowflake'] as const) {
+        for (const [key, b] of buffers[mode]) keys[`${mode}/${key}`] = b.keyStats()
+      }
+      const sum = (f: (s: ServerStats) => number) => servers.reduce((a, s) => a + f(s), 0)
+      return { requests: sum((s) => s.requests), failures: sum((s) => s.failures), ids: sum((s) => s.ids), servers, keys }
+    },
+    async close () {
+      if (closed !== undefined) return
+      closed = new LeafClientError(CLIENT_CODES.CLOSED, 'the client is closed')
+      for (const map of Object.values(buffers)) {
+        for (const b of map.values()) b.close(closed)
+        map.clear()
+      }
+      lastSegment = lastSnowflake = undefined
+      await transport.close()
+    },
+  }
+  return client
+}
+
+function first (ids: bigint[]): bigint {
+  return ids[0] as bigint
+}
+
+function toNumber (id: bigint): number {
+  if (id > BigInt(Number.MAX_SAFE_INTEGER) || id < -BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw new LeafClientError(CLIENT_CODES.UNSAFE_INTEGER, `ID ${id} is past 2^53: a number cannot hold it exactly; use nextId for a bigint`)
+  }
+  return Number(id)
+}
+
+function withAttempts (e: LeafClientError, attempts: number): LeafClientError {
+  if (e.attempts === attempts) return e
+  return new LeafClientError(e.code, e.message, { status: e.status, server: e.server, attempts, cause: e.cause })
+}
+
+function noop (): void {}
+
+type Settled = Required<Omit<LeafClientOptions, 'token' | 'transport' | 'clock'>>
+
+function settle (options: LeafClientOptions): Settled {
+  const o = { ...DEFAULTS, ...definedOnly(options) } as Settled
+  if (!Array.isArray(o.servers) || o.servers.length === 0) throw new TypeError('servers: at least one server URL is needed')
+  for (const s of o.servers) {
+    let url: URL
+    try {
+      url = new URL(s)
+    } catch {
+      throw new TypeError(`servers: ${JSON.stringify(s)} is not a URL`)
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new TypeError(`servers: ${s} is not http(s)`)
+  }
+  if (new Set(o.servers).size !== o.servers.length) throw new TypeError('servers: a server is listed twice')
+  const positive = ['timeoutMs', 'requestTimeoutMs', 'targetFetchIntervalMs', 'snowflakeMaxAgeMs', 'maxBackoffMs'] as const
+  for (const k of positive) if (!(typeof o[k] === 'number' && o[k] > 0)) throw new RangeError(`${k} must be a number above 0, not ${String(o[k])}`)
+  if (!(typeof o.backoffMs === 'number' && o.backoffMs >= 0)) throw new RangeError(`backoffMs must be a number from 0, not ${String(o.backoffMs)}`)
+  for (const k of ['minBatch', 'maxBatch', 'connections'] as const) {
+    if (!Number.isInteger(o[k]) || o[k] < 1) throw new RangeError(`${k} must be an integer from 1, not ${String(o[k])}`)
+  }
+  if (o.minBatch > o.maxBatch) throw new RangeError(`minBatch (${o.minBatch}) is above maxBatch (${o.maxBatch})`)
+  if (o.balance !== 'round-robin' && o.balance !== 'sticky') throw new TypeError(`balance must be 'round-robin' or 'sticky', not ${String(o.balance)}`)
+  return o
+}
+
+function definedOnly<T extends object> (o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>
+}
