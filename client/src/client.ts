@@ -110,6 +110,8 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
   const buffers = { segment: new Map<string, KeyBuffer>(), snowflake: new Map<string, KeyBuffer>() }
   const perServer = new Map(o.servers.map((s) => [s, { requests: 0, failures: 0, ids: 0 }]))
   let closed: LeafClientError | undefined
+  /** balance 'sticky': the server that last answered each `<mode>/<key>`. */
+  const sticky = new Map<string, string>()
   // The last key looked up per mode: a hot loop on one key skips the map.
   let lastSegmentKey: string | undefined
   let lastSegment: KeyBuffer | undefined
@@ -121,7 +123,9 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
    * sticky), a failed one skipped for its backoff, until one answers or the budget runs out.
    * A 4xx answer is the same on every server, so it is not retried.
    */
-  async function fetchBatch (mode: Mode, key: string, count: number, deadline: number, onAttemptFailed: (err: LeafClientError) => void, prefer?: string): Promise<Batch> {
+  async function fetchBatch (mode: Mode, key: string, count: number, deadline: number, onAttemptFailed: (err: LeafClientError) => void): Promise<Batch> {
+    const stickyKey = `${mode}/${key}`
+    let prefer = o.balance === 'sticky' ? sticky.get(stickyKey) : undefined
     let last: LeafClientError | undefined
     let attempts = 0
     const tried = new Set<string>()
@@ -147,6 +151,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
         ring.succeeded(server)
         const n = countIds(ranges)
         counters.ids += n
+        if (o.balance === 'sticky') sticky.set(stickyKey, server)
         return { ranges, count: n, fetchedAt, server }
       } catch (err) {
         const e = err instanceof LeafClientError ? err : new LeafClientError(CLIENT_CODES.NETWORK, `${server}: ${String(err)}`, { server, cause: err })
@@ -188,17 +193,12 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
     if (b === undefined) {
       if (typeof key !== 'string') throw new TypeError('key must be a string')
       const isSnowflake = mode === 'snowflake'
-      let server: string | undefined
       b = new KeyBuffer({
         sizing: isSnowflake ? snowflakeSizing : sizing,
         maxAgeMs: isSnowflake ? o.snowflakeMaxAgeMs : Infinity,
         timeoutMs: o.timeoutMs,
         clock,
-        fetch: async (count, deadline, onAttemptFailed) => {
-          const batch = await fetchBatch(mode, key, count, deadline, onAttemptFailed, o.balance === 'sticky' ? server : undefined)
-          server = batch.server
-          return batch
-        },
+        fetch: (count, deadline, onAttemptFailed) => fetchBatch(mode, key, count, deadline, onAttemptFailed),
       })
       map.set(key, b)
     }

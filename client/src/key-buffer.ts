@@ -44,6 +44,8 @@ interface Waiter {
   one: bigint
   num: number
   done: boolean
+  /** Clock time the caller gives up at. */
+  deadline: number
   cancelTimer: () => void
   resolve (value: unknown): void
   reject (err: Error): void
@@ -88,6 +90,8 @@ export class KeyBuffer {
   /** The second buffer: fetched, not yet current. */
   private pending: Batch | undefined
   private inFlight = false
+  private deferFetch = false
+  private refillDue = false
   private waiters: Waiter[] = []
   private head = 0
   private lastFetchAt: number | undefined
@@ -146,22 +150,54 @@ export class KeyBuffer {
 
   /** One ID: from the buffer, or after the fetch under way. */
   nextId (): Promise<bigint> {
-    const id = this.tryNextId()
-    if (id !== undefined) return Promise.resolve(id)
-    return this.wait('one', 1, undefined)
+    if (this.nextNum <= this.lastNum || this.next <= this.last) {
+      const id = this.tryNextId()
+      if (id !== undefined) return Promise.resolve(id)
+    }
+    return this.takeOrWait('one')
   }
 
   nextNumber (): Promise<number> {
-    const id = this.tryNextNumber()
-    if (id !== undefined) return Promise.resolve(id)
-    return this.wait('number', 1, undefined)
+    if (this.nextNum <= this.lastNum) {
+      const id = this.tryNextNumber()
+      if (id !== undefined) return Promise.resolve(id)
+    }
+    return this.takeOrWait('number')
+  }
+
+  /** The slow path of nextId: the run is used up; a fetch it needs waits for this caller's deadline (wait starts it). */
+  private takeOrWait<T extends bigint | number> (kind: 'one' | 'number'): Promise<T> {
+    this.deferFetch = true
+    let id: bigint | number | undefined
+    try {
+      id = kind === 'number' ? this.tryNextNumber() : this.tryNextId()
+    } catch (err) {
+      return Promise.reject(err)
+    } finally {
+      this.deferFetch = false
+    }
+    if (id !== undefined) {
+      if (this.refillDue) this.startFetch()
+      return Promise.resolve(id as T)
+    }
+    return this.wait(kind, 1, undefined)
   }
 
   /** `count` IDs, in the order the buffer holds them. */
   nextIds (count: number): Promise<bigint[]> {
     const ids = new Array<bigint>(count)
-    const filled = this.head === this.waiters.length ? this.fill(ids, 0, count) : 0
-    if (filled === count) return Promise.resolve(ids)
+    // A fetch the fill starts waits for this caller's demand to size it (wait starts it).
+    this.deferFetch = true
+    let filled: number
+    try {
+      filled = this.head === this.waiters.length ? this.fill(ids, 0, count) : 0
+    } finally {
+      this.deferFetch = false
+    }
+    if (filled === count) {
+      if (this.refillDue) this.startFetch()
+      return Promise.resolve(ids)
+    }
     return this.wait('many', count - filled, ids, filled)
   }
 
@@ -278,7 +314,7 @@ export class KeyBuffer {
   private wait<T> (kind: Waiter['kind'], need: number, ids: bigint[] | undefined, filled = 0): Promise<T> {
     if (this.closed !== undefined) return Promise.reject(this.closed)
     return new Promise<T>((resolve, reject) => {
-      const w: Waiter = { kind, need, ids, filled, one: 0n, num: 0, done: false, cancelTimer: noop, resolve: resolve as (v: unknown) => void, reject }
+      const w: Waiter = { kind, need, ids, filled, one: 0n, num: 0, done: false, deadline: this.o.clock.now() + this.o.timeoutMs, cancelTimer: noop, resolve: resolve as (v: unknown) => void, reject }
       w.cancelTimer = this.o.clock.timer(() => this.settle(w, this.timedOut()), this.o.timeoutMs)
       this.waiters.push(w)
       this.startFetch()
@@ -307,17 +343,25 @@ export class KeyBuffer {
     this.head = 0
   }
 
-  /** IDs the waiting callers still need. */
-  private demand (): number {
-    let n = 0
+  /** IDs the waiting callers still need, and the last of their deadlines (0: nobody waits). */
+  private demand (): { need: number, deadline: number } {
+    let need = 0
+    let deadline = 0
     for (let i = this.head; i < this.waiters.length; i++) {
       const w = this.waiters[i] as Waiter
-      if (!w.done) n += w.need
+      if (w.done) continue
+      need += w.need
+      if (w.deadline > deadline) deadline = w.deadline
     }
-    return n
+    return { need, deadline }
   }
 
   private startFetch (): void {
+    if (this.deferFetch) {
+      this.refillDue = true
+      return
+    }
+    this.refillDue = false
     if (this.inFlight || this.closed !== undefined) return
     this.inFlight = true
     this.refillAt = -1
@@ -325,9 +369,13 @@ export class KeyBuffer {
     const now = clock.now()
     this.size = nextBatchSize(this.size, this.lastFetchAt === undefined ? undefined : now - this.lastFetchAt, sizing)
     this.lastFetchAt = now
-    const count = Math.max(1, Math.min(sizing.maxBatch, Math.max(this.size, this.demand())))
+    // A fetch for waiting callers lasts as long as the last of them waits; a refill nobody
+    // waits for yet, a caller's timeout.
+    const waiting = this.demand()
+    const count = Math.max(1, Math.min(sizing.maxBatch, Math.max(this.size, waiting.need)))
+    const deadline = waiting.deadline > now ? waiting.deadline : now + this.o.timeoutMs
     this.stats.fetches++
-    this.o.fetch(count, now + this.o.timeoutMs, this.noteFailure).then((batch) => this.arrived(batch), (err: unknown) => this.fetchFailed(err))
+    this.o.fetch(count, deadline, this.noteFailure).then((batch) => this.arrived(batch), (err: unknown) => this.fetchFailed(err))
   }
 
   private arrived (batch: Batch): void {
@@ -356,8 +404,8 @@ export class KeyBuffer {
       this.rejectAll(e)
       return
     }
-    // The fetch used its whole budget, so the callers that were waiting when it started are
-    // past theirs; later ones get another fetch. With nobody waiting, the refill is tried
+    // The fetch used the budget of the callers waiting when it started, so they are past
+    // their deadlines; later ones get another fetch. With nobody waiting, the refill is tried
     // again when half of what is left is used, or at once when it is empty.
     this.compact()
     if (this.head < this.waiters.length) this.startFetch()

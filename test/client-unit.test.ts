@@ -1,0 +1,348 @@
+import t from 'tap'
+import { nextBatchSize } from '../client/src/batch-size.js'
+import { createLeafClient, type LeafClientOptions } from '../client/src/client.js'
+import { errorFromAnswer, LeafClientError } from '../client/src/errors.js'
+import { parseIdRanges, type IdRange } from '../client/src/id-ranges.js'
+import type { Clock } from '../client/src/key-buffer.js'
+import type { Mode, Transport } from '../client/src/transport.js'
+
+// The client's algorithms against a fake transport and a fake clock: no server, no sleeping.
+
+interface Call { server: string, mode: Mode, key: string, count: number, timeoutMs: number }
+
+/** A clock that moves only when told; timers fire as it passes them, sleeping moves it. */
+class FakeClock implements Clock {
+  t = 0
+  private timers: { at: number, fn: () => void, live: boolean }[] = []
+  now = (): number => this.t
+  sleep = async (ms: number): Promise<void> => { this.advance(ms) }
+  timer = (fn: () => void, ms: number): (() => void) => {
+    const entry = { at: this.t + ms, fn, live: true }
+    this.timers.push(entry)
+    return () => { entry.live = false }
+  }
+
+  advance (ms: number): void {
+    this.t += ms
+    for (const e of this.timers.filter((x) => x.live && x.at <= this.t).sort((a, b) => a.at - b.at)) {
+      e.live = false
+      e.fn()
+    }
+    this.timers = this.timers.filter((x) => x.live)
+  }
+}
+
+/** Answers IDs from one counter per (mode, key), as servers on one database do, or as `answer` says. */
+class FakeTransport implements Transport {
+  calls: Call[] = []
+  counters = new Map<string, bigint>()
+  answer: ((call: Call) => Promise<IdRange[]> | IdRange[]) | undefined
+  closed = false
+
+  async fetchIds (server: string, mode: Mode, key: string, count: number, timeoutMs: number): Promise<IdRange[]> {
+    const call = { server, mode, key, count, timeoutMs }
+    this.calls.push(call)
+    if (this.answer !== undefined) return this.answer(call)
+    return this.issue(call)
+  }
+
+  issue ({ mode, key, count }: Call, base = 1n): IdRange[] {
+    const k = `${mode} ${key}`
+    const first = this.counters.get(k) ?? base
+    this.counters.set(k, first + BigInt(count))
+    return [{ first, last: first + BigInt(count - 1) }]
+  }
+
+  async close (): Promise<void> {
+    this.closed = true
+  }
+}
+
+/** A promise and its resolve/reject, for answers the test releases. */
+function deferred<T> () {
+  let settle!: { resolve: (v: T) => void, reject: (e: unknown) => void }
+  const promise = new Promise<T>((resolve, reject) => { settle = { resolve, reject } })
+  return { promise, resolve: (v: T) => settle.resolve(v), reject: (e: unknown) => settle.reject(e) }
+}
+
+const tick = () => new Promise((resolve) => setImmediate(resolve))
+
+function setup (options: Partial<LeafClientOptions> = {}) {
+  const transport = new FakeTransport()
+  const clock = new FakeClock()
+  const leaf = createLeafClient({ servers: ['http://a:1', 'http://b:2'], transport, clock, ...options })
+  return { transport, clock, leaf }
+}
+
+t.test('a batch answer is read as runs of consecutive IDs', async (t) => {
+  t.same(parseIdRanges('1\n2\n3'), [{ first: 1n, last: 3n }])
+  t.same(parseIdRanges('7\n8\n20\n21\n'), [{ first: 7n, last: 8n }, { first: 20n, last: 21n }], 'two runs, a trailing newline')
+  t.same(parseIdRanges('999999998\n999999999\n1000000000\n1000000001'), [{ first: 999_999_998n, last: 1_000_000_001n }], 'across the 9-digit carry')
+  t.same(parseIdRanges('2127912860469166095\n2127912860469166096\n2127912860473360384'),
+    [{ first: 2127912860469166095n, last: 2127912860469166096n }, { first: 2127912860473360384n, last: 2127912860473360384n }], 'snowflake IDs past 2^53, exact')
+  t.same(parseIdRanges('9223372036854775806\n9223372036854775807'), [{ first: 9223372036854775806n, last: 9223372036854775807n }], 'int64 max')
+  t.same(parseIdRanges('-5\n-4\n-3'), [{ first: -5n, last: -3n }], 'negative IDs (Vesta version 1)')
+  for (const bad of ['', '<html>', '1\n\n2', '1\nx', '12345678901234567890123']) t.equal(parseIdRanges(bad), undefined, JSON.stringify(bad))
+})
+
+t.test('sizing: Leaf\'s step rule, within the bounds', async (t) => {
+  const o = { minBatch: 100, maxBatch: 10_000, targetIntervalMs: 1000 }
+  t.equal(nextBatchSize(100, undefined, o), 100, 'the first fetch asks for minBatch')
+  t.equal(nextBatchSize(100, 300, o), 200, 'emptied faster than the aim: doubled')
+  t.equal(nextBatchSize(8000, 10, o), 10_000, 'never above maxBatch')
+  t.equal(nextBatchSize(800, 1500, o), 800, 'between the aim and twice it: kept')
+  t.equal(nextBatchSize(800, 2000, o), 400, 'at twice the aim: halved')
+  t.equal(nextBatchSize(800, 60_000, o), 400, 'after an idle minute: halved once, not reset')
+  t.equal(nextBatchSize(150, 60_000, o), 100, 'never below minBatch')
+})
+
+t.test('sizing in the client: a burst grows the batch to maxBatch, an idle minute halves it once', async (t) => {
+  const { transport, clock, leaf } = setup({ minBatch: 10, maxBatch: 160 })
+  for (let i = 0; i < 1000; i++) {
+    if (leaf.tryNextId('segment', 'k') === undefined) await leaf.nextId('segment', 'k')
+  }
+  t.same(transport.calls.slice(0, 6).map((c) => c.count), [10, 20, 40, 80, 160, 160], 'doubled per fetch while the clock stands still')
+  clock.advance(60_000)
+  const before = transport.calls.length
+  while (transport.calls.length === before) await leaf.nextId('segment', 'k')
+  t.equal(transport.calls.at(-1)?.count, 80, 'after a minute idle: half, so the burst is not one round trip per ID')
+  t.equal(leaf.stats().keys['segment/k']?.batchSize, 80)
+})
+
+t.test('one fetch in flight per key, however many callers wait', async (t) => {
+  const { transport, leaf } = setup({ minBatch: 100 })
+  const answer = deferred<IdRange[]>()
+  transport.answer = () => answer.promise
+  const waiting = Array.from({ length: 50 }, () => leaf.nextId('segment', 'k'))
+  t.equal(leaf.tryNextId('segment', 'k'), undefined, 'nothing buffered yet')
+  await tick()
+  t.equal(transport.calls.length, 1, '51 callers, one request')
+  transport.answer = undefined
+  answer.resolve([{ first: 1n, last: 100n }])
+  const ids = await Promise.all(waiting)
+  t.same(ids, Array.from({ length: 50 }, (_, i) => BigInt(i + 1)), 'in the order they asked')
+  await tick()
+  t.equal(transport.calls.length, 2, 'half used: one refill in the background')
+  t.equal(leaf.tryNextId('segment', 'k'), 51n, 'the current batch continues')
+  t.same(await leaf.nextIds('segment', 'other', 3), [1n, 2n, 3n], 'another key has its own buffer and fetch')
+})
+
+t.test('waiters are served in order, across batches', async (t) => {
+  const { transport, leaf } = setup({ minBatch: 4, maxBatch: 4 })
+  const gates = [deferred<void>(), deferred<void>()]
+  let n = 0
+  transport.answer = async (call) => {
+    const gate = gates[n++]
+    if (gate !== undefined) await gate.promise
+    return transport.issue(call)
+  }
+  const a = leaf.nextIds('segment', 'k', 3)
+  const b = leaf.nextId('segment', 'k')
+  const c = leaf.nextIds('segment', 'k', 3)
+  const d = leaf.nextId('segment', 'k')
+  const order: string[] = []
+  for (const [name, p] of [['a', a], ['b', b], ['c', c], ['d', d]] as const) p.then(() => order.push(name), () => order.push(`${name} failed`))
+  gates[0]?.resolve()
+  await tick()
+  t.same(order, ['a', 'b'], 'the first batch (1..4) serves a and b; c has one ID and waits')
+  gates[1]?.resolve()
+  t.same(await a, [1n, 2n, 3n])
+  t.equal(await b, 4n)
+  t.same(await c, [5n, 6n, 7n], 'c gets the second batch\'s first IDs')
+  t.equal(await d, 8n)
+  t.same(order, ['a', 'b', 'c', 'd'])
+})
+
+t.test('nextIds larger than a batch is filled from several fetches, in order', async (t) => {
+  const { transport, leaf } = setup({ minBatch: 100, maxBatch: 1000 })
+  const ids = await leaf.nextIds('segment', 'k', 2500)
+  t.same(ids, Array.from({ length: 2500 }, (_, i) => BigInt(i + 1)))
+  t.ok(transport.calls.every((c) => c.count <= 1000), 'each fetch within maxBatch')
+  t.equal(transport.calls[0]?.count, 1000, 'a caller\'s demand sizes the fetch')
+  t.same(await leaf.nextIds('segment', 'k', 0), [])
+  await t.rejects(leaf.nextIds('segment', 'k', 1.5), RangeError)
+})
+
+t.test('batches are held as ranges: a batch of 10^9 IDs costs no array', async (t) => {
+  const { leaf } = setup({ minBatch: 1_000_000_000, maxBatch: 1_000_000_000 })
+  t.equal(await leaf.nextId('segment', 'k'), 1n)
+  t.equal(leaf.stats().keys['segment/k']?.buffered, 999_999_999)
+  let last = 1n
+  for (let i = 0; i < 100_000; i++) last = leaf.tryNextId('segment', 'k') as bigint
+  t.equal(last, 100_001n)
+})
+
+t.test('a snowflake batch is dropped once snowflakeMaxAgeMs old', async (t) => {
+  const { transport, clock, leaf } = setup({ minBatch: 100, snowflakeMaxAgeMs: 1000 })
+  transport.answer = (call) => transport.issue(call, 5_000_000_000_000_000_000n)
+  clock.t = 10_000
+  t.equal(await leaf.nextId('snowflake', 'k'), 5_000_000_000_000_000_000n)
+  clock.advance(999)
+  t.equal(leaf.tryNextId('snowflake', 'k'), 5_000_000_000_000_000_001n, '999 ms after the request: still served')
+  clock.advance(1)
+  t.equal(leaf.tryNextId('snowflake', 'k'), undefined, '1,000 ms: dropped, a fetch starts')
+  t.equal(leaf.stats().keys['snowflake/k']?.droppedIds, 98)
+  t.equal(await leaf.nextId('snowflake', 'k'), 5_000_000_000_000_000_100n, 'a fresh batch')
+
+  // A prefetched next batch ages too: it is dropped when its turn comes too late.
+  const ids = await leaf.nextIds('snowflake', 'k', 60) // past half: the refill runs
+  t.equal(ids.length, 60)
+  await tick()
+  t.equal(transport.calls.length, 3, 'the refill came back')
+  clock.advance(1500)
+  t.equal(leaf.tryNextId('snowflake', 'k'), undefined, 'current and next batch too old')
+  t.equal(transport.calls[2]?.count, 200, 'the refill came fast: twice the size')
+  t.equal(leaf.stats().keys['snowflake/k']?.droppedIds, 98 + 39 + 200)
+  const segment = await leaf.nextId('segment', 'k')
+  clock.advance(3_600_000)
+  t.equal(leaf.tryNextId('segment', 'k'), segment + 1n, 'segment IDs never age')
+})
+
+t.test('tryNextNumber: a number below 2^53 with no bigint, UNSAFE_INTEGER past it', async (t) => {
+  const { transport, leaf } = setup()
+  t.equal(await leaf.nextNumber('segment', 'k'), 1)
+  t.equal(leaf.tryNextNumber('segment', 'k'), 2)
+  t.equal(leaf.tryNextId('segment', 'k'), 3n, 'the same buffer')
+  transport.answer = (call) => transport.issue(call, 2n ** 60n)
+  await leaf.nextId('snowflake', 'k')
+  t.throws(() => leaf.tryNextNumber('snowflake', 'k'), { code: 'UNSAFE_INTEGER' })
+  t.equal(leaf.tryNextId('snowflake', 'k'), 2n ** 60n + 1n, 'the refused ID is kept for a bigint caller')
+  t.equal(await leaf.nextIdString('snowflake', 'k'), String(2n ** 60n + 2n))
+  t.same(await leaf.nextIdStrings('segment', 'k', 2), ['4', '5'])
+})
+
+t.test('KEY_NOT_FOUND is a LeafClientError with code, status and server, not retried', async (t) => {
+  const { transport, leaf } = setup()
+  transport.answer = (call) => { throw errorFromAnswer(404, '{"error":"KEY_NOT_FOUND","message":"The key is not in the leaf_alloc table."}', call.server) }
+  const waiting = [leaf.nextId('segment', 'nope'), leaf.nextIds('segment', 'nope', 5)]
+  for (const p of waiting) {
+    const err = await p.catch((e: unknown) => e)
+    t.ok(err instanceof LeafClientError)
+    t.match(err, { code: 'KEY_NOT_FOUND', status: 404, server: 'http://a:1', attempts: 1, retryable: false })
+  }
+  t.equal(transport.calls.length, 1, 'one request, no other server asked')
+  t.equal(errorFromAnswer(502, '<html>bad gateway</html>', 'http://a:1').code, 'BAD_RESPONSE', 'an error without Leaf\'s body')
+})
+
+t.test('SEGMENTS_NOT_READY and network errors go to the next server within the call', async (t) => {
+  for (const failure of [
+    (server: string) => errorFromAnswer(503, '{"error":"SEGMENTS_NOT_READY","message":"Both segments are used up."}', server),
+    (server: string) => new LeafClientError('NETWORK', `${server}: ECONNREFUSED`, { server }),
+  ]) {
+    const { transport, leaf } = setup({ prefetch: false })
+    transport.answer = (call) => {
+      if (call.server === 'http://a:1') throw failure(call.server)
+      return transport.issue(call)
+    }
+    t.equal(await leaf.nextId('segment', 'k'), 1n, 'answered by b')
+    t.same(transport.calls.map((c) => c.server), ['http://a:1', 'http://b:2'])
+    t.equal(await leaf.nextId('segment', 'k'), 2n)
+    t.same(transport.calls.map((c) => c.server), ['http://a:1', 'http://b:2', 'http://b:2'], 'a is skipped while in its backoff')
+    t.match(leaf.stats().servers, [{ server: 'http://a:1', failures: 1, down: true }, { server: 'http://b:2', failures: 0, down: false }])
+  }
+})
+
+t.test('retries stop at the call\'s time budget', async (t) => {
+  for (const prefetch of [false, true]) {
+    const { transport, clock, leaf } = setup({ prefetch, timeoutMs: 1000, requestTimeoutMs: 300, backoffMs: 50, maxBackoffMs: 200 })
+    transport.answer = (call) => {
+      clock.advance(Math.min(call.timeoutMs, 120)) // each request takes 120 ms to fail
+      throw errorFromAnswer(503, '{"error":"SEGMENTS_NOT_READY","message":"not ready"}', call.server)
+    }
+    const err = await leaf.nextId('segment', 'k').catch((e: unknown) => e) as LeafClientError
+    t.match(err, { code: 'SEGMENTS_NOT_READY', status: 503 }, `prefetch ${prefetch}: the last server's answer`)
+    t.ok(clock.t <= 1000, `gave up within the budget (at ${clock.t} ms)`)
+    t.ok(transport.calls.length >= 4, `retried: ${transport.calls.length} requests`)
+    t.ok(transport.calls.every((c) => c.timeoutMs <= 300), 'each request within requestTimeoutMs')
+    const asked = transport.calls.length
+    clock.advance(5000)
+    await tick()
+    t.equal(transport.calls.length, asked, 'no request after the call gave up')
+  }
+})
+
+t.test('a hung server times out per request and the next one answers', async (t) => {
+  const { transport, clock, leaf } = setup({ prefetch: false, timeoutMs: 3000, requestTimeoutMs: 2000 })
+  transport.answer = (call) => {
+    if (call.server === 'http://a:1') {
+      clock.advance(call.timeoutMs)
+      throw new LeafClientError('TIMEOUT', `${call.server}: no answer within ${call.timeoutMs} ms`, { server: call.server })
+    }
+    return transport.issue(call)
+  }
+  t.equal(await leaf.nextId('segment', 'k'), 1n)
+  t.same(transport.calls.map((c) => [c.server, c.timeoutMs]), [['http://a:1', 2000], ['http://b:2', 1000]], 'a gets requestTimeoutMs, b what is left of the budget')
+})
+
+t.test('every server down: the call fails once each has failed, with the last error', async (t) => {
+  const { transport, leaf } = setup({ prefetch: false, timeoutMs: 1000, backoffMs: 2000 })
+  transport.answer = (call) => { throw new LeafClientError('NETWORK', `${call.server}: ECONNREFUSED`, { server: call.server }) }
+  const err = await leaf.nextId('segment', 'k').catch((e: unknown) => e) as LeafClientError
+  t.match(err, { code: 'NETWORK', status: 0, server: 'http://b:2', attempts: 2, retryable: true })
+  t.same(transport.calls.map((c) => c.server), ['http://a:1', 'http://b:2'], 'each once; the backoff outlasts the budget')
+  transport.answer = undefined
+  t.equal(await leaf.nextId('segment', 'k'), 1n, 'a new call tries the servers in their backoff rather than failing unasked')
+})
+
+t.test('round-robin alternates servers per fetch; sticky keeps a key on its server until it fails', async (t) => {
+  const rr = setup({ prefetch: false })
+  for (let i = 0; i < 4; i++) await rr.leaf.nextId('segment', 'k')
+  t.same(rr.transport.calls.map((c) => c.server), ['http://a:1', 'http://b:2', 'http://a:1', 'http://b:2'])
+
+  const sticky = setup({ prefetch: false, balance: 'sticky' })
+  let down = ''
+  sticky.transport.answer = (call) => {
+    if (call.server === down) throw new LeafClientError('NETWORK', 'down', { server: call.server })
+    return sticky.transport.issue(call)
+  }
+  const first: bigint[] = []
+  for (let i = 0; i < 3; i++) first.push(await sticky.leaf.nextId('segment', 'k'))
+  t.same(first, [1n, 2n, 3n], 'one server: increasing')
+  t.same(sticky.transport.calls.map((c) => c.server), ['http://a:1', 'http://a:1', 'http://a:1'])
+  down = 'http://a:1'
+  t.equal(await sticky.leaf.nextId('segment', 'k'), 4n, 'after the failover, from b')
+  t.same(sticky.transport.calls.slice(3).map((c) => c.server), ['http://a:1', 'http://b:2'])
+})
+
+t.test('a server\'s lower leaf.batch.max is learnt from INVALID_COUNT', async (t) => {
+  const { transport, leaf } = setup({ minBatch: 1000, maxBatch: 10_000 })
+  transport.answer = (call) => {
+    if (call.count > 500) throw errorFromAnswer(400, '{"error":"INVALID_COUNT","message":"count must be an integer from 1 to 500."}', call.server)
+    return transport.issue(call)
+  }
+  t.same(await leaf.nextIds('segment', 'k', 3), [1n, 2n, 3n])
+  t.same(transport.calls.map((c) => c.count), [1000, 500])
+  const err = await setup().leaf.nextIds('segment', 'k', 1).then(() => undefined)
+  t.equal(err, undefined)
+  const bad = setup()
+  bad.transport.answer = (call) => { throw errorFromAnswer(400, '{"error":"INVALID_KEY","message":"The key must be 1 to 128 characters long."}', call.server) }
+  await t.rejects(bad.leaf.nextId('segment', 'k'), { code: 'INVALID_KEY', status: 400 }, 'another 400 is passed on')
+  t.equal(bad.transport.calls.length, 1)
+})
+
+t.test('close() rejects waiting callers with CLOSED, drops the buffers and closes the transport', async (t) => {
+  const { transport, leaf } = setup()
+  await leaf.nextId('segment', 'k')
+  const hang = deferred<IdRange[]>()
+  transport.answer = () => hang.promise
+  const waiting = leaf.nextIds('segment', 'k', 1000)
+  await leaf.close()
+  await t.rejects(waiting, { code: 'CLOSED' })
+  t.ok(transport.closed)
+  t.throws(() => leaf.tryNextId('segment', 'k'), { code: 'CLOSED' })
+  await t.rejects(leaf.nextId('segment', 'k'), { code: 'CLOSED' })
+  hang.resolve([{ first: 500n, last: 600n }])
+  await leaf.close()
+})
+
+t.test('options are checked at creation', async (t) => {
+  const transport = new FakeTransport()
+  t.throws(() => createLeafClient({ servers: [], transport }), TypeError)
+  t.throws(() => createLeafClient({ servers: ['not a url'], transport }), TypeError)
+  t.throws(() => createLeafClient({ servers: ['ftp://x'], transport }), TypeError)
+  t.throws(() => createLeafClient({ servers: ['http://a', 'http://a'], transport }), TypeError)
+  t.throws(() => createLeafClient({ servers: ['http://a'], transport, minBatch: 20, maxBatch: 10 }), RangeError)
+  t.throws(() => createLeafClient({ servers: ['http://a'], transport, timeoutMs: 0 }), RangeError)
+  const leaf = createLeafClient({ servers: ['http://a'], transport })
+  await t.rejects(leaf.nextId('other' as Mode, 'k'), TypeError)
+})
