@@ -1,5 +1,5 @@
 import { BORROWING_ROW, BURST, BURST_BORROW_MS, burstRow, LAYOUT_PRESET_ROWS } from './in-process.js'
-import { BATCH_ROUTE, CEILING, judge, LAYOUT_LIMIT, median, SINGLE_ID_ROUTES, type BenchResults, type Verdict } from './results.js'
+import { BATCH_ROUTE, CEILING, CLIENT_AWAIT_ROW, CLIENT_E2E_ROW, CLIENT_LATENCY_ROW, CLIENT_TRY_ROW, judge, LAYOUT_LIMIT, median, SINGLE_ID_ROUTES, type BenchResults, type Verdict } from './results.js'
 
 // The README's performance figures, rendered from a results file (bench/results/latest.json):
 // a line naming the run, then the table. The README holds them between two markers;
@@ -57,6 +57,16 @@ export function renderFigures (r: BenchResults): string {
 
   const batch = http(BATCH_ROUTE)
   rows.push([`\`${BATCH_ROUTE}\``, `${fmt(batch?.cpuMicrosPerRequest ?? NaN, 1)} µs CPU/request, ${fmt(batch?.idsPerCpuSecond ?? NaN)} IDs per CPU second: **${fmt(r.batchToSingle)}x** the single-ID route; ${fmt(batch?.failed ?? NaN)} failed`, verdict(BATCH_ROUTE)])
+
+  const c = r.client
+  if (c !== undefined) {
+    const e = c.e2e
+    rows.push(['`@leaf-ts/client` `tryNextId`, warm buffer, in process', `${fmt(c.tryNextId)} IDs/s = ${pct(c.tryNextId / c.bigintCounter)} of a bare bigint counter (${fmt(c.bigintCounter)} IDs/s); the server's segment generator ${fmt(c.segmentGenerator)} IDs/s`, verdict(CLIENT_TRY_ROW)])
+    rows.push(['`@leaf-ts/client` `tryNextNumber`, warm buffer, in process', `${fmt(c.tryNextNumber)} IDs/s = ${pct(c.tryNextNumber / c.numberCounter)} of a bare number counter (${fmt(c.numberCounter)} IDs/s)`, undefined])
+    rows.push(['`@leaf-ts/client` `await nextId`, warm buffer, in process', `${fmt(c.awaitNextId)} IDs/s`, verdict(CLIENT_AWAIT_ROW)])
+    rows.push([`\`@leaf-ts/client\` end to end, ${e.callers} callers for ${fmt(e.seconds, 0)} s`, `${fmt(e.idsPerSecond)} IDs/s; ${fmt(e.requestsPerMillionIds, 1)} requests per million IDs; server CPU ${fmt(e.serverCpuPerMillionIds * 1000, 1)} ms per million IDs, ${fmt(e.singleRouteCpuPerMillionIds / e.serverCpuPerMillionIds)}x less than the single-ID route's ${fmt(e.singleRouteCpuPerMillionIds * 1000)} ms; ${fmt(e.errors)} errors`, verdict(CLIENT_E2E_ROW)])
+    rows.push([`\`@leaf-ts/client\` \`nextId\` latency, one caller, ${c.latency.seconds} s warm`, `p99.9 ${fmt(c.latency.p999Us, 2)} µs, p99.99 ${fmt(c.latency.p9999Us, 2)} µs over ${fmt(c.latency.samples)} calls`, verdict(CLIENT_LATENCY_ROW)])
+  }
 
   const caption = `Commit \`${r.run.commit.slice(0, 12)}\`${r.run.dirty ? ' with uncommitted changes in `src/`' : ''}, ${r.run.date.slice(0, 10)}, ` +
     `${r.run.cores} cores, Node ${r.node}, \`${r.command}\` (${r.rounds} wall-clock round${r.rounds === 1 ? '' : 's'}, ${r.callgrind === null ? 'no' : r.callgrind.routes[0]?.counts.length ?? 0} counts per route):`

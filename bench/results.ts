@@ -1,4 +1,5 @@
 import type { RunInfo } from '../scripts/run-info.js'
+import { CLIENT_TARGETS, type ClientBench } from './client.js'
 import type { InProcessRow } from './in-process.js'
 
 // What a bench run records in bench/results/latest.json, and the targets it is judged by.
@@ -77,7 +78,14 @@ export interface BenchResults {
   batchToSingle: number
   /** null: not counted (valgrind missing, or BENCH_CALLGRIND=0). */
   callgrind: { countedRequests: number, ceiling: CountedRow[], routes: CountedRoute[] } | null
+  /** The @leaf-ts/client rows (bench/client.ts); absent in runs from before the client. */
+  client?: ClientBench
 }
+
+export const CLIENT_TRY_ROW = '@leaf-ts/client tryNextId'
+export const CLIENT_AWAIT_ROW = '@leaf-ts/client await nextId'
+export const CLIENT_E2E_ROW = '@leaf-ts/client end to end'
+export const CLIENT_LATENCY_ROW = '@leaf-ts/client nextId latency'
 
 export const SEGMENT_ROUTE = '/api/segment/get/:key'
 export const SNOWFLAKE_ROUTE = '/api/snowflake/get/:key'
@@ -161,5 +169,19 @@ export function judge (r: BenchResults): Verdict[] {
   verdicts.push(batchFailure !== undefined
     ? { row: BATCH_ROUTE, target: batchTarget, met: false, why: batchFailure }
     : { row: BATCH_ROUTE, target: batchTarget, met: r.batchToSingle >= TARGETS.batchToSingle, why: `${fmt(r.batchToSingle)}x` })
+
+  const c = r.client
+  if (c !== undefined) {
+    const share = c.tryNextId / c.bigintCounter
+    verdicts.push({ row: CLIENT_TRY_ROW, target: `≥ ${pct(CLIENT_TARGETS.tryNextIdShareOfCeiling)} of a bare bigint counter`, met: share >= CLIENT_TARGETS.tryNextIdShareOfCeiling, why: pct(share) })
+    verdicts.push({ row: CLIENT_AWAIT_ROW, target: `≥ ${fmt(CLIENT_TARGETS.awaitNextIdPerSecond)} IDs/s`, met: c.awaitNextId >= CLIENT_TARGETS.awaitNextIdPerSecond, why: `${fmt(c.awaitNextId)} IDs/s` })
+    verdicts.push({
+      row: CLIENT_E2E_ROW,
+      target: `≤ ${CLIENT_TARGETS.requestsPerMillionIds} requests per million IDs, no error`,
+      met: c.e2e.requestsPerMillionIds <= CLIENT_TARGETS.requestsPerMillionIds && c.e2e.errors === 0,
+      why: `${fmt(c.e2e.requestsPerMillionIds, 1)} requests per million IDs, ${fmt(c.e2e.errors)} errors`,
+    })
+    verdicts.push({ row: CLIENT_LATENCY_ROW, target: `p99.99 ≤ ${CLIENT_TARGETS.p9999Us} µs`, met: c.latency.p9999Us <= CLIENT_TARGETS.p9999Us, why: `p99.99 ${fmt(c.latency.p9999Us, 2)} µs` })
+  }
   return verdicts
 }

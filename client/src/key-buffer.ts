@@ -91,6 +91,7 @@ export class KeyBuffer {
   private pending: Batch | undefined
   private inFlight = false
   private deferFetch = false
+  private refillScheduled = false
   private refillDue = false
   private waiters: Waiter[] = []
   private head = 0
@@ -114,7 +115,7 @@ export class KeyBuffer {
           this.dropCurrent()
           continue
         }
-        if (--this.left === this.refillAt) this.startFetch()
+        if (--this.left === this.refillAt) this.refillSoon()
         return BigInt(this.nextNum++)
       }
       if (this.next <= this.last) {
@@ -122,7 +123,7 @@ export class KeyBuffer {
           this.dropCurrent()
           continue
         }
-        if (--this.left === this.refillAt) this.startFetch()
+        if (--this.left === this.refillAt) this.refillSoon()
         return this.next++
       }
       if (!this.advance()) return undefined
@@ -140,7 +141,7 @@ export class KeyBuffer {
           this.dropCurrent()
           continue
         }
-        if (--this.left === this.refillAt) this.startFetch()
+        if (--this.left === this.refillAt) this.refillSoon()
         return this.nextNum++
       }
       if (this.next <= this.last) throw unsafe(this.next)
@@ -306,7 +307,7 @@ export class KeyBuffer {
       }
       const before = this.left
       this.left -= take
-      if (this.refillAt >= this.left && this.refillAt < before) this.startFetch()
+      if (this.refillAt >= this.left && this.refillAt < before) this.refillSoon()
     }
     return i - from
   }
@@ -354,6 +355,22 @@ export class KeyBuffer {
       if (w.deadline > deadline) deadline = w.deadline
     }
     return { need, deadline }
+  }
+
+  /**
+   * A refill nobody waits for starts on the event loop's next turn, not inside the take
+   * that came to the threshold: sending a request takes tens of µs, and that caller would pay
+   * them as latency.
+   */
+  private refillSoon (): void {
+    if (this.refillScheduled) return
+    this.refillScheduled = true
+    setImmediate(this.scheduledRefill)
+  }
+
+  private readonly scheduledRefill = (): void => {
+    this.refillScheduled = false
+    this.startFetch()
   }
 
   private startFetch (): void {

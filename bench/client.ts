@@ -1,0 +1,299 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import autocannon from 'autocannon'
+import pino from 'pino'
+import { createLeafClient, type IdRange, type Transport } from '@leaf-ts/client'
+import { ROOT } from '../scripts/run-info.js'
+import { createSegmentGenerator, type Id } from '../src/segment/segment-generator.js'
+import { FakeStore } from '../test/helpers/fake-store.js'
+
+// The client's rows (@leaf-ts/client, built, as a user imports it), each beside its ceiling
+// measured in the same run: tryNextId on a warm buffer beside a bare loop making the same
+// type, the server's in-process segment generator beside them; await nextId; then against a
+// local server (dist/server.js, on core 0 when pinned): 50 callers for E2E_SECONDS, the
+// server's CPU per million IDs beside the single-ID route's, and one caller's nextId latency
+// in steady state. Run alone: `node --import tsx bench/client.ts` after `npm run build`.
+
+export interface ClientBench {
+  /** IDs/s of each loop, same run. */
+  tryNextId: number
+  bigintCounter: number
+  tryNextNumber: number
+  numberCounter: number
+  segmentGenerator: number
+  awaitNextId: number
+  e2e: {
+    seconds: number
+    callers: number
+    ids: number
+    idsPerSecond: number
+    requests: number
+    requestsPerMillionIds: number
+    errors: number
+    /** Server CPU seconds per million IDs through the client, and through the single-ID route. */
+    serverCpuPerMillionIds: number
+    singleRouteCpuPerMillionIds: number
+    singleRouteFailed: number
+  }
+  latency: { samples: number, p50Us: number, p999Us: number, p9999Us: number, maxUs: number, seconds: number }
+}
+
+export const CLIENT_TARGETS = {
+  tryNextIdShareOfCeiling: 0.75,
+  awaitNextIdPerSecond: 5_000_000,
+  requestsPerMillionIds: 200,
+  p9999Us: 5,
+}
+
+const E2E_SECONDS = Number(process.env.BENCH_CLIENT_SECONDS ?? 10)
+const CALLERS = 50
+const LATENCY_SECONDS = 5
+const BLOCK = 10_000
+
+function measure (seconds: number, fn: () => unknown): number {
+  const warmUntil = performance.now() + 300
+  while (performance.now() < warmUntil) for (let i = 0; i < BLOCK; i++) fn()
+  let n = 0
+  const start = performance.now()
+  const end = start + seconds * 1000
+  let now = start
+  while (now < end) {
+    for (let i = 0; i < BLOCK; i++) fn()
+    n += BLOCK
+    now = performance.now()
+  }
+  return n / ((now - start) / 1000)
+}
+
+async function measureAsync (seconds: number, fn: () => Promise<unknown>): Promise<number> {
+  const block = async () => { for (let i = 0; i < BLOCK; i++) await fn() }
+  const warmUntil = performance.now() + 300
+  while (performance.now() < warmUntil) await block()
+  let n = 0
+  const start = performance.now()
+  const end = start + seconds * 1000
+  let now = start
+  while (now < end) {
+    await block()
+    n += BLOCK
+    now = performance.now()
+  }
+  return n / ((now - start) / 1000)
+}
+
+/** Answers any batch from a counter at once: the buffer, not the network, is measured. */
+function memoryTransport (): Transport {
+  let next = 1n
+  return {
+    async fetchIds (_server, _mode, _key, count): Promise<IdRange[]> {
+      const first = next
+      next += BigInt(count)
+      return [{ first, last: next - 1n }]
+    },
+    async close () {},
+  }
+}
+
+export function cpuSeconds (pid: number): number {
+  let ns = 0
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0])
+    } catch {
+      // A thread that ended since the listing.
+    }
+  }
+  return ns / 1e9
+}
+
+function startLeaf (pinned: boolean, data: string): Promise<{ url: string, proc: ChildProcess }> {
+  const args = [join(ROOT, 'dist/server.js'), '--server.host=127.0.0.1', '--server.port=0',
+    '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(data, 'leaf.db')}`,
+    '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`]
+  const command = pinned ? ['taskset', '-c', '0', process.execPath, ...args] : [process.execPath, ...args]
+  const proc = spawn(command[0] as string, command.slice(1), { cwd: data, stdio: ['ignore', 'pipe', 'inherit'], env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info' } })
+  return new Promise((resolve, reject) => {
+    let out = ''
+    proc.stdout?.on('data', (chunk: Buffer) => {
+      out += chunk
+      const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(out)
+      if (m !== null) resolve({ url: m[1] as string, proc })
+    })
+    proc.once('exit', (code) => reject(new Error(`server exited with ${code}: ${out}`)))
+  })
+}
+
+const yieldToIo = () => new Promise((resolve) => setImmediate(resolve))
+
+/** Latency histogram: 10 ns bins up to 100 µs, and the slower samples kept as they are. */
+class Histogram {
+  private bins = new Uint32Array(10_000)
+  private slow: number[] = []
+  count = 0
+  add (ms: number): void {
+    this.count++
+    const bin = Math.floor(ms * 1e5)
+    if (bin < this.bins.length) this.bins[bin] = (this.bins[bin] as number) + 1
+    else this.slow.push(ms)
+  }
+
+  /** The q-quantile in µs. */
+  quantile (q: number): number {
+    const rank = Math.ceil(q * this.count)
+    let seen = 0
+    for (let i = 0; i < this.bins.length; i++) {
+      seen += this.bins[i] as number
+      if (seen >= rank) return (i + 1) / 100
+    }
+    const slow = [...this.slow].sort((a, b) => a - b)
+    return (slow[rank - seen - 1] ?? slow[slow.length - 1] ?? NaN) * 1000
+  }
+
+  max (): number {
+    if (this.slow.length > 0) return Math.max(...this.slow) * 1000
+    for (let i = this.bins.length - 1; i >= 0; i--) if ((this.bins[i] as number) > 0) return (i + 1) / 100
+    return 0
+  }
+}
+
+export async function runClientBench (seconds = 3, pinned = false): Promise<ClientBench> {
+  // In process: a warm buffer (one batch of 10^9 from memory, so no fetch while measuring).
+  const warm = createLeafClient({ servers: ['http://127.0.0.1:1'], transport: memoryTransport(), minBatch: 1e9, maxBatch: 1e9 })
+  await warm.nextId('segment', 'bench')
+  await warm.nextNumber('segment', 'numbers')
+  let sink: unknown
+  // The ceiling is the faster of two bare bigint counters: one counting in bigints, one making a bigint of a number count.
+  let counter = 0n
+  let count = 0
+  const bigintCounter = Math.max(measure(seconds, () => { sink = counter++ }), measure(seconds, () => { sink = BigInt(count++) }))
+  const tryNextId = measure(seconds, () => { sink = warm.tryNextId('segment', 'bench') })
+  let plain = 0
+  const numberCounter = measure(seconds, () => { sink = plain++ })
+  const tryNextNumber = measure(seconds, () => { sink = warm.tryNextNumber('segment', 'numbers') })
+  const awaitNextId = await measureAsync(seconds, () => warm.nextId('segment', 'bench'))
+  await warm.close()
+  const segment = createSegmentGenerator({ store: new FakeStore({ bench: { step: 1_000_000_000 } }), logger: pino({ level: 'silent' }), waitTimeoutMs: 3000, refreshIntervalMs: 3_600_000 })
+  await segment.init()
+  await segment.next('bench')
+  const segmentGenerator = measure(seconds, () => { sink = segment.next('bench') as Id })
+  segment.close()
+  if (sink === Symbol.for('never')) console.log('unreachable')
+
+  const data = mkdtempSync(join(tmpdir(), 'leaf-bench-client-'))
+  const leaf = await startLeaf(pinned, data)
+  const pid = leaf.proc.pid as number
+  try {
+    // The single-ID route: the server's CPU per million IDs without the client.
+    await autocannon({ url: `${leaf.url}/api/segment/get/order`, connections: 10, amount: 5000 })
+    const singleBefore = cpuSeconds(pid)
+    const single = await autocannon({ url: `${leaf.url}/api/segment/get/order`, connections: 10, amount: 20_000 })
+    const singleRouteCpuPerMillionIds = (cpuSeconds(pid) - singleBefore) / single['2xx'] * 1e6
+    const singleRouteFailed = 20_000 - single['2xx']
+
+    // 50 callers for E2E_SECONDS; each gives the event loop a turn every 100 IDs, as a caller
+    // doing other work would, so answers are read while the buffer still holds IDs.
+    const client = createLeafClient({ servers: [leaf.url] })
+    await client.nextId('segment', 'order')
+    const requestsBefore = client.stats().requests
+    const cpuBefore = cpuSeconds(pid)
+    let ids = 0
+    let errors = 0
+    const started = performance.now()
+    const stopAt = started + E2E_SECONDS * 1000
+    await Promise.all(Array.from({ length: CALLERS }, async () => {
+      while (performance.now() < stopAt) {
+        for (let i = 0; i < 100; i++) {
+          try {
+            await client.nextId('segment', 'order')
+            ids++
+          } catch {
+            errors++
+          }
+        }
+        await yieldToIo()
+      }
+    }))
+    const elapsed = (performance.now() - started) / 1000
+    const serverCpu = cpuSeconds(pid) - cpuBefore
+    const requests = client.stats().requests - requestsBefore
+
+    // One caller's nextId latency once warm: 1 s of warm-up, then LATENCY_SECONDS measured.
+    const histogram = new Histogram()
+    const warmUntil = performance.now() + 1000
+    const latencyEnd = warmUntil + LATENCY_SECONDS * 1000
+    for (let now = performance.now(); now < latencyEnd; now = performance.now()) {
+      for (let i = 0; i < 100; i++) {
+        const t0 = performance.now()
+        await client.nextId('segment', 'leaf-segment-test')
+        const dt = performance.now() - t0
+        if (t0 >= warmUntil) histogram.add(dt)
+      }
+      await yieldToIo()
+    }
+    await client.close()
+    return {
+      tryNextId,
+      bigintCounter,
+      tryNextNumber,
+      numberCounter,
+      segmentGenerator,
+      awaitNextId,
+      e2e: {
+        seconds: elapsed,
+        callers: CALLERS,
+        ids,
+        idsPerSecond: ids / elapsed,
+        requests,
+        requestsPerMillionIds: requests / ids * 1e6,
+        errors,
+        serverCpuPerMillionIds: serverCpu / ids * 1e6,
+        singleRouteCpuPerMillionIds,
+        singleRouteFailed,
+      },
+      latency: { samples: histogram.count, p50Us: histogram.quantile(0.5), p999Us: histogram.quantile(0.999), p9999Us: histogram.quantile(0.9999), maxUs: histogram.max(), seconds: LATENCY_SECONDS },
+    }
+  } finally {
+    leaf.proc.kill('SIGTERM')
+    rmSync(data, { recursive: true, force: true })
+  }
+}
+
+const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })
+
+/** The rows as the bench prints them, with each target's verdict. */
+export function clientLines (c: ClientBench): string[] {
+  const share = c.tryNextId / c.bigintCounter
+  const e = c.e2e
+  const verdict = (ok: boolean) => ok ? 'met' : 'MISSED'
+  return [
+    `  ${'bare loop, bigint counter (ceiling)'.padEnd(44)} ${fmt(c.bigintCounter).padStart(14)} IDs/s`,
+    `  ${'tryNextId, warm buffer'.padEnd(44)} ${fmt(c.tryNextId).padStart(14)} IDs/s  ${fmt(share * 100, 1)}% of the ceiling (target ≥ ${CLIENT_TARGETS.tryNextIdShareOfCeiling * 100}%: ${verdict(share >= CLIENT_TARGETS.tryNextIdShareOfCeiling)})`,
+    `  ${'bare loop, number counter (ceiling)'.padEnd(44)} ${fmt(c.numberCounter).padStart(14)} IDs/s`,
+    `  ${'tryNextNumber, warm buffer'.padEnd(44)} ${fmt(c.tryNextNumber).padStart(14)} IDs/s  ${fmt(c.tryNextNumber / c.numberCounter * 100, 1)}% of the ceiling`,
+    `  ${'server segment generator, in process'.padEnd(44)} ${fmt(c.segmentGenerator).padStart(14)} IDs/s`,
+    `  ${'await nextId, warm buffer'.padEnd(44)} ${fmt(c.awaitNextId).padStart(14)} IDs/s  (target ≥ ${fmt(CLIENT_TARGETS.awaitNextIdPerSecond)}: ${verdict(c.awaitNextId >= CLIENT_TARGETS.awaitNextIdPerSecond)})`,
+    `  ${`end to end, ${e.callers} callers, ${fmt(e.seconds, 1)} s`.padEnd(44)} ${fmt(e.idsPerSecond).padStart(14)} IDs/s  ${fmt(e.ids)} IDs, ${fmt(e.requests)} requests = ${fmt(e.requestsPerMillionIds, 1)} per million IDs (target ≤ ${CLIENT_TARGETS.requestsPerMillionIds}: ${verdict(e.requestsPerMillionIds <= CLIENT_TARGETS.requestsPerMillionIds && e.errors === 0)}), ${fmt(e.errors)} errors`,
+    `  ${'server CPU per million IDs'.padEnd(44)} ${fmt(e.serverCpuPerMillionIds * 1000, 1).padStart(14)} ms  through the client; ${fmt(e.singleRouteCpuPerMillionIds * 1000, 0)} ms through the single-ID route (${fmt(e.singleRouteFailed)} failed): ${fmt(e.singleRouteCpuPerMillionIds / e.serverCpuPerMillionIds, 0)}x less`,
+    `  ${`nextId latency, one caller, ${c.latency.seconds} s warm`.padEnd(44)} p50 ${fmt(c.latency.p50Us, 2)} µs, p99.9 ${fmt(c.latency.p999Us, 2)} µs, p99.99 ${fmt(c.latency.p9999Us, 2)} µs (target ≤ ${CLIENT_TARGETS.p9999Us} µs: ${verdict(c.latency.p9999Us <= CLIENT_TARGETS.p9999Us)}), max ${fmt(c.latency.maxUs, 0)} µs over ${fmt(c.latency.samples)} calls`,
+  ]
+}
+
+/** Whether every client target was met. */
+export function clientTargetsMet (c: ClientBench): boolean {
+  return c.tryNextId / c.bigintCounter >= CLIENT_TARGETS.tryNextIdShareOfCeiling &&
+    c.awaitNextId >= CLIENT_TARGETS.awaitNextIdPerSecond &&
+    c.e2e.requestsPerMillionIds <= CLIENT_TARGETS.requestsPerMillionIds && c.e2e.errors === 0 &&
+    c.latency.p9999Us <= CLIENT_TARGETS.p9999Us
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const cores = Number(spawnSync('nproc', { encoding: 'utf8' }).stdout.trim() || 1)
+  const pinned = cores >= 2 && spawnSync('taskset', ['-V']).status === 0
+  if (pinned) spawnSync('taskset', ['-cp', '1', String(process.pid)], { stdio: 'ignore' })
+  console.log(`@leaf-ts/client (${pinned ? 'server on core 0, client on core 1' : 'not pinned'})`)
+  const c = await runClientBench(3, pinned)
+  for (const line of clientLines(c)) console.log(line)
+  if (!clientTargetsMet(c)) process.exitCode = 1
+}
