@@ -19,7 +19,8 @@ COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
 COPY src ./src
-RUN npm run build
+# The server alone: the workspace's client package (client/) is not part of the image.
+RUN npm run build:server
 
 # --- deps: production dependencies, native modules compiled for the runtime base ----------
 FROM ${NODE_IMAGE} AS deps
