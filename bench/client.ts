@@ -8,6 +8,7 @@ import { createLeafClient, type IdRange, type Transport } from '@leaf-ts/client'
 import { ROOT } from '../scripts/run-info.js'
 import { createSegmentGenerator, type Id } from '../src/segment/segment-generator.js'
 import { FakeStore } from '../test/helpers/fake-store.js'
+import { measure } from './in-process.js'
 
 // The client's rows (@leaf-ts/client, built, as a user imports it), each beside its ceiling
 // measured in the same run: tryNextId on a warm buffer beside a bare loop making the same
@@ -51,21 +52,6 @@ const E2E_SECONDS = Number(process.env.BENCH_CLIENT_SECONDS ?? 10)
 const CALLERS = 50
 const LATENCY_SECONDS = 5
 const BLOCK = 10_000
-
-function measure (seconds: number, fn: () => unknown): number {
-  const warmUntil = performance.now() + 300
-  while (performance.now() < warmUntil) for (let i = 0; i < BLOCK; i++) fn()
-  let n = 0
-  const start = performance.now()
-  const end = start + seconds * 1000
-  let now = start
-  while (now < end) {
-    for (let i = 0; i < BLOCK; i++) fn()
-    n += BLOCK
-    now = performance.now()
-  }
-  return n / ((now - start) / 1000)
-}
 
 async function measureAsync (seconds: number, fn: () => Promise<unknown>): Promise<number> {
   const block = async () => { for (let i = 0; i < BLOCK; i++) await fn() }
