@@ -65,7 +65,7 @@ export function renderFigures (r: BenchResults): string {
     rows.push(['`@leaf-ts/client` `tryNextNumber`, warm buffer, in process', `${fmt(c.tryNextNumber)} IDs/s = ${pct(c.tryNextNumber / c.numberCounter)} of a bare number counter (${fmt(c.numberCounter)} IDs/s)`, undefined])
     rows.push(['`@leaf-ts/client` `await nextId`, warm buffer, in process', `${fmt(c.awaitNextId)} IDs/s`, verdict(CLIENT_AWAIT_ROW)])
     rows.push([`\`@leaf-ts/client\` end to end, ${e.callers} callers for ${fmt(e.seconds, 0)} s`, `${fmt(e.idsPerSecond)} IDs/s; ${fmt(e.requestsPerMillionIds, 1)} requests per million IDs; server CPU ${fmt(e.serverCpuPerMillionIds * 1000, 1)} ms per million IDs, ${fmt(e.singleRouteCpuPerMillionIds / e.serverCpuPerMillionIds)}x less than the single-ID route's ${fmt(e.singleRouteCpuPerMillionIds * 1000)} ms; ${fmt(e.errors)} errors`, verdict(CLIENT_E2E_ROW)])
-    rows.push([`\`@leaf-ts/client\` \`nextId\` latency, one caller, ${c.latency.seconds} s warm`, `p99.9 ${fmt(c.latency.p999Us, 2)} µs, p99.99 ${fmt(c.latency.p9999Us, 2)} µs over ${fmt(c.latency.samples)} calls`, verdict(CLIENT_LATENCY_ROW)])
+    rows.push([`\`@leaf-ts/client\` \`nextId\` latency, one caller, ${c.latency.seconds} s warm`, `p99.9 ${fmt(c.latency.p999Us, 2)} µs, p99.99 ${fmt(c.latency.p9999Us, 2)} µs over ${fmt(c.latency.samples)} calls${c.latency.floorP9999Us === undefined ? '' : `; the floor (an await of a bare bigint counter, interleaved) p99.9 ${fmt(c.latency.floorP999Us, 2)} µs, p99.99 ${fmt(c.latency.floorP9999Us, 2)} µs`}`, verdict(CLIENT_LATENCY_ROW)])
   }
 
   const caption = `Commit \`${r.run.commit.slice(0, 12)}\`${r.run.dirty ? ' with uncommitted changes in `src/`' : ''}, ${r.run.date.slice(0, 10)}, ` +

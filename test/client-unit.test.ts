@@ -172,6 +172,31 @@ t.test('batches are held as ranges: a batch of 10^9 IDs costs no array', async (
   t.equal(last, 100_001n)
 })
 
+t.test('runs and batches are taken in order across the 2^53 line, by every call', async (t) => {
+  // One batch of four runs: safe numbers, a run that ends past 2^53, a run past it, and a
+  // safe run again; then the prefetched batch, taken by the switch inside the hot path.
+  const safeTop = BigInt(Number.MAX_SAFE_INTEGER)
+  const runs: IdRange[][] = [
+    [{ first: 10n, last: 11n }, { first: safeTop - 1n, last: safeTop + 1n }, { first: 2n ** 60n, last: 2n ** 60n }, { first: 20n, last: 20n }],
+    [{ first: 30n, last: 32n }],
+    [{ first: 40n, last: 49n }],
+  ]
+  const { transport, leaf } = setup({ minBatch: 4, maxBatch: 4 })
+  transport.answer = () => runs.shift() ?? []
+  const got: bigint[] = [await leaf.nextId('segment', 'k')]
+  await tick() // the refill (half the batch is 4 IDs in) answers while the first batch is served
+  got.push(leaf.tryNextId('segment', 'k') as bigint, leaf.tryNextId('segment', 'k') as bigint)
+  t.throws(() => leaf.tryNextNumber('segment', 'k'), { code: 'UNSAFE_INTEGER' }, 'past 2^53 a number is refused...')
+  got.push(leaf.tryNextId('segment', 'k') as bigint, await leaf.nextId('segment', 'k'), leaf.tryNextId('segment', 'k') as bigint)
+  t.equal(leaf.tryNextNumber('segment', 'k'), 20, '...and a safe run after it is a number again')
+  t.equal(await leaf.nextNumber('segment', 'k'), 30, 'the prefetched batch follows')
+  got.push(...await leaf.nextIds('segment', 'k', 2))
+  t.same(got, [10n, 11n, safeTop - 1n, safeTop, safeTop + 1n, 2n ** 60n, 31n, 32n])
+  await tick()
+  t.equal(leaf.tryNextId('segment', 'k'), 40n, 'the next prefetch')
+  t.equal(transport.calls.length, 3, 'one fetch per batch')
+})
+
 t.test('a snowflake batch is dropped once snowflakeMaxAgeMs old', async (t) => {
   const { transport, clock, leaf } = setup({ minBatch: 100, snowflakeMaxAgeMs: 1000 })
   transport.answer = (call) => transport.issue(call, 5_000_000_000_000_000_000n)
