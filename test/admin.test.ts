@@ -96,7 +96,16 @@ t.test('/api/cache and /api/db match the generator and the table after known cal
     step: 2000,
     minStep: 2000,
     updateTimestamp: cache.order.updateTimestamp,
+    segments: [{ value: '252', max: '2001', step: 2000 }, { value: '2001', max: '4001', step: 2000 }],
+    buffered: 1749 + 2000,
+    rate: cache.order.rate,
+    ratePerMinute: cache.order.ratePerMinute,
+    bufferSeconds: cache.order.bufferSeconds,
+    lastLoadSeconds: cache.order.lastLoadSeconds,
+    failedLoads: 0,
+    ended: false,
   })
+  t.ok(cache.order.lastLoadSeconds > 0 && cache.order.lastLoadSeconds < 1, `the last load's time: ${cache.order.lastLoadSeconds} s`)
   t.ok(cache.order.updateTimestamp > Date.now() - 60_000, 'the second load started the step clock')
   t.match(cache['leaf-segment-test'], { initOk: false, nextReady: false })
   const db = (await server.inject('/api/db')).json()

@@ -55,6 +55,15 @@ t.test('precedence: defaults < file < environment < command line', async (t) => 
   t.equal(config.snowflake.port, 3333, 'snowflake port follows server.port when unset')
 })
 
+t.test('the warm-start file: beside the SQLite file, in ./data with MySQL, none on port 0 or when off', async (t) => {
+  const at = (argv: string[]) => loadConfig({ cwd: dirWith(), argv }).config.segment.stateFile
+  t.equal(at(['--leaf.jdbc.url=sqlite:/srv/leaf/leaf.db', '--server.port=8080']), '/srv/leaf/segment-state-8080.json')
+  t.equal(at(['--server.port=8081']), join('data', 'segment-state-8081.json'), 'the embedded default: ./data/leaf.db')
+  t.equal(at(['--leaf.jdbc.url=mysql://u:p@db:3306/leaf', '--server.port=8080']), join('data', 'segment-state-8080.json'))
+  t.equal(at(['--server.port=0']), undefined, 'a new port at every start: nothing to warm')
+  t.equal(at(['--server.port=8080', '--leaf.segment.state-file=off']), undefined)
+})
+
 t.test('environment names follow Spring Boot: dots and dashes to underscores, upper case', async (t) => {
   t.equal(envName('leaf.jdbc.url'), 'LEAF_JDBC_URL')
   t.equal(envName('leaf.segment.wait-timeout-ms'), 'LEAF_SEGMENT_WAIT_TIMEOUT_MS')
@@ -88,6 +97,9 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   'leaf.jdbc.query-timeout-ms': { read: (c) => c.segment.queryTimeoutMs, a: ['2500', 2500], b: ['3500', 3500] },
   'leaf.segment.wait-timeout-ms': { read: (c) => c.segment.waitTimeoutMs, a: ['4000', 4000], b: ['5000', 5000] },
   'leaf.segment.refresh-interval-ms': { read: (c) => c.segment.refreshIntervalMs, a: ['30000', 30000], b: ['45000', 45000] },
+  'leaf.segment.buffer-seconds': { read: (c) => c.segment.bufferSeconds, a: ['30', 30], b: ['0', 0] },
+  'leaf.segment.max-buffered-segments': { read: (c) => c.segment.maxBufferedSegments, a: ['2', 2], b: ['16', 16] },
+  'leaf.segment.state-file': { read: (c) => c.segment.stateFile, a: ['/var/lib/leaf/state.json', '/var/lib/leaf/state.json'], b: ['off', undefined] },
   'leaf.batch.max': { read: (c) => c.batchMax, a: ['500', 500], b: ['600', 600] },
   'leaf.snowflake.enable': { read: (c) => c.snowflake.enabled, a: ['true', true], b: ['false', false] },
   'leaf.snowflake.zk.address': { read: (c) => c.snowflake.zkAddress, a: ['zk-a:2181', 'zk-a:2181'], b: ['zk-b:2181,zk-c:2181', 'zk-b:2181,zk-c:2181'] },

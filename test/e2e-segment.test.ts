@@ -152,7 +152,8 @@ t.test('tag changes reach a running instance: a PATCHed step at the next load, a
   const token = 'e2e-token'
   const auth = { authorization: `Bearer ${token}` }
   const server = await startServer({
-    args: ['--server.port=0', '--leaf.segment.enable=true', '--leaf.segment.refresh-interval-ms=200'],
+    // Leaf's double buffer (no horizon), so the test knows which loads happen.
+    args: ['--server.port=0', '--leaf.segment.enable=true', '--leaf.segment.refresh-interval-ms=200', '--leaf.segment.buffer-seconds=0'],
     env: { LEAF_JDBC_URL: db.jdbc.url, LEAF_JDBC_USERNAME: db.jdbc.username, LEAF_JDBC_PASSWORD: db.jdbc.password, LEAF_ADMIN_TOKEN: token },
   })
   t.teardown(() => server.stop())

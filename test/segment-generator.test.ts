@@ -238,7 +238,22 @@ t.test('views report Leaf\'s fields', async (t) => {
   t.match(generator.views(), [{ key: 'order', initOk: true, nextReady: false, pos: 0, value0: 1001n, max0: 1010n, step0: 10, step: 10, minStep: 10 }])
   await takeN(() => generator.next('order'), 2)
   await settle()
-  t.same(generator.views(), [{
+  const [view] = generator.views()
+  t.same(view && {
+    key: view.key,
+    initOk: view.initOk,
+    nextReady: view.nextReady,
+    pos: view.pos,
+    value0: view.value0,
+    max0: view.max0,
+    step0: view.step0,
+    value1: view.value1,
+    max1: view.max1,
+    step1: view.step1,
+    step: view.step,
+    minStep: view.minStep,
+    updateTimestamp: view.updateTimestamp,
+  }, {
     key: 'order',
     initOk: true,
     nextReady: true,
@@ -252,7 +267,9 @@ t.test('views report Leaf\'s fields', async (t) => {
     step: 10,
     minStep: 10,
     updateTimestamp: clock.now,
-  }])
+  }, 'Leaf\'s SegmentBufferView fields, for the first two segments')
+  t.same(view?.segments, [{ value: 1003n, max: 1010n, step: 10 }, { value: 1010n, max: 1020n, step: 10 }], 'and every segment held')
+  t.equal(view?.buffered, 17)
 })
 
 t.test('a caller that gets nothing fails at the wait timeout, however many loads others used up', async (t) => {

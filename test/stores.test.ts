@@ -7,7 +7,7 @@ import Database from 'better-sqlite3'
 import t, { type Test } from 'tap'
 import { parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { createSegmentGenerator } from '../src/segment/segment-generator.js'
-import type { Allocation, SegmentStore } from '../src/segment/store.js'
+import { IdSpaceEnded, type Allocation, type SegmentStore } from '../src/segment/store.js'
 import { createStore } from '../src/segment/stores/create-store.js'
 import { createSqliteStore } from '../src/segment/stores/sqlite-store.js'
 import { silentLogger } from './helpers/logger.js'
@@ -122,10 +122,24 @@ for (const c of cases) {
       t.equal(new Set(ids).size, 20)
     })
 
+    t.test('giveBack: a compare-and-set on max_id, which holds only while nobody reserved since', async (t) => {
+      await insert('give', 10)
+      const mine = await store.allocate('give') // [1, 11)
+      t.equal(mine?.maxId, 11n)
+      t.equal(await store.giveBack('give', 11n, 4n), true, 'max_id is still our end: IDs 4..10 return')
+      t.equal(await maxIdOf(store, 'give'), 4n)
+      t.same(await store.allocate('give'), { key: 'give', maxId: 14n, step: 10 }, 'the next reservation starts at the first returned ID')
+      await store.allocate('give') // another instance: [14, 24)
+      t.equal(await store.giveBack('give', 14n, 5n), false, 'someone reserved since: nothing moves')
+      t.equal(await maxIdOf(store, 'give'), 24n)
+      t.equal(await store.giveBack('nope', 24n, 5n), false, 'an unknown tag')
+    })
+
     t.test('max_id at the top of the 64-bit range fails the load instead of wrapping', async (t) => {
       await insert('top', 10)
       await setMaxId('top', 2n ** 63n - 5n)
-      await t.rejects(store.allocate('top'))
+      await t.rejects(store.allocate('top'), IdSpaceEnded, 'as IdSpaceEnded: the generator answers ID_SPACE_EXHAUSTED at once')
+      await t.rejects(store.allocate('top', { step: 20, tableStep: 10 }), IdSpaceEnded)
       const row = (await store.getAllRows()).find((r) => r.key === 'top')
       t.equal(row?.maxId, 2n ** 63n - 5n, 'max_id untouched')
       t.same(await store.allocate('order'), { key: 'order', maxId: 6501n, step: 2000 }, 'the store still works afterwards')

@@ -96,6 +96,9 @@ export const KEYS = {
   'leaf.jdbc.query-timeout-ms': key('2000', int(100, 60_000), 'How long one MySQL query may go unanswered before its connection is taken for dead and closed.'),
   'leaf.segment.wait-timeout-ms': key('3000', int(1, 600_000), 'How long a request waits for a segment load before `SEGMENTS_NOT_READY`.'),
   'leaf.segment.refresh-interval-ms': key('60000', int(10, 86_400_000), 'How often the tag list is re-read from the table.'),
+  'leaf.segment.buffer-seconds': key('60', int(0, 86_400), 'Seconds of each tag\'s recent issue rate kept buffered, counting every loaded segment: further segments are loaded ahead (one at a time, by Leaf\'s step rule) to keep it; 0: Leaf\'s double buffer alone.'),
+  'leaf.segment.max-buffered-segments': key('8', int(2, 64), 'Most segments a tag holds, the current one included; 2 is Leaf\'s double buffer.'),
+  'leaf.segment.state-file': key('', text, 'The warm-start file: the tags that served in the last minute before a graceful stop, loaded first at the next start; empty: `segment-state-<server.port>.json` beside the SQLite file, or in `./data` with MySQL (none with `server.port=0`); `off`: no warm start.'),
   'leaf.batch.max': key('10000', int(1, 1_000_000), 'Largest `count` a batch request may ask for.'),
 
   'leaf.snowflake.enable': key('false', bool, 'Serve snowflake IDs.'),

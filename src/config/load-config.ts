@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs'
-import { resolve } from 'node:path'
+import { dirname, join, resolve } from 'node:path'
 import { parse as parseProperties } from 'dot-properties'
 import { CONFIG_KEYS, ConfigError, KEYS, envName, isConfigKey, type ConfigKey, type ParsedConfig, type RawConfig, type WorkerIdSource } from './keys.js'
 import { parseJdbcUrl, type StoreConfig } from './jdbc-url.js'
@@ -24,6 +24,10 @@ export interface Config {
     queryTimeoutMs: number
     waitTimeoutMs: number
     refreshIntervalMs: number
+    bufferSeconds: number
+    maxBufferedSegments: number
+    /** The warm-start file's path; undefined: no warm start. */
+    stateFile: string | undefined
   }
   snowflake: {
     enabled: boolean
@@ -131,6 +135,9 @@ function toConfig (p: ParsedConfig, now: number): Config {
       queryTimeoutMs: p['leaf.jdbc.query-timeout-ms'],
       waitTimeoutMs: p['leaf.segment.wait-timeout-ms'],
       refreshIntervalMs: p['leaf.segment.refresh-interval-ms'],
+      bufferSeconds: p['leaf.segment.buffer-seconds'],
+      maxBufferedSegments: p['leaf.segment.max-buffered-segments'],
+      stateFile: stateFile(p),
     },
     snowflake: {
       enabled: p['leaf.snowflake.enable'],
@@ -201,4 +208,16 @@ function parseArgv (argv: string[]): { configPath: string | undefined, values: P
     else throw new ConfigError(name, 'is not a configuration key')
   }
   return { configPath, values }
+}
+
+/** Where the warm-start file lives: beside the embedded SQLite file, else in ./data. */
+function stateFile (p: ParsedConfig): string | undefined {
+  const v = p['leaf.segment.state-file']
+  if (v === 'off') return undefined
+  if (v !== '') return v
+  // Port 0 is a new port at every start: no later start is this instance's to warm.
+  if (p['server.port'] === 0) return undefined
+  const store = parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password'])
+  const dir = store.kind === 'sqlite' && store.path !== ':memory:' ? dirname(store.path) : 'data'
+  return join(dir, `segment-state-${p['server.port']}.json`)
 }

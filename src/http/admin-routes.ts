@@ -120,7 +120,20 @@ function cacheJson (v: SegmentBufferView) {
     step: v.step,
     minStep: v.minStep,
     updateTimestamp: v.updateTimestamp,
+    // Beyond Leaf's fields: the whole chain and the horizon.
+    segments: v.segments.map((s) => ({ value: String(s.value), max: String(s.max), step: s.step })),
+    buffered: v.buffered,
+    rate: round(v.rate),
+    ratePerMinute: round(v.ratePerMinute),
+    bufferSeconds: Number.isFinite(v.bufferSeconds) ? round(v.bufferSeconds) : null,
+    lastLoadSeconds: v.lastLoadSeconds,
+    failedLoads: v.failedLoads,
+    ended: v.ended,
   }
+}
+
+function round (n: number): number {
+  return Math.round(n * 100) / 100
 }
 
 function rowJson (r: LeafAllocRow) {

@@ -33,9 +33,14 @@ export function registerHealthRoutes (app: FastifyInstance): void {
 
 async function segmentReadiness ({ store, generator }: NonNullable<FastifyInstance['leaf']['segment']>): Promise<ModeReadiness> {
   if (!generator.initialized) return { ready: false, reason: 'the tag list is not loaded yet (database unreachable since start)' }
+  if (generator.warming) return { ready: false, reason: 'warm start: loading the first segments of the tags that served before the last stop' }
+  // Every instance shares the table, so a tag at the end of its ID space is not a reason to
+  // route elsewhere: ready, with the tags named.
+  const ended = generator.endedTags()
+  const endedNote = ended.length === 0 ? undefined : `ID space ended (ID_SPACE_EXHAUSTED) for ${ended.length} tag(s): ${ended.slice(0, 10).join(', ')}`
   const dbError = await withTimeout(store.ping(), READY_DB_TIMEOUT_MS, `no answer within ${READY_DB_TIMEOUT_MS} ms`)
     .then(() => undefined, (err: { code?: string, message: string }) => err.code ?? err.message)
-  if (dbError === undefined) return { ready: true }
+  if (dbError === undefined) return endedNote === undefined ? { ready: true } : { ready: true, reason: endedNote }
   const exhausted = generator.exhaustedTags()
   if (exhausted.length === 0) return { ready: true, reason: `database unreachable (${dbError}); serving buffered IDs` }
   return { ready: false, reason: `database unreachable (${dbError}) and ${exhausted.length} tag(s) have no buffered IDs left: ${exhausted.slice(0, 10).join(', ')}` }

@@ -37,7 +37,7 @@ function page (title: string, body: string): string {
 function segmentBar (index: number, value: bigint, max: bigint, step: number, current: boolean, loaded: boolean): string {
   const left = loaded ? Number(max - value) : 0
   const percent = step > 0 && loaded ? Math.max(0, Math.min(100, (left / step) * 100)) : 0
-  const state = current ? 'current' : loaded ? 'next, ready' : 'next, not loaded'
+  const state = current ? 'current' : loaded ? (index === 1 ? 'next, ready' : 'loaded ahead') : 'next, not loaded'
   return `<div class="seg${current ? ' current' : ''}" data-segment="${index}">
 <div class="label"><span>segment ${index} · ${state}</span><span>${loaded ? `${left.toLocaleString('en-US')} of ${step.toLocaleString('en-US')} left` : '—'}</span></div>
 <div class="bar" role="img" aria-label="segment ${index}: ${percent.toFixed(0)}% left"><div class="fill" style="width:${percent.toFixed(1)}%"></div></div>
@@ -48,11 +48,13 @@ function tagCard (v: SegmentBufferView): string {
   const badge = !v.initOk
     ? '<span class="badge warn">not loaded yet</span>'
     : v.nextReady ? '<span class="badge ok">next ready</span>' : '<span class="badge warn">next not ready</span>'
-  const bars = v.initOk
-    ? [segmentBar(0, v.value0, v.max0, v.step0, v.pos === 0, v.pos === 0 || v.nextReady),
-        segmentBar(1, v.value1, v.max1, v.step1, v.pos === 1, v.pos === 1 || v.nextReady)].join('')
-    : '<p>The first segment loads on the first request for this tag.</p>'
+  // Every segment held (the current one first); an empty slot for the next while none is loaded.
+  const held = v.segments.map((s, i) => segmentBar(i, s.value, s.max, s.step, i === 0, true))
+  if (held.length === 1) held.push(segmentBar(1, 0n, 0n, 0, false, false))
+  const bars = v.initOk ? held.join('') : '<p>The first segment loads on the first request for this tag.</p>'
+  const horizon = Number.isFinite(v.bufferSeconds) ? `${v.bufferSeconds.toFixed(1)} s at ${v.rate.toFixed(0)} IDs/s` : 'idle'
   return `<section class="card tag" data-key="${escapeHtml(v.key)}"><div class="head"><h2>${escapeHtml(v.key)}</h2>${badge}</div>${bars}
+<div class="label" data-horizon>buffered ${v.buffered.toLocaleString('en-US')} IDs in ${v.segments.length} segment${v.segments.length === 1 ? '' : 's'} · ${horizon}</div>
 <div class="label">step ${v.step} · min step ${v.minStep} · last adapted load ${v.updateTimestamp ? new Date(v.updateTimestamp).toISOString() : '—'}</div></section>`
 }
 

@@ -13,6 +13,8 @@ export interface Metrics {
   idError (mode: string, code: string): void
   request (method: string, route: string, status: number, seconds: number): void
   segmentLoad (key: string, seconds: number, ok: boolean): void
+  /** IDs of a tag given back to leaf_alloc at a graceful stop. */
+  segmentGiveBack (key: string, ids: bigint): void
   clockBackwards (): void
   /** A worker-id claim's result (recyclable sources). */
   leaseClaim (result: string): void
@@ -44,6 +46,7 @@ export function createMetrics (): Metrics {
     registers: [registry],
   })
   const loadFailures = new Counter({ name: 'leaf_segment_db_load_failures_total', help: 'Segment loads that failed.', labelNames: ['key'], registers: [registry] })
+  const returned = new Counter({ name: 'leaf_segment_ids_returned_total', help: 'Unused IDs given back to leaf_alloc at a graceful stop.', labelNames: ['key'], registers: [registry] })
   const backwards = new Counter({ name: 'leaf_snowflake_clock_backwards_total', help: 'Times the clock was found behind the last snowflake ID.', registers: [registry] })
   const leaseClaims = new Counter({
     name: 'leaf_snowflake_lease_claims_total',
@@ -71,8 +74,35 @@ export function createMetrics (): Metrics {
     collect () {
       this.reset()
       for (const v of modes.segment?.generator.views() ?? []) {
-        this.set({ key: v.key }, v.pos === 0 ? Number(v.max0 - v.value0) : Number(v.max1 - v.value1))
+        this.set({ key: v.key }, Number(v.max0 - v.value0))
       }
+    },
+  }), new Gauge({
+    name: 'leaf_segment_buffered_ids',
+    help: 'IDs held and not handed out yet, in every loaded segment of the tag.',
+    labelNames: ['key'],
+    registers: [],
+    collect () {
+      this.reset()
+      for (const v of modes.segment?.generator.views() ?? []) this.set({ key: v.key }, v.buffered)
+    },
+  }), new Gauge({
+    name: 'leaf_segment_buffer_seconds',
+    help: 'How long the buffered IDs of the tag last at its current issue rate; +Inf while it is idle.',
+    labelNames: ['key'],
+    registers: [],
+    collect () {
+      this.reset()
+      for (const v of modes.segment?.generator.views() ?? []) this.set({ key: v.key }, v.bufferSeconds)
+    },
+  }), new Gauge({
+    name: 'leaf_segment_loaded_segments',
+    help: 'Segments the tag holds, the current one included.',
+    labelNames: ['key'],
+    registers: [],
+    collect () {
+      this.reset()
+      for (const v of modes.segment?.generator.views() ?? []) this.set({ key: v.key }, v.segments.length)
     },
   }), new Gauge({
     name: 'leaf_segment_next_ready',
@@ -166,6 +196,9 @@ export function createMetrics (): Metrics {
     segmentLoad (key, seconds, ok) {
       loadSeconds.labels({ key }).observe(seconds)
       if (!ok) loadFailures.labels({ key }).inc()
+    },
+    segmentGiveBack (key, ids) {
+      returned.labels({ key }).inc(Number(ids))
     },
     clockBackwards () {
       backwards.inc()

@@ -1,6 +1,9 @@
-// The double buffer of one business tag (Java Leaf's SegmentBuffer and Segment).
+// The segments one business tag holds: Java Leaf's SegmentBuffer, grown from two segments
+// into a chain kept a number of seconds of traffic ahead (segment-generator.ts decides when
+// to load). The first segment is the current one; loads are appended behind the last.
 
 import type { IdRange } from '../id-range.js'
+import { RateMeter } from './rate-meter.js'
 
 /** An ID: a number while it is exactly representable (|id| < 2^53), a bigint beyond. */
 export type Id = number | bigint
@@ -17,16 +20,14 @@ export class Segment {
   pos = 0
   /** Number(base) when every ID of the range is a safe integer, else NaN: the fast path. */
   private baseNumber = Number.NaN
-  /** `pos` past which the preload starts. */
-  preloadAfter = 0
+  /** `pos` past which the next load starts (the generator plans it). */
+  preloadAfter = Infinity
 
-  reset (max: bigint, step: number): void {
+  constructor (max: bigint, step: number) {
     this.base = max - BigInt(step)
     this.max = max
     this.step = step
-    this.pos = 0
     this.baseNumber = max <= SAFE_LIMIT && this.base >= -SAFE_LIMIT ? Number(this.base) : Number.NaN
-    this.preloadAfter = step * PRELOAD_USED_FRACTION
   }
 
   get idle (): number {
@@ -54,12 +55,13 @@ export class Segment {
   }
 }
 
+const NO_SEGMENT = new Segment(0n, 0)
+
 export class SegmentBuffer {
   readonly key: string
-  readonly segments: [Segment, Segment] = [new Segment(), new Segment()]
-  current = 0
+  /** The current segment first, then those loaded ahead, in the order they were reserved. */
+  segments: Segment[] = []
   initOk = false
-  nextReady = false
   /** The load in flight, if any: at most one per tag (Leaf's threadRunning). */
   loading: Promise<void> | undefined = undefined
   /** Adapted step, the table's step, and when the last adapted load happened (Leaf's fields). */
@@ -71,21 +73,43 @@ export class SegmentBuffer {
   backoffMs = 0
   /** Set when the store no longer has the tag. */
   missing = false
+  /** Set when max_id cannot move any more without passing 2^63 - 1. */
+  ended = false
+  /** IDs of the segments already used up and dropped from the chain. */
+  consumed = 0
+  readonly rate = new RateMeter()
+  /** The last load's duration (s), and how many loads failed. */
+  lastLoadSeconds = 0
+  failedLoads = 0
 
   constructor (key: string) {
     this.key = key
   }
 
   get currentSegment (): Segment {
-    return this.segments[this.current] as Segment
+    return this.segments[0] ?? NO_SEGMENT
   }
 
-  get nextSegment (): Segment {
-    return this.segments[this.current ^ 1] as Segment
+  /** A segment is loaded behind the current one. */
+  get nextReady (): boolean {
+    return this.segments.length > 1
   }
 
+  /** Drops the used-up current segment; the next one becomes current. */
   switchSegment (): void {
-    this.current ^= 1
-    this.nextReady = false
+    const used = this.segments.shift()
+    if (used !== undefined) this.consumed += used.step
+  }
+
+  /** IDs handed out since the first load. */
+  get issued (): number {
+    return this.consumed + this.currentSegment.pos
+  }
+
+  /** IDs held and not handed out yet, in every loaded segment. */
+  get buffered (): number {
+    let n = 0
+    for (const s of this.segments) n += s.idle
+    return n
   }
 }

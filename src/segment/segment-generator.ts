@@ -1,8 +1,8 @@
 import { LeafError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import { expandRanges, type IdRange } from '../id-range.js'
-import { SegmentBuffer, type Id } from './segment-buffer.js'
-import type { Allocation, SegmentStore } from './store.js'
+import { PRELOAD_USED_FRACTION, Segment, SegmentBuffer, type Id } from './segment-buffer.js'
+import { IdSpaceEnded, type Allocation, type SegmentStore } from './store.js'
 import { settlesWithin, sleep, withTimeout } from '../timers.js'
 
 export type { Id } from './segment-buffer.js'
@@ -13,6 +13,10 @@ export const MAX_STEP = 1_000_000
 export const SEGMENT_DURATION_MS = 15 * 60 * 1000
 /** A store call that has not answered by then counts as failed (its range, if any, is skipped). */
 export const DEFAULT_LOAD_TIMEOUT_MS = 10_000
+/** How often each tag's issue rate is sampled (and its horizon planned again). */
+export const RATE_SAMPLE_MS = 1000
+/** A tag with IDs issued within this long before a graceful stop is warm-started at the next start. */
+export const WARM_WINDOW_MS = 60_000
 
 export interface SegmentGeneratorOptions {
   store: SegmentStore
@@ -32,6 +36,34 @@ export interface SegmentGeneratorOptions {
   retryMaxMs?: number
   /** Told of every segment load, for the metrics. */
   onLoad?: (key: string, seconds: number, ok: boolean) => void
+  /**
+   * Seconds of each tag's recent issue rate kept buffered, counting every loaded segment
+   * (leaf.segment.buffer-seconds). 0: Leaf's double buffer alone.
+   */
+  bufferSeconds?: number
+  /** Most segments a tag holds, the current one included (leaf.segment.max-buffered-segments); 2 is Leaf's double buffer. */
+  maxBufferedSegments?: number
+  /** Told of the IDs given back at shutdown, per tag. */
+  onGiveBack?: (key: string, ids: bigint) => void
+  /** How often rates are sampled (ms); tests shorten it. */
+  rateSampleMs?: number
+}
+
+/** What shutdown() did for one tag. */
+export interface GiveBack {
+  key: string
+  /** IDs returned to leaf_alloc (0 when none could be). */
+  returned: bigint
+  /** IDs held and not handed out: returned, or lost. */
+  unused: bigint
+  /** Why nothing was returned, when nothing was. */
+  reason?: string
+}
+
+export interface ShutdownResult {
+  giveBacks: GiveBack[]
+  /** Tags that issued IDs within WARM_WINDOW_MS before the stop: the next start loads them first. */
+  warmTags: string[]
 }
 
 /** Java Leaf's SegmentBufferView, with its 64-bit values as bigint. */
@@ -49,6 +81,21 @@ export interface SegmentBufferView {
   step: number
   minStep: number
   updateTimestamp: number
+  /** Beyond Leaf: every segment held, IDs buffered in them, the rate and what it makes of them. */
+  segments: { value: bigint, max: bigint, step: number }[]
+  buffered: number
+  /** IDs/s the horizon plans with (a burst at once, decaying over a minute). */
+  rate: number
+  /** IDs/s over the last minute. */
+  ratePerMinute: number
+  /** How long the buffered IDs last at `rate`; Infinity while the tag is idle. */
+  bufferSeconds: number
+  /** IDs/s per 10 s over the last 15 minutes, oldest first. */
+  history: number[]
+  lastLoadSeconds: number
+  failedLoads: number
+  /** The tag's max_id cannot move any more: ID_SPACE_EXHAUSTED. */
+  ended: boolean
 }
 
 export interface SegmentGenerator {
@@ -70,8 +117,23 @@ export interface SegmentGenerator {
   addTag (key: string): void
   has (key: string): boolean
   views (): SegmentBufferView[]
-  /** Loaded tags with no ID left in either segment: they cannot answer without the store. */
+  /** Loaded tags with no ID left in any segment: they cannot answer without the store. */
   exhaustedTags (): string[]
+  /** Tags whose ID space has ended (max_id at 2^63 - 1): they answer ID_SPACE_EXHAUSTED. */
+  endedTags (): string[]
+  /**
+   * Loads the first segment of each tag (a warm start), in the background of nothing: the
+   * promise settles when each has loaded or failed, within the wait timeout.
+   */
+  warm (tags: readonly string[]): Promise<void>
+  /** True while warm() runs. */
+  readonly warming: boolean
+  /**
+   * A graceful stop: stops serving, waits for loads in flight, and gives back what it can of
+   * each tag's unused IDs (see giveBackTail), all within `budgetMs`.
+   */
+  shutdown (budgetMs: number): Promise<ShutdownResult>
+  /** Stops the timers (shutdown() does too). */
   close (): void
 }
 
@@ -87,12 +149,21 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     retryMinMs = 50,
     retryMaxMs = 1000,
     onLoad,
+    bufferSeconds = 0,
+    maxBufferedSegments = 2,
+    onGiveBack,
+    rateSampleMs = RATE_SAMPLE_MS,
   } = options
   const buffers = new Map<string, SegmentBuffer>()
   let initialized = false
   let closed = false
+  /** Set by shutdown(): nothing is served any more. */
+  let stopping = false
+  let warming = false
   let storeHealthy = true
   let refreshTimer: NodeJS.Timeout | undefined
+  const rateTimer = setInterval(sampleRates, rateSampleMs)
+  rateTimer.unref()
 
   function next (key: string): Id | Promise<Id> {
     const buf = buffers.get(key)
@@ -101,7 +172,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       const seg = buf.currentSegment
       if (seg.pos < seg.step) {
         const id = seg.take()
-        if (!buf.nextReady && buf.loading === undefined && seg.pos > seg.preloadAfter) preload(buf)
+        if (buf.loading === undefined && seg.pos > seg.preloadAfter) preload(buf)
         return id
       }
     }
@@ -120,7 +191,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       const seg = buf.currentSegment
       if (seg.idle >= count) {
         const range = seg.takeRange(count)
-        if (!buf.nextReady && buf.loading === undefined && seg.pos > seg.preloadAfter) preload(buf)
+        if (buf.loading === undefined && seg.pos > seg.preloadAfter) preload(buf)
         return [range]
       }
     }
@@ -137,19 +208,22 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     let taken = 0
     let deadline = monotonic() + waitTimeoutMs
     while (true) {
+      if (stopping) throw shuttingDown()
       if (buf.initOk) {
         const seg = buf.currentSegment
         const n = Math.min(count - taken, seg.idle)
         if (n > 0) ranges.push(seg.takeRange(n))
         taken += n
-        if (!buf.nextReady && buf.loading === undefined && seg.pos > seg.preloadAfter) preload(buf)
+        if (buf.loading === undefined && seg.pos > seg.preloadAfter) preload(buf)
         if (taken === count) return ranges
         if (n > 0) deadline = monotonic() + waitTimeoutMs
         if (buf.nextReady) {
           buf.switchSegment()
+          plan(buf)
           continue
         }
       }
+      if (buf.ended) throw spaceEnded(buf.key)
       await waitForLoad(buf, deadline)
     }
   }
@@ -164,9 +238,70 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       : new LeafError('NOT_READY', 'The segment generator has not loaded its tags yet.')
   }
 
-  /** Background preload of the next segment; skipped while a failed load backs off. */
+  function spaceEnded (key: string): LeafError {
+    return new LeafError('ID_SPACE_EXHAUSTED', `The ID space of "${key}" has ended: its max_id cannot move by its step without passing 2^63 - 1.`)
+  }
+
+  function shuttingDown (): LeafError {
+    return new LeafError('NOT_READY', 'This instance is shutting down.')
+  }
+
+  /**
+   * A background load, when the plan still wants one (the rate may have moved since it was
+   * made); skipped while a failed load backs off.
+   */
   function preload (buf: SegmentBuffer): void {
-    if (monotonic() >= buf.retryAt) startLoad(buf)
+    if (monotonic() < buf.retryAt || stopping || buf.ended) return
+    if (wantsLoad(buf)) startLoad(buf)
+    else plan(buf)
+  }
+
+  /** IDs the tag should hold at its current rate: the horizon. */
+  function horizonIds (buf: SegmentBuffer): number {
+    return bufferSeconds === 0 ? 0 : buf.rate.current(buf.issued, monotonic()) * bufferSeconds
+  }
+
+  /**
+   * Whether the tag should load another segment now: Leaf's rule (the current segment is
+   * more than 10% used and none is loaded behind it), or fewer IDs held than the horizon
+   * asks for; never more than maxBufferedSegments held.
+   */
+  function wantsLoad (buf: SegmentBuffer): boolean {
+    if (!buf.initOk) return true
+    const held = buf.segments.length
+    if (held >= maxBufferedSegments) return false
+    const cur = buf.currentSegment
+    if (held === 1 && cur.pos > cur.step * PRELOAD_USED_FRACTION) return true
+    return buf.buffered < horizonIds(buf)
+  }
+
+  /**
+   * Sets the current segment's preloadAfter: the position past which wantsLoad turns true at
+   * the rate known now, so the hot path compares one number. Planned again when a load lands,
+   * when the current segment changes and at every rate sample.
+   */
+  function plan (buf: SegmentBuffer): void {
+    const cur = buf.currentSegment
+    const held = buf.segments.length
+    if (held === 0) return
+    if (held >= maxBufferedSegments || buf.ended || buf.missing) {
+      cur.preloadAfter = Infinity
+      return
+    }
+    const leaf = held === 1 ? cur.step * PRELOAD_USED_FRACTION : Infinity
+    const ahead = buf.buffered - cur.idle
+    const horizon = horizonIds(buf)
+    // buffered < horizon once cur.idle < horizon - ahead, that is past pos = step + ahead - horizon.
+    const byHorizon = horizon > 0 ? cur.step + ahead - horizon : Infinity
+    cur.preloadAfter = Math.min(leaf, byHorizon)
+  }
+
+  function sampleRates (): void {
+    const now = monotonic()
+    for (const buf of buffers.values()) {
+      buf.rate.sample(buf.issued, now)
+      if (bufferSeconds > 0 && buf.initOk && !stopping) plan(buf)
+    }
   }
 
   /**
@@ -177,6 +312,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     while (true) {
       // Another caller's load may have landed while this one slept: take from it first.
       if (buf.initOk && (buf.nextReady || buf.currentSegment.idle > 0)) return
+      if (stopping) throw shuttingDown()
+      if (buf.ended) throw spaceEnded(buf.key)
       const remaining = deadline - monotonic()
       if (remaining <= 0) break
       if (buf.loading === undefined) {
@@ -189,6 +326,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       }
       if (!await settlesWithin(buf.loading as Promise<void>, remaining)) break
       if (buf.missing) throw new LeafError('KEY_NOT_FOUND', `Tag "${buf.key}" is not in the leaf_alloc table.`)
+      if (buf.ended) throw spaceEnded(buf.key)
       if (buf.backoffMs === 0) return // the load brought a segment
     }
     throw new LeafError('SEGMENTS_NOT_READY', `Both segments of "${buf.key}" are used up and the database did not answer within ${waitTimeoutMs} ms.`)
@@ -200,7 +338,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       () => {
         buf.backoffMs = 0
         buf.retryAt = 0
-        onLoad?.(buf.key, (monotonic() - started) / 1000, true)
+        buf.lastLoadSeconds = (monotonic() - started) / 1000
+        onLoad?.(buf.key, buf.lastLoadSeconds, true)
         if (!storeHealthy) {
           storeHealthy = true
           logger.info('database reachable again: segment loads succeed')
@@ -209,7 +348,14 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       (err: unknown) => {
         buf.backoffMs = Math.min(Math.max(buf.backoffMs * 2, retryMinMs), retryMaxMs)
         buf.retryAt = monotonic() + buf.backoffMs
+        buf.failedLoads++
         onLoad?.(buf.key, (monotonic() - started) / 1000, false)
+        if (err instanceof IdSpaceEnded) {
+          buf.ended = true
+          plan(buf)
+          logger.error({ key: buf.key }, 'the tag\'s ID space has ended: max_id cannot move by its step without passing 2^63 - 1; it answers ID_SPACE_EXHAUSTED once its buffered IDs are used')
+          return
+        }
         if (storeHealthy) {
           storeHealthy = false
           logger.warn({ key: buf.key, err }, 'database unreachable: serving buffered IDs, retrying loads')
@@ -223,15 +369,28 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     buf.loading = load
   }
 
-  /** Java Leaf's updateSegmentFromDb: reserve a range, adapting the step to the load rate. */
+  /**
+   * Java Leaf's updateSegmentFromDb: reserve a range, adapting the step to the load rate, and
+   * append it to the tag's chain. One load runs at a time per tag, so segments join the
+   * chain in the order the table reserved them, each above the last.
+   */
   async function loadSegment (buf: SegmentBuffer): Promise<void> {
     let alloc: Allocation | undefined
     let nextStep: number | undefined
+    const allocate = (adapted?: { step: number, tableStep: number }) =>
+      withTimeout(store.allocate(buf.key, adapted), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
     if (!buf.initOk || buf.updateTimestamp === 0) {
-      alloc = await withTimeout(store.allocate(buf.key), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
+      alloc = await allocate()
     } else {
       nextStep = adaptStep(buf.step, buf.minStep, clock() - buf.updateTimestamp)
-      alloc = await withTimeout(store.allocate(buf.key, { step: nextStep, tableStep: buf.minStep }), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
+      try {
+        alloc = await allocate({ step: nextStep, tableStep: buf.minStep })
+      } catch (err) {
+        // Near 2^63 the doubled step may not fit where the table's still does.
+        if (!(err instanceof IdSpaceEnded) || nextStep === buf.minStep) throw err
+        nextStep = undefined
+        alloc = await allocate()
+      }
       // The table's step changed since the last load: the store reserved it, and the
       // adaptation starts again from it.
       if (alloc !== undefined && alloc.step !== buf.minStep) nextStep = undefined
@@ -245,20 +404,53 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       logger.warn({ key: buf.key }, 'tag no longer in leaf_alloc: dropped')
       return
     }
-    if (!buf.initOk) {
+    // (A tag whose serving shutdown() stopped has initOk off but keeps its chain: append.)
+    if (!buf.initOk && buf.segments.length === 0) {
       buf.step = alloc.step
       buf.minStep = alloc.step
-      buf.currentSegment.reset(alloc.maxId, buf.step)
+      buf.segments = [new Segment(alloc.maxId, buf.step)]
       buf.initOk = true
+      buf.rate.sample(buf.issued, monotonic())
+      plan(buf)
       return
     }
     // The second load (table step) starts the step clock; later ones use the adapted step.
     buf.updateTimestamp = clock()
     buf.step = nextStep ?? alloc.step
     buf.minStep = alloc.step
-    buf.nextSegment.reset(alloc.maxId, buf.step)
-    buf.nextReady = true
-    logger.debug({ key: buf.key, max: String(alloc.maxId), step: buf.step }, 'segment loaded')
+    buf.segments.push(new Segment(alloc.maxId, buf.step))
+    plan(buf)
+    logger.debug({ key: buf.key, max: String(alloc.maxId), step: buf.step, held: buf.segments.length }, 'segment loaded')
+  }
+
+  /**
+   * Gives back the unused end of a tag's chain with one compare-and-set on max_id. The run
+   * of segments at the end of the chain that follow each other without a gap were reserved
+   * one after another with nobody else reserving in between; if the last of them still ends
+   * at max_id, nobody has reserved since either, so every ID from the first unused one of
+   * that run up to max_id was ours alone and was never handed out (serving stopped first).
+   * Segments before a gap belong below another instance's reservation and stay lost.
+   */
+  async function giveBackTail (buf: SegmentBuffer, deadline: number): Promise<GiveBack> {
+    const segs = buf.segments
+    let unused = 0n
+    for (const seg of segs) unused += BigInt(seg.idle)
+    const last = segs.at(-1)
+    if (last === undefined || unused === 0n) return { key: buf.key, returned: 0n, unused, reason: 'nothing unused' }
+    let i = segs.length - 1
+    while (i > 0 && (segs[i - 1] as Segment).max === (segs[i] as Segment).base && (segs[i - 1] as Segment).idle > 0) i--
+    const first = segs[i] as Segment
+    const firstUnused = first.base + BigInt(first.pos)
+    if (firstUnused === last.max) return { key: buf.key, returned: 0n, unused, reason: 'the last segment is used up' }
+    const remaining = deadline - monotonic()
+    if (remaining <= 0) return { key: buf.key, returned: 0n, unused, reason: 'no time left' }
+    try {
+      const ok = await withTimeout(store.giveBack(buf.key, last.max, firstUnused), remaining, `no answer within ${Math.round(remaining)} ms`)
+      if (!ok) return { key: buf.key, returned: 0n, unused, reason: 'another instance reserved a segment since' }
+      return { key: buf.key, returned: last.max - firstUnused, unused }
+    } catch (err) {
+      return { key: buf.key, returned: 0n, unused, reason: `database: ${(err as Error).message}` }
+    }
   }
 
   async function refreshTags (): Promise<void> {
@@ -321,7 +513,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       return buffers.has(key)
     },
     views () {
-      return [...buffers.values()].map(toView)
+      const now = monotonic()
+      return [...buffers.values()].map((buf) => toView(buf, buf.rate.current(buf.issued, now)))
     },
     exhaustedTags () {
       const tags: string[] = []
@@ -330,9 +523,58 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       }
       return tags
     },
-    close () {
+    endedTags () {
+      return [...buffers.values()].filter((b) => b.ended).map((b) => b.key)
+    },
+    get warming () {
+      return warming
+    },
+    async warm (tags) {
+      warming = true
+      try {
+        const deadline = monotonic() + waitTimeoutMs
+        await Promise.all(tags.map(async (key) => {
+          const buf = buffers.get(key)
+          if (buf === undefined || buf.initOk) return
+          await waitForLoad(buf, deadline).catch((err: unknown) => {
+            logger.warn({ key, err: (err as Error).message }, 'warm start: the tag\'s first segment did not load; it loads on its first request')
+          })
+        }))
+      } finally {
+        warming = false
+      }
+    },
+    async shutdown (budgetMs) {
+      const deadline = monotonic() + budgetMs
+      stopping = true
       closed = true
       clearTimeout(refreshTimer)
+      clearInterval(rateTimer)
+      const now = monotonic()
+      const warmTags: string[] = []
+      for (const buf of buffers.values()) {
+        // The fast paths read initOk first: from here on every take goes the slow way, which refuses.
+        buf.initOk = false
+        buf.rate.sample(buf.issued, now)
+        if (buf.rate.activeWithin(WARM_WINDOW_MS)) warmTags.push(buf.key)
+      }
+      // A load that lands now joins the chain and is given back with it. One still out when
+      // the wait ends is safe too: if it reserved before the compare-and-set, max_id moved and
+      // the compare fails; if after, it reserves above the returned IDs, for nobody.
+      const inFlight = [...buffers.values()].flatMap((b) => b.loading === undefined ? [] : [b.loading])
+      if (inFlight.length > 0) await settlesWithin(Promise.all(inFlight), Math.max(0, deadline - monotonic()))
+      const giveBacks = await Promise.all([...buffers.values()].filter((b) => b.segments.length > 0).map(async (buf) => {
+        const result = await giveBackTail(buf, deadline)
+        if (result.returned > 0n) onGiveBack?.(buf.key, result.returned)
+        return result
+      }))
+      return { giveBacks, warmTags }
+    },
+    close () {
+      closed = true
+      stopping = true
+      clearTimeout(refreshTimer)
+      clearInterval(rateTimer)
     },
   }
 }
@@ -348,21 +590,31 @@ export function adaptStep (step: number, minStep: number, sinceLastLoadMs: numbe
   return Math.max(Math.floor(step / 2), minStep)
 }
 
-function toView (buf: SegmentBuffer): SegmentBufferView {
+function toView (buf: SegmentBuffer, rate: number): SegmentBufferView {
   const [s0, s1] = buf.segments
+  const buffered = buf.buffered
   return {
     key: buf.key,
     initOk: buf.initOk,
     nextReady: buf.nextReady,
-    pos: buf.current,
-    value0: s0.value,
-    max0: s0.max,
-    step0: s0.step,
-    value1: s1.value,
-    max1: s1.max,
-    step1: s1.step,
+    pos: 0, // the chain's first segment is always the current one
+    value0: s0?.value ?? 0n,
+    max0: s0?.max ?? 0n,
+    step0: s0?.step ?? 0,
+    value1: s1?.value ?? 0n,
+    max1: s1?.max ?? 0n,
+    step1: s1?.step ?? 0,
     step: buf.step,
     minStep: buf.minStep,
     updateTimestamp: buf.updateTimestamp,
+    segments: buf.segments.map((s) => ({ value: s.value, max: s.max, step: s.step })),
+    buffered,
+    rate,
+    ratePerMinute: buf.rate.average(WARM_WINDOW_MS),
+    bufferSeconds: rate > 0 ? buffered / rate : Infinity,
+    history: buf.rate.history(),
+    lastLoadSeconds: buf.lastLoadSeconds,
+    failedLoads: buf.failedLoads,
+    ended: buf.ended,
   }
 }

@@ -46,6 +46,12 @@ export interface SegmentStore {
    * load. Resolves undefined when the tag is not in the table.
    */
   allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined>
+  /**
+   * Gives unused IDs back: `UPDATE leaf_alloc SET max_id = firstUnused WHERE biz_tag = ? AND
+   * max_id = end`, a compare-and-set that holds only while no other instance reserved a
+   * segment after the one ending at `end`. Resolves whether it did.
+   */
+  giveBack (key: string, end: bigint, firstUnused: bigint): Promise<boolean>
   /** All rows, for the `/db` views. */
   getAllRows (): Promise<LeafAllocRow[]>
   /** Inserts a tag; resolves undefined when it already exists. */
@@ -55,4 +61,12 @@ export interface SegmentStore {
   /** Checks the connection and the table; rejects with the cause. */
   ping (): Promise<void>
   close (): Promise<void>
+}
+
+/** max_id cannot move by the step without passing 2^63 - 1: the tag's ID space has ended. */
+export class IdSpaceEnded extends Error {
+  constructor (key: string) {
+    super(`max_id of "${key}" would pass 2^63 - 1`)
+    this.name = 'IdSpaceEnded'
+  }
 }

@@ -1,4 +1,4 @@
-import type { AdaptedStep, Allocation, LeafAllocRow, NewTag, SegmentStore, TagChanges } from '../../src/segment/store.js'
+import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type NewTag, type SegmentStore, type TagChanges } from '../../src/segment/store.js'
 
 interface Row { maxId: bigint, step: number, description: string | null, updateTime: Date }
 
@@ -12,6 +12,11 @@ export class FakeStore implements SegmentStore {
   failing = false
   delayMs = 0
   calls: { key: string, step: number | undefined }[] = []
+  /** Allocations under way now, and the most there ever were at once. */
+  allocating = 0
+  maxAllocating = 0
+  /** Every giveBack asked, and whether it held. */
+  givenBack: { key: string, end: bigint, firstUnused: bigint, ok: boolean }[] = []
 
   constructor (rows: Record<string, { maxId?: bigint, step: number }> = {}) {
     for (const [key, row] of Object.entries(rows)) this.add(key, row.step, row.maxId)
@@ -33,11 +38,29 @@ export class FakeStore implements SegmentStore {
 
   allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined> {
     this.calls.push({ key, step: adapted?.step })
+    this.maxAllocating = Math.max(this.maxAllocating, ++this.allocating)
+    const done = () => { this.allocating-- }
+    return this.reserve(key, adapted).finally(done)
+  }
+
+  private reserve (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined> {
     return this.answer(() => {
       const row = this.rows.get(key)
       if (row === undefined) return undefined
-      row.maxId += BigInt(adapted !== undefined && adapted.tableStep === row.step ? adapted.step : row.step)
+      const next = row.maxId + BigInt(adapted !== undefined && adapted.tableStep === row.step ? adapted.step : row.step)
+      if (next > 2n ** 63n - 1n) throw new IdSpaceEnded(key)
+      row.maxId = next
       return { key, maxId: row.maxId, step: row.step }
+    })
+  }
+
+  giveBack (key: string, end: bigint, firstUnused: bigint): Promise<boolean> {
+    return this.answer(() => {
+      const row = this.rows.get(key)
+      const ok = row !== undefined && row.maxId === end
+      if (ok) row.maxId = firstUnused
+      this.givenBack.push({ key, end, firstUnused, ok })
+      return ok
     })
   }
 

@@ -1,6 +1,6 @@
 import type { RowDataPacket, ResultSetHeader } from 'mysql2/promise'
 import { createMysqlRunner, type MysqlOptions } from './mysql-pool.js'
-import type { AdaptedStep, Allocation, LeafAllocRow, SegmentStore } from '../store.js'
+import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore } from '../store.js'
 
 export type MysqlStoreOptions = MysqlOptions
 
@@ -16,6 +16,8 @@ const ALLOCATE_BY_ADAPTED_STEP =
   'SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?; COMMIT'
 
 const ER_DUP_ENTRY = 1062
+/** `max_id + step` past BIGINT's range. */
+const ER_DATA_OUT_OF_RANGE = 1690
 const SELECT_ROWS = 'SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc'
 
 function toRow (r: RowDataPacket): LeafAllocRow {
@@ -26,9 +28,15 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
   const { run, close } = createMysqlRunner(options)
 
   async function allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined> {
-    const results = adapted === undefined
-      ? await run<unknown[]>(ALLOCATE_BY_TABLE_STEP, [key, key])
-      : await run<unknown[]>(ALLOCATE_BY_ADAPTED_STEP, [adapted.tableStep, adapted.step, key, key])
+    let results: unknown[]
+    try {
+      results = adapted === undefined
+        ? await run<unknown[]>(ALLOCATE_BY_TABLE_STEP, [key, key])
+        : await run<unknown[]>(ALLOCATE_BY_ADAPTED_STEP, [adapted.tableStep, adapted.step, key, key])
+    } catch (err) {
+      if ((err as { errno?: number }).errno === ER_DATA_OUT_OF_RANGE) throw new IdSpaceEnded(key)
+      throw err
+    }
     const rows = (results as [ResultSetHeader, ResultSetHeader, RowDataPacket[], ResultSetHeader])[2]
     const row = rows[0]
     if (row === undefined) return undefined
@@ -46,6 +54,11 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
       return rows.map((r) => r.biz_tag as string)
     },
     allocate,
+    async giveBack (key, end, firstUnused) {
+      const result = await run<ResultSetHeader>('UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ? AND max_id = ?',
+        [String(firstUnused), key, String(end)])
+      return result.affectedRows === 1
+    },
     async getAllRows (): Promise<LeafAllocRow[]> {
       const rows = await run<RowDataPacket[]>(SELECT_ROWS)
       return rows.map(toRow)

@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
-import type { AdaptedStep, Allocation, LeafAllocRow, SegmentStore, TagChanges } from '../store.js'
+import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type TagChanges } from '../store.js'
 
 const INT64_MAX = 2n ** 63n - 1n
 /**
@@ -57,6 +57,7 @@ export function createSqliteStore (path: string): SegmentStore {
   const selectRows = db.prepare<[], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc')
   const updateMaxId = db.prepare('UPDATE leaf_alloc SET max_id = ?, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ?')
   const insertTag = db.prepare('INSERT OR IGNORE INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)')
+  const giveBack = db.prepare('UPDATE leaf_alloc SET max_id = ?, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ? AND max_id = ?')
   const updateTag = db.prepare(`UPDATE leaf_alloc SET step = COALESCE(?, step),
     description = CASE WHEN ? THEN ? ELSE description END, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ?`)
 
@@ -68,7 +69,7 @@ export function createSqliteStore (path: string): SegmentStore {
     if (row.step < 1n) throw new RangeError(`leaf_alloc.step of ${key} is ${row.step}: it must be 1 or more`)
     const step = adapted !== undefined && row.step === BigInt(adapted.tableStep) ? BigInt(adapted.step) : row.step
     const next = row.max_id + step
-    if (next > INT64_MAX) throw new RangeError(`max_id of ${key} would pass 2^63 - 1`)
+    if (next > INT64_MAX) throw new IdSpaceEnded(key)
     updateMaxId.run(next, key)
     return { key: row.biz_tag, maxId: next, step: Number(row.step) }
   })
@@ -79,6 +80,9 @@ export function createSqliteStore (path: string): SegmentStore {
     },
     async allocate (key, adapted) {
       return allocateTx.immediate(key, adapted)
+    },
+    async giveBack (key, end, firstUnused) {
+      return giveBack.run(firstUnused, key, end).changes === 1
     },
     async getAllRows () {
       return selectRows.all().map(toRow)

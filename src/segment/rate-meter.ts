@@ -1,0 +1,82 @@
+// A tag's issue rate, from its count of issued IDs sampled about once a second.
+
+/** The rate the horizon plans with falls by e every this many ms: to 5% within a minute. */
+export const RATE_DECAY_MS = 20_000
+/** The history kept for the views: 90 buckets of 10 s, the last 15 minutes. */
+export const HISTORY_BUCKET_MS = 10_000
+export const HISTORY_BUCKETS = 90
+/** A sample closer than this to the last one is too short to read a rate from. */
+const MIN_SAMPLE_MS = 100
+
+export class RateMeter {
+  /**
+   * IDs per second for the horizon: a burst raises it at once (the rate since the last
+   * sample, when higher), a quieter spell lets it decay over about a minute.
+   */
+  rate = 0
+  private lastCount = 0
+  private lastAt = Number.NaN
+  /** IDs issued per history bucket, a ring; `bucketAt` is the start of the newest bucket. */
+  private readonly buckets = new Float64Array(HISTORY_BUCKETS)
+  private newest = 0
+  private bucketAt = Number.NaN
+
+  /** Takes the tag's count of issued IDs at monotonic time `now` (ms). */
+  sample (count: number, now: number): void {
+    if (Number.isNaN(this.lastAt)) {
+      this.lastAt = now
+      this.lastCount = count
+      this.bucketAt = now
+      return
+    }
+    const dt = now - this.lastAt
+    if (dt < MIN_SAMPLE_MS) return
+    const delta = count - this.lastCount
+    this.rate = Math.max(delta * 1000 / dt, this.rate * Math.exp(-dt / RATE_DECAY_MS))
+    this.lastAt = now
+    this.lastCount = count
+    this.record(delta, now)
+  }
+
+  /** The rate as of `now`: the sampled one, or the one since the last sample when higher (a burst). */
+  current (count: number, now: number): number {
+    const dt = now - this.lastAt
+    if (!(dt >= MIN_SAMPLE_MS)) return this.rate
+    return Math.max((count - this.lastCount) * 1000 / dt, this.rate * Math.exp(-dt / RATE_DECAY_MS))
+  }
+
+  /** IDs per second over the last `ms` (whole buckets, the newest included), as of the last sample. */
+  average (ms: number): number {
+    const n = Math.min(HISTORY_BUCKETS, Math.max(1, Math.round(ms / HISTORY_BUCKET_MS)))
+    let sum = 0
+    for (let i = 0; i < n; i++) sum += this.buckets[(this.newest - i + HISTORY_BUCKETS) % HISTORY_BUCKETS] as number
+    return sum / (n * HISTORY_BUCKET_MS / 1000)
+  }
+
+  /** IDs per second of each history bucket, oldest first (the newest still filling). */
+  history (): number[] {
+    const out: number[] = []
+    for (let i = 1; i <= HISTORY_BUCKETS; i++) {
+      out.push((this.buckets[(this.newest + i) % HISTORY_BUCKETS] as number) / (HISTORY_BUCKET_MS / 1000))
+    }
+    return out
+  }
+
+  /** Whether any ID was issued within the last `ms` before the last sample. */
+  activeWithin (ms: number): boolean {
+    return this.average(ms) > 0
+  }
+
+  private record (delta: number, now: number): void {
+    while (now - this.bucketAt >= HISTORY_BUCKET_MS) {
+      this.newest = (this.newest + 1) % HISTORY_BUCKETS
+      this.buckets[this.newest] = 0
+      this.bucketAt += HISTORY_BUCKET_MS
+      if (now - this.bucketAt >= HISTORY_BUCKET_MS * HISTORY_BUCKETS) {
+        this.buckets.fill(0)
+        this.bucketAt = now
+      }
+    }
+    this.buckets[this.newest] = (this.buckets[this.newest] as number) + delta
+  }
+}

@@ -1,0 +1,270 @@
+import t from 'tap'
+import { LeafError } from '../src/errors.js'
+import { createSegmentGenerator, type Id, type SegmentGeneratorOptions } from '../src/segment/segment-generator.js'
+import { RateMeter } from '../src/segment/rate-meter.js'
+import { FakeStore } from './helpers/fake-store.js'
+import { silentLogger } from './helpers/logger.js'
+
+// The buffer horizon (leaf.segment.buffer-seconds), the segment cap, the give-back at a
+// graceful stop and the end of the ID space, against an in-memory store and a monotonic
+// clock the test moves; rates are sampled every 5 ms of real time, of that clock.
+
+function setup (store: FakeStore, options: Partial<SegmentGeneratorOptions> = {}) {
+  const mono = { now: 1_000_000 }
+  const generator = createSegmentGenerator({
+    store,
+    logger: silentLogger,
+    monotonic: () => mono.now,
+    waitTimeoutMs: 1000,
+    refreshIntervalMs: 60_000,
+    retryMinMs: 10,
+    retryMaxMs: 40,
+    rateSampleMs: 5,
+    ...options,
+  })
+  t.teardown(() => generator.close())
+  return { generator, mono }
+}
+
+async function takeN (next: () => Id | Promise<Id>, n: number): Promise<bigint[]> {
+  const ids: bigint[] = []
+  for (let i = 0; i < n; i++) ids.push(BigInt(await next()))
+  return ids
+}
+
+const settle = (ms = 15) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** Moves the monotonic clock by `ms` and lets a rate sample see it. */
+async function pass (mono: { now: number }, ms: number): Promise<void> {
+  mono.now += ms
+  await settle()
+}
+
+t.test('rate meter: a burst raises the rate at once, it decays over about a minute, the history keeps 15 minutes', async (t) => {
+  const m = new RateMeter()
+  m.sample(0, 0)
+  m.sample(0, 1000)
+  t.equal(m.rate, 0)
+  t.equal(m.current(500, 1100), 5000, 'between samples, the rate since the last one (a burst) at once')
+  m.sample(5000, 2000)
+  t.equal(m.rate, 5000, '5,000 IDs in a second')
+  m.sample(5000, 22_000)
+  t.ok(m.rate < 5000 * 0.4 && m.rate > 5000 * 0.3, `20 s idle: down by e (${m.rate.toFixed(0)})`)
+  m.sample(5000, 62_000)
+  t.ok(m.rate < 5000 * 0.05, `a minute idle: under 5% (${m.rate.toFixed(0)})`)
+  t.equal(m.average(60_000), 0, 'nothing in the last minute')
+  t.ok(m.history().reduce((a, b) => a + b, 0) * 10 === 5000, 'the history holds the 5,000 IDs')
+  t.equal(m.history().length, 90)
+  m.sample(5000, 62_000 + 16 * 60_000)
+  t.equal(m.history().reduce((a, b) => a + b, 0), 0, 'after 16 idle minutes the history is empty')
+})
+
+t.test('horizon: a burst grows the chain to the buffered seconds, one load at a time, within the cap', async (t) => {
+  const store = new FakeStore({ order: { step: 100 } })
+  store.delayMs = 1
+  const { generator, mono } = setup(store, { bufferSeconds: 10, maxBufferedSegments: 6 })
+  await generator.init()
+  await takeN(() => generator.next('order'), 1)
+  // A burst: 100 IDs per 25 ms, 4,000 IDs/s, so a horizon of 40,000 IDs.
+  for (let round = 0; round < 20; round++) {
+    await takeN(() => generator.next('order'), 100)
+    mono.now += 25
+    await settle(3)
+  }
+  const view = generator.views()[0]
+  t.equal(view?.rate, 4000, 'the burst\'s rate')
+  t.equal(store.maxAllocating, 1, 'never two loads of a tag at once')
+  t.ok((view?.buffered ?? 0) >= 40_000, `the chain grew to hold 10 s of it: ${view?.buffered} IDs in ${view?.segments.length} segments`)
+  t.ok((view?.segments.length ?? 99) <= 6, 'within the cap')
+  const before = store.calls.length
+  await takeN(() => generator.next('order'), 100)
+  await settle()
+  t.equal(store.calls.length, before, 'the horizon held: no further load')
+  const held = view?.segments ?? []
+  for (let i = 1; i < held.length; i++) t.ok((held[i]?.value ?? 0n) >= (held[i - 1]?.max ?? 0n), 'each segment above the one before')
+  const steps = store.calls.map((c) => c.step)
+  t.same(steps.slice(0, 3), [undefined, undefined, 200], 'Leaf\'s step rule: the table step twice, then doubling')
+
+  // Quiet for two minutes: the rate decays, and a slow trickle loads as Leaf would.
+  await pass(mono, 60_000)
+  await pass(mono, 60_000)
+  const quiet = generator.views()[0]
+  t.ok((quiet?.rate ?? Infinity) < 200, `the rate decayed (${quiet?.rate.toFixed(0)} IDs/s)`)
+  const loads = store.calls.length
+  await takeN(() => generator.next('order'), 10)
+  await settle()
+  t.equal(store.calls.length, loads, 'IDs left for minutes at the quiet rate: no load')
+})
+
+t.test('horizon: the cap bounds the chain however far the horizon reaches', async (t) => {
+  const store = new FakeStore({ order: { step: 100 } })
+  const { generator, mono } = setup(store, { bufferSeconds: 3600, maxBufferedSegments: 4 })
+  await generator.init()
+  for (let round = 0; round < 20; round++) {
+    await takeN(() => generator.next('order'), 100)
+    mono.now += 25
+    await settle(3)
+  }
+  t.equal(generator.views()[0]?.segments.length, 4, 'four segments held, not one more')
+  t.equal(store.maxAllocating, 1)
+})
+
+t.test('horizon: at a steady rate the chain is refilled to the buffered seconds as it is used', async (t) => {
+  const store = new FakeStore({ order: { step: 50 } })
+  const { generator, mono } = setup(store, { bufferSeconds: 2, maxBufferedSegments: 8 })
+  await generator.init()
+  // 500 IDs/s for 6 s, in steps of 100 ms: the horizon is 1,000 IDs.
+  let last = 0n
+  for (let i = 0; i < 60; i++) {
+    const ids = await takeN(() => generator.next('order'), 50)
+    t.ok((ids[0] as bigint) > last, 'increasing across the chain')
+    last = ids.at(-1) as bigint
+    await pass(mono, 100)
+  }
+  const view = generator.views()[0]
+  t.ok((view?.buffered ?? 0) >= 1000 * 0.9, `~2 s of 500 IDs/s held: ${view?.buffered}`)
+  t.ok((view?.bufferSeconds ?? 0) >= 1.8, `bufferSeconds ${view?.bufferSeconds.toFixed(2)}`)
+  t.equal(store.maxAllocating <= 1, true)
+})
+
+t.test('bufferSeconds 0 is Leaf\'s double buffer: one segment ahead, loaded past 10% of the current', async (t) => {
+  const store = new FakeStore({ order: { step: 100 } })
+  const { generator, mono } = setup(store, { bufferSeconds: 0, maxBufferedSegments: 8 })
+  await generator.init()
+  await takeN(() => generator.next('order'), 11)
+  await settle()
+  t.equal(store.calls.length, 2, 'the preload past 10%')
+  mono.now += 10
+  await takeN(() => generator.next('order'), 80)
+  await settle()
+  t.equal(store.calls.length, 2, 'never a second segment ahead')
+  t.equal(generator.views()[0]?.segments.length, 2)
+})
+
+t.test('a load that lands after its timeout is never inserted: IDs keep increasing', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const { generator } = setup(store, { loadTimeoutMs: 50, bufferSeconds: 0 })
+  await generator.init()
+  const first = await takeN(() => generator.next('order'), 2)
+  store.delayMs = 120 // the preload outlives its timeout, then reserves [11, 21) for nobody
+  await takeN(() => generator.next('order'), 1)
+  await settle(70)
+  store.delayMs = 0
+  const rest = await takeN(() => generator.next('order'), 20)
+  await settle(100) // the late answer lands
+  const more = await takeN(() => generator.next('order'), 10)
+  const all = [...first, 3n, ...rest, ...more]
+  for (let i = 1; i < all.length; i++) t.ok((all[i] as bigint) > (all[i - 1] as bigint), `increasing at ${i}`)
+  t.equal(new Set(all).size, all.length)
+})
+
+t.test('give-back: the unused end of the chain returns with one compare-and-set on max_id', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const { generator } = setup(store)
+  await generator.init()
+  await takeN(() => generator.next('order'), 4) // [1, 11) and the preload [11, 21)
+  await settle()
+  const { giveBacks } = await generator.shutdown(1000)
+  t.same(store.givenBack, [{ key: 'order', end: 21n, firstUnused: 5n, ok: true }], 'from the first unused ID of the contiguous run')
+  t.same(giveBacks, [{ key: 'order', returned: 16n, unused: 16n }])
+  t.equal(store.rows.get('order')?.maxId, 5n)
+  await t.rejects(Promise.resolve().then(() => generator.next('order')), { code: 'NOT_READY' }, 'nothing is served once stopping')
+  const after = setup(store).generator
+  await after.init()
+  t.equal(await after.next('order'), 5, 'the next instance starts exactly there')
+})
+
+t.test('give-back: another instance reserved since, so nothing is returned', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const a = setup(store).generator
+  const b = setup(store).generator
+  await a.init()
+  await b.init()
+  await a.next('order') // a: [1, 11)
+  await b.next('order') // b: [11, 21)
+  const { giveBacks } = await a.shutdown(1000)
+  t.match(giveBacks, [{ key: 'order', returned: 0n, unused: 9n, reason: /another instance/ }])
+  t.equal(store.rows.get('order')?.maxId, 21n, 'max_id untouched')
+  t.equal(await b.next('order'), 12, 'b serves on')
+})
+
+t.test('give-back: segments before another instance\'s reservation stay lost, the tail after it returns', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const a = setup(store).generator
+  const b = setup(store).generator
+  await a.init()
+  await b.init()
+  await a.next('order') // a: [1, 11)
+  await b.next('order') // b: [11, 21)
+  await takeN(() => a.next('order'), 1) // a, past 10%: preloads [21, 31)
+  await settle()
+  const { giveBacks } = await a.shutdown(1000)
+  t.same(store.givenBack, [{ key: 'order', end: 31n, firstUnused: 21n, ok: true }])
+  t.same(giveBacks, [{ key: 'order', returned: 10n, unused: 18n }])
+})
+
+t.test('give-back: a used-up chain returns nothing; a store that does not answer in the budget returns nothing', async (t) => {
+  const store = new FakeStore({ order: { step: 20 } })
+  const { generator } = setup(store, { bufferSeconds: 0 })
+  await generator.init()
+  await takeN(() => generator.next('order'), 1)
+  store.failing = true // the preload fails: the chain is the one used-up segment
+  await takeN(() => generator.next('order'), 19)
+  await settle()
+  const { giveBacks } = await generator.shutdown(1000)
+  t.match(giveBacks, [{ returned: 0n, unused: 0n }])
+  t.same(store.givenBack, [], 'no statement for nothing')
+
+  const slow = new FakeStore({ order: { step: 10 } })
+  const g = setup(slow).generator
+  await g.init()
+  await g.next('order')
+  slow.delayMs = 500
+  const started = Date.now()
+  const result = await g.shutdown(100)
+  t.ok(Date.now() - started < 400, 'within the budget')
+  t.match(result.giveBacks, [{ returned: 0n, reason: /no answer within/ }])
+})
+
+t.test('shutdown names the tags that served in the last minute, for the warm start', async (t) => {
+  const store = new FakeStore({ hot: { step: 10 }, cold: { step: 10 }, never: { step: 10 } })
+  const { generator, mono } = setup(store)
+  await generator.init()
+  await generator.next('cold')
+  await pass(mono, 1000)
+  await pass(mono, 90_000)
+  await generator.next('hot')
+  await pass(mono, 1000)
+  const { warmTags } = await generator.shutdown(1000)
+  t.same(warmTags, ['hot'])
+})
+
+t.test('warm(): the listed tags load their first segment before it resolves; unknown ones are skipped', async (t) => {
+  const store = new FakeStore({ hot: { step: 10 }, other: { step: 10 } })
+  store.delayMs = 20
+  const { generator } = setup(store)
+  await generator.init()
+  const warming = generator.warm(['hot', 'gone'])
+  t.equal(generator.warming, true)
+  await warming
+  t.equal(generator.warming, false)
+  t.same(store.calls.map((c) => c.key), ['hot'])
+  const loads = store.calls.length
+  t.equal(generator.next('hot'), 1, 'served at once, synchronously')
+  t.equal(store.calls.length, loads, 'without touching the store')
+})
+
+t.test('the end of the ID space: ID_SPACE_EXHAUSTED at once, naming the tag, once the buffered IDs are used', async (t) => {
+  const max = 2n ** 63n - 1n
+  const store = new FakeStore({ last: { step: 10, maxId: max - 15n } })
+  const { generator } = setup(store, { waitTimeoutMs: 5000 })
+  await generator.init()
+  const ids = await takeN(() => generator.next('last'), 10) // the one segment that fits
+  t.equal(ids.at(-1), max - 6n)
+  const started = Date.now()
+  const err = await Promise.resolve().then(() => generator.next('last')).catch((e: unknown) => e) as LeafError
+  t.match(err, { code: 'ID_SPACE_EXHAUSTED', message: /"last"/ })
+  t.ok(Date.now() - started < 1000, 'at once, not after the 5 s wait')
+  t.same(generator.endedTags(), ['last'])
+  t.equal(store.rows.get('last')?.maxId, max - 5n, 'max_id never wrapped')
+})
