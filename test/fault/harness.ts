@@ -71,6 +71,8 @@ export interface LeafOptions {
   segment?: string
   snowflake?: { zk: string, port: number, cacheDir: string, sessionTimeoutMs?: number, heartbeatMs?: number }
   args?: string[]
+  /** Environment variables: keys an older build (FAULT_SERVER_JS) does not know are ignored there, not refused. */
+  env?: Record<string, string>
   /** Runs the server under this command (see StartOptions.wrapper). */
   wrapper?: string[]
   /** false: not kept for cleanUpServers (the caller stops it and keeps its output). */
@@ -98,7 +100,7 @@ export async function startLeaf (suite: Suite, label: string, o: LeafOptions): P
   }
   args.push(...o.args ?? [])
   // A working folder of its own: no config/leaf.properties is read, every key is given here.
-  const server = await startServer({ args, cwd: suite.dir, script: SERVER_SCRIPT, onSpawn: track, wrapper: o.wrapper })
+  const server = await startServer({ args, env: o.env, cwd: suite.dir, script: SERVER_SCRIPT, onSpawn: track, wrapper: o.wrapper })
   const leaf = Object.assign(server, { label, pid: server.proc.pid ?? 0 })
   if (o.keep !== false) started.push(leaf)
   return leaf
