@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # Leaf-TS image: one image for every environment. Configuration comes from the environment
-# (LEAF_*/SERVER_*, see the README's configuration table) over config/leaf.properties, which is
+# (LEAF_*/SERVER_*, see docs/configuration.md) over config/leaf.properties, which is
 # baked in as the default. The image sets no LEAF_* variable itself, so a properties file
 # mounted over /app/config/leaf.properties (or named by LEAF_CONFIG) is taken as it is.
 #

@@ -1,8 +1,8 @@
 import { BORROWING_ROW, BURST, BURST_BORROW_MS, burstRow, LAYOUT_PRESET_ROWS } from './in-process.js'
 import { BATCH_ROUTE, CEILING, CLIENT_AWAIT_ROW, CLIENT_E2E_ROW, CLIENT_LATENCY_ROW, CLIENT_TRY_ROW, judge, LAYOUT_LIMIT, median, SINGLE_ID_ROUTES, type BenchResults, type Verdict } from './results.js'
 
-// The README's performance figures, rendered from a results file (bench/results/latest.json):
-// a line naming the run, then the table. The README holds them between two markers;
+// The published performance figures, rendered from a results file (bench/results/latest.json):
+// a line naming the run, then the table. docs/performance.md holds them between two markers;
 // `npm run bench:publish` rewrites them and test/bench-figures.test.ts checks they match.
 
 export const START = '<!-- figures: rendered from bench/results/latest.json by `npm run bench:publish` -->'
@@ -79,18 +79,18 @@ export function renderFigures (r: BenchResults): string {
   ].join('\n')
 }
 
-/** The figures the README holds now, or undefined when it has no markers. */
-export function readmeFigures (readme: string): string | undefined {
-  const start = readme.indexOf(START)
-  const end = readme.indexOf(END, start)
+/** The figures a page holds now, or undefined when it has no markers. */
+export function pageFigures (page: string): string | undefined {
+  const start = page.indexOf(START)
+  const end = page.indexOf(END, start)
   if (start === -1 || end === -1) return undefined
-  return readme.slice(start + START.length, end).trim()
+  return page.slice(start + START.length, end).trim()
 }
 
-/** The README with its figures replaced by those of `r`. */
-export function withFigures (readme: string, r: BenchResults): string {
-  const start = readme.indexOf(START)
-  const end = readme.indexOf(END, start)
-  if (start === -1 || end === -1) throw new Error(`README.md has no ${START} ... ${END} markers`)
-  return `${readme.slice(0, start + START.length)}\n${renderFigures(r)}\n${readme.slice(end)}`
+/** The page (docs/performance.md) with its figures replaced by those of `r`. */
+export function withFigures (page: string, r: BenchResults): string {
+  const start = page.indexOf(START)
+  const end = page.indexOf(END, start)
+  if (start === -1 || end === -1) throw new Error(`the page has no ${START} ... ${END} markers`)
+  return `${page.slice(0, start + START.length)}\n${renderFigures(r)}\n${page.slice(end)}`
 }

@@ -4,7 +4,7 @@ import type { InProcessRow } from './in-process.js'
 
 // What a bench run records in bench/results/latest.json, and the targets it is judged by.
 // run.ts writes the file and exits non-zero when a target is missed; render.ts turns the same
-// file into the README's table, with the same verdicts.
+// file into the published table (docs/performance.md), with the same verdicts.
 
 export interface HttpRow {
   name: string

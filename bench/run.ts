@@ -7,7 +7,7 @@ import { ROOT, runInfo } from '../scripts/run-info.js'
 import { answerLength, callgrindAvailable, COUNTED_REQUESTS, countRoutes } from './callgrind.js'
 import { clientLines, runClientBench } from './client.js'
 import { runInProcess } from './in-process.js'
-import { publishable, RESULTS_FILE, writeReadmeFigures } from './publish.js'
+import { publishable, RESULTS_FILE, writeFigures } from './publish.js'
 import { BATCH, BATCH_ROUTE, CEILING, judge, median, roundOf, SEGMENT_ROUTE, SNOWFLAKE_ROUTE, type BenchResults, type CountedRoute, type HttpRow, type Round } from './results.js'
 
 // The benchmark harness: in-process generator throughput, then the HTTP routes beside a bare
@@ -17,7 +17,7 @@ import { BATCH, BATCH_ROUTE, CEILING, judge, median, roundOf, SEGMENT_ROUTE, SNO
 // cores. Then, where valgrind is installed, the deterministic count: instructions per request
 // under callgrind (bench/callgrind.ts), which the machine's load does not move, and by which
 // the single-ID target is judged. Writes bench/results/latest.json; exits 1 when a target is
-// missed. `--publish` also rewrites the README's table from it (bench/publish.ts).
+// missed. `--publish` also rewrites the table of docs/performance.md from it (bench/publish.ts).
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5)
 const COUNTS = Number(process.env.BENCH_COUNTS ?? 3)
@@ -247,10 +247,10 @@ console.log(`\nwritten to bench/results/latest.json (${fmt((performance.now() - 
 if (publish) {
   const refusal = publishable(results)
   if (refusal === undefined) {
-    writeReadmeFigures(results)
-    console.log('README.md: performance table rewritten')
+    writeFigures(results)
+    console.log('docs/performance.md: performance table rewritten')
   } else {
-    console.log(`README.md not rewritten: ${refusal}`)
+    console.log(`docs/performance.md not rewritten: ${refusal}`)
     process.exitCode = 1
   }
 }

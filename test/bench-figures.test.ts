@@ -4,15 +4,16 @@ import { join } from 'node:path'
 import t from 'tap'
 import { staleFigures } from '../scripts/run-info.js'
 import { readDump, TICK_SLOW_PATH } from '../bench/callgrind.js'
-import { readResults } from '../bench/publish.js'
-import { readmeFigures, renderFigures } from '../bench/render.js'
+import { FIGURES_PAGE, readResults } from '../bench/publish.js'
+import { pageFigures, renderFigures } from '../bench/render.js'
 import { judge, roundOf, SEGMENT_ROUTE, type BenchResults } from '../bench/results.js'
 
-const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+const page = readFileSync(FIGURES_PAGE, 'utf8')
 
-t.test('the README\'s performance table is the render of bench/results/latest.json', async (t) => {
-  const figures = readmeFigures(readme)
-  t.ok(figures, 'the README has the figures\' markers')
+t.test('docs/performance.md\'s table is the render of bench/results/latest.json', async (t) => {
+  t.match(FIGURES_PAGE, /docs\/performance\.md$/)
+  const figures = pageFigures(page)
+  t.ok(figures, 'the page has the figures\' markers')
   t.equal(figures, renderFigures(readResults()), 'rewrite it with `npm run bench:publish` after a run')
 })
 

@@ -1,17 +1,18 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { staleFigures } from '../scripts/run-info.js'
-import { LATEST, readFigures, renderFigures, type FaultResults } from './fault/render.js'
+import { FIGURES_PAGE, LATEST, readFigures, renderFigures, type FaultResults } from './fault/render.js'
 import { SCENARIOS } from './fault/scenarios.js'
 
-// The README's reliability figures are the published run's, of every scenario, all passing,
-// taken on the src/ checked out now. Publishing: `npm run test:fault -- --publish`.
+// The reliability figures of docs/reliability.md are the published run's, of every scenario,
+// all passing, taken on the src/ checked out now. Publishing: `npm run test:fault -- --publish`.
 
-const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+const page = readFileSync(FIGURES_PAGE, 'utf8')
 const latest = JSON.parse(readFileSync(LATEST, 'utf8')) as FaultResults
 
-t.test('the README\'s reliability figures are the render of test/fault/results/latest.json', async (t) => {
-  t.equal(readFigures(readme), renderFigures(latest))
+t.test('docs/reliability.md\'s figures are the render of test/fault/results/latest.json', async (t) => {
+  t.match(FIGURES_PAGE, /docs\/reliability\.md$/)
+  t.equal(readFigures(page), renderFigures(latest))
 })
 
 t.test('the published run has every scenario of the suite, each PASS', async (t) => {

@@ -19,7 +19,7 @@ export interface Suite {
   dir: string
   /** Where server logs of each scenario are written. */
   logDir: string
-  /** The README's Errors table: status -> codes. */
+  /** The documented errors table (docs/operations.md): status -> codes. */
   documented: Map<number, Set<string>>
 }
 
@@ -227,17 +227,19 @@ export async function zkInspector (zkService: PrivateZooKeeper): Promise<ZkInspe
   }
 }
 
-/** The README's Errors table: each status with its codes. */
+/** The errors table of docs/operations.md: each status with its codes. */
 export function documentedErrors (): Map<number, Set<string>> {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
-  const section = readme.slice(readme.indexOf('## Errors'))
+  const page = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8')
+  const start = page.indexOf('\n## Errors\n')
+  const end = page.indexOf('\n## ', start + 1)
+  const section = start === -1 ? '' : page.slice(start, end === -1 ? undefined : end)
   const table = new Map<number, Set<string>>()
   for (const m of section.matchAll(/^\| (\d{3}) \| `([A-Z_]+)` \|/gm)) {
     const status = Number(m[1])
     if (!table.has(status)) table.set(status, new Set())
     table.get(status)?.add(m[2] as string)
   }
-  if (table.size === 0) throw new Error('no Errors table found in README.md')
+  if (table.size === 0) throw new Error('no Errors table found in docs/operations.md')
   return table
 }
 

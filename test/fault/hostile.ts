@@ -231,12 +231,12 @@ export interface RequestFacts {
 }
 
 /**
- * The answers the README documents for this very request, worked out from what the server
- * is told to do with it: the route its path names, its method, count, key, token and body. A
- * code counts only where it fits: 400 INVALID_COUNT only for a count that is not an integer
- * from 1 to 10,000, 503 on a snowflake route only a snowflake code, 401 only on an admin route
- * without the token, 431 only past 16 KiB of head, 413 and 415 only with a body. The rules are
- * spelled out in docs/reliability.md.
+ * The answers the errors table (docs/operations.md) documents for this very request, worked
+ * out from what the server is told to do with it: the route its path names, its method,
+ * count, key, token and body. A code counts only where it fits: 400 INVALID_COUNT only for a
+ * count that is not an integer from 1 to 10,000, 503 on a snowflake route only a snowflake
+ * code, 401 only on an admin route without the token, 431 only past 16 KiB of head, 413 and
+ * 415 only with a body. The rules are spelled out in docs/reliability.md.
  */
 export function documentedAnswers (f: RequestFacts): { allowed: Set<string>, idRoute: IdRoute | undefined } {
   const allowed = new Set<string>()

@@ -2,8 +2,8 @@ import { fileURLToPath } from 'node:url'
 import type { RunInfo } from '../../scripts/run-info.js'
 
 // The fault suite's results as data (test-output/fault/results.json on every run,
-// test/fault/results/latest.json when published), and the README's figures rendered from
-// them: the README shows exactly what a run wrote, never numbers typed in by hand.
+// test/fault/results/latest.json when published), and the published figures rendered from
+// them: docs/reliability.md shows exactly what a run wrote, never numbers typed in by hand.
 
 export interface ScenarioResult {
   id: number
@@ -36,10 +36,13 @@ export interface FaultResults {
   scenarios: ScenarioResult[]
 }
 
-/** The published results, which the README's figures are rendered from. */
+/** The published results, which the page's figures are rendered from. */
 export const LATEST = fileURLToPath(new URL('results/latest.json', import.meta.url))
 
-/** The README's figures sit between these two lines of its Reliability section. */
+/** The page that holds the published figures. */
+export const FIGURES_PAGE = fileURLToPath(new URL('../../docs/reliability.md', import.meta.url))
+
+/** The figures sit between these two lines of the page's "The latest published run". */
 export const FIGURES_START = '<!-- fault figures: written by `npm run test:fault -- --publish` from test/fault/results/latest.json -->'
 export const FIGURES_END = '<!-- end of fault figures -->'
 
@@ -49,7 +52,7 @@ export function fmtMs (ms: number): string {
 
 const n = (x: number) => x.toLocaleString('en-US')
 
-/** The results table, columns padded (the console and the README print the same one). */
+/** The results table, columns padded (the console and the page print the same one). */
 export function renderTable (scenarios: ScenarioResult[]): string {
   const header = ['#', 'scenario', 'requests', 'IDs checked', 'duplicates', 'failed requests', 'slowest answer', 'time to recover', 'status']
   const body = scenarios.map((r) => [
@@ -68,7 +71,7 @@ export function renderTable (scenarios: ScenarioResult[]): string {
   return [line(header), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...body.map(line)].join('\n')
 }
 
-/** The README's block: where the figures come from, then the table. */
+/** The page's block: where the figures come from, then the table. */
 export function renderFigures (results: FaultResults): string {
   const { run } = results
   const failed = results.scenarios.filter((s) => s.status === 'FAIL').length
@@ -84,16 +87,16 @@ export function renderFigures (results: FaultResults): string {
   ].join('\n')
 }
 
-/** The figures block of `readme`, or undefined when it has none. */
-export function readFigures (readme: string): string | undefined {
-  const start = readme.indexOf(FIGURES_START)
-  const end = readme.indexOf(FIGURES_END, start)
-  return start < 0 || end < 0 ? undefined : readme.slice(start, end + FIGURES_END.length)
+/** The figures block of `page`, or undefined when it has none. */
+export function readFigures (page: string): string | undefined {
+  const start = page.indexOf(FIGURES_START)
+  const end = page.indexOf(FIGURES_END, start)
+  return start < 0 || end < 0 ? undefined : page.slice(start, end + FIGURES_END.length)
 }
 
-/** `readme` with its figures block replaced by `figures`. */
-export function replaceFigures (readme: string, figures: string): string {
-  const current = readFigures(readme)
-  if (current === undefined) throw new Error(`README.md has no figures block (a line ${FIGURES_START} ... ${FIGURES_END})`)
-  return readme.replace(current, () => figures)
+/** `page` with its figures block replaced by `figures`. */
+export function replaceFigures (page: string, figures: string): string {
+  const current = readFigures(page)
+  if (current === undefined) throw new Error(`the page has no figures block (a line ${FIGURES_START} ... ${FIGURES_END})`)
+  return page.replace(current, () => figures)
 }

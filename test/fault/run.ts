@@ -4,7 +4,7 @@ import { dirname, join } from 'node:path'
 import { runInfo } from '../../scripts/run-info.js'
 import { ROOT } from '../helpers/server-process.js'
 import { Report, SERVER_SCRIPT, cleanUpServers, documentedErrors, fmtMs, type Suite } from './harness.js'
-import { FIGURES_END, FIGURES_START, LATEST, readFigures, renderFigures, renderTable, replaceFigures, type FaultResults, type ScenarioResult } from './render.js'
+import { FIGURES_END, FIGURES_PAGE, FIGURES_START, LATEST, readFigures, renderFigures, renderTable, replaceFigures, type FaultResults, type ScenarioResult } from './render.js'
 import { SCENARIOS } from './scenarios.js'
 import { PrivateMariaDb, PrivateZooKeeper, freePort } from './services.js'
 
@@ -13,7 +13,7 @@ import { PrivateMariaDb, PrivateZooKeeper, freePort } from './services.js'
 // [--publish] (no numbers: all scenarios). Needs the build (npm run build). Prints one table,
 // then "N passed, M failed"; exits 1 when a scenario failed. Every run writes its results to
 // test-output/fault/results.json; --publish (or FAULT_PUBLISH=1), on a run of every scenario,
-// also writes test/fault/results/latest.json and the README's figures from it.
+// also writes test/fault/results/latest.json and the figures of docs/reliability.md from it.
 
 /** No scenario may run longer than this (each is designed to take well under it), unless it sets its own. */
 const SCENARIO_TIMEOUT_MS = 240_000
@@ -49,9 +49,8 @@ async function main (): Promise<number> {
     log('--publish needs a run of every scenario (name none) on this checkout\'s build (no FAULT_SERVER_JS)')
     return 1
   }
-  const readmeFile = join(ROOT, 'README.md')
-  if (publish && readFigures(readFileSync(readmeFile, 'utf8')) === undefined) {
-    log(`README.md has no figures block to publish into (a line ${FIGURES_START}, then ${FIGURES_END})`)
+  if (publish && readFigures(readFileSync(FIGURES_PAGE, 'utf8')) === undefined) {
+    log(`docs/reliability.md has no figures block to publish into (a line ${FIGURES_START}, then ${FIGURES_END})`)
     return 1
   }
   // Taken before anything runs: the commit and src/ state the figures describe.
@@ -135,11 +134,11 @@ async function main (): Promise<number> {
   for (const r of rows) if (r.status === 'FAIL') out.push(`Scenario ${r.id} failed: ${r.problems.join('; ')}`)
   process.stdout.write(out.join('\n') + '\n')
   if (publish) {
-    const readme = replaceFigures(readFileSync(readmeFile, 'utf8'), renderFigures(results))
+    const page = replaceFigures(readFileSync(FIGURES_PAGE, 'utf8'), renderFigures(results))
     mkdirSync(dirname(LATEST), { recursive: true })
     writeFileSync(LATEST, JSON.stringify(results, null, 2) + '\n')
-    writeFileSync(readmeFile, readme)
-    log(`published: ${LATEST} and README.md's figures${info.dirty ? ' (src/ had uncommitted changes: the figures say so)' : ''}`)
+    writeFileSync(FIGURES_PAGE, page)
+    log(`published: ${LATEST} and the figures of docs/reliability.md${info.dirty ? ' (src/ had uncommitted changes: the figures say so)' : ''}`)
   }
   const failed = rows.filter((r) => r.status === 'FAIL').length
   process.stdout.write(`${rows.length - failed} passed, ${failed} failed\n`)

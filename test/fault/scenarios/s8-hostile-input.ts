@@ -15,9 +15,9 @@ const TOKEN = 'fault-suite-token'
  * 8. 20,000 hostile requests (random keys of 0 to 4,096 pieces from every byte class,
  * percent-encodings good and bad, dot segments, random counts and methods, bodies, oversized
  * header blocks), each on its own connection. Every answer must be documented: a 2xx, a
- * status of the README's Errors table with its JSON code (a /readyz 503 with its own body;
- * what Node's parser refuses too). Never a 500, never no answer; the
- * process lives on, and its RSS after the run is within 50 MB of before.
+ * status of the errors table (docs/operations.md) with its JSON code (a /readyz 503 with its
+ * own body; what Node's parser refuses too). Never a 500, never no answer; the process lives
+ * on, and its RSS after the run is within 50 MB of before.
  */
 export async function hostileInput (suite: Suite, report: Report): Promise<void> {
   const seed = Number(process.env.FAULT_SEED ?? Date.now() % 1_000_000)
@@ -145,7 +145,7 @@ async function heap (base: string): Promise<string> {
 }
 
 /**
- * Undefined when the answer is one the README documents for this very request (the
+ * Undefined when the answer is one the errors table documents for this very request (the
  * generator works out which: `HostileRequest.allowed`), else what is wrong with it.
  */
 function judge (suite: Suite, req: HostileRequest, a: RawAnswer): string | undefined {
@@ -167,6 +167,6 @@ function judge (suite: Suite, req: HostileRequest, a: RawAnswer): string | undef
   }
   if (a.status === 503 && json.status === 'not ready') return fits('503 not ready') // /readyz's own body
   if (typeof json.error !== 'string') return `${a.status} with undocumented body ${JSON.stringify(json).slice(0, 80)}`
-  if (!codes.has(json.error)) return `${a.status} ${json.error}: not in the README's Errors table`
+  if (!codes.has(json.error)) return `${a.status} ${json.error}: not in the documented errors table`
   return fits(`${a.status} ${json.error}`)
 }
