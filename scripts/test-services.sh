@@ -63,6 +63,7 @@ FLUSH PRIVILEGES;
 SQL
 mariadb --protocol=tcp -h127.0.0.1 -P3306 -uleaf -pleaf leaf < sql/leaf_alloc.sql
 mariadb --protocol=tcp -h127.0.0.1 -P3306 -uleaf -pleaf leaf < sql/leaf_worker_lease.sql
+mariadb --protocol=tcp -h127.0.0.1 -P3306 -uleaf -pleaf leaf < sql/leaf_alloc_parked.sql
 log "MariaDB ready on 127.0.0.1:3306 (database leaf, user leaf/leaf)"
 
 # --- ZooKeeper -------------------------------------------------------------

@@ -166,7 +166,7 @@ t.test('give-back: the unused end of the chain returns with one compare-and-set 
   await settle()
   const { giveBacks } = await generator.shutdown(1000)
   t.same(store.givenBack, [{ key: 'order', end: 21n, firstUnused: 5n, ok: true }], 'from the first unused ID of the contiguous run')
-  t.same(giveBacks, [{ key: 'order', returned: 16n, unused: 16n }])
+  t.same(giveBacks, [{ key: 'order', returned: 16n, parked: 0n, unused: 16n }])
   t.equal(store.rows.get('order')?.maxId, 5n)
   await t.rejects(Promise.resolve().then(() => generator.next('order')), { code: 'NOT_READY' }, 'nothing is served once stopping')
   const after = setup(store).generator
@@ -183,7 +183,7 @@ t.test('give-back: another instance reserved since, so nothing is returned', asy
   await a.next('order') // a: [1, 11)
   await b.next('order') // b: [11, 21)
   const { giveBacks } = await a.shutdown(1000)
-  t.match(giveBacks, [{ key: 'order', returned: 0n, unused: 9n, reason: /another instance/ }])
+  t.match(giveBacks, [{ key: 'order', returned: 0n, parked: 0n, unused: 9n, reason: /another instance reserved a segment since; no warm-start file/ }])
   t.equal(store.rows.get('order')?.maxId, 21n, 'max_id untouched')
   t.equal(await b.next('order'), 12, 'b serves on')
 })
@@ -200,7 +200,7 @@ t.test('give-back: segments before another instance\'s reservation stay lost, th
   await settle()
   const { giveBacks } = await a.shutdown(1000)
   t.same(store.givenBack, [{ key: 'order', end: 31n, firstUnused: 21n, ok: true }])
-  t.same(giveBacks, [{ key: 'order', returned: 10n, unused: 18n }])
+  t.match(giveBacks, [{ key: 'order', returned: 10n, parked: 0n, unused: 18n, reason: /no warm-start file/ }], 'the 8 IDs below b\'s segment are lost without an identity')
 })
 
 t.test('give-back: a used-up chain returns nothing; a store that does not answer in the budget returns nothing', async (t) => {
@@ -223,7 +223,48 @@ t.test('give-back: a used-up chain returns nothing; a store that does not answer
   const started = Date.now()
   const result = await g.shutdown(100)
   t.ok(Date.now() - started < 400, 'within the budget')
-  t.match(result.giveBacks, [{ returned: 0n, reason: /no answer within/ }])
+  t.match(result.giveBacks, [{ returned: 0n, reason: /no answer in time/ }])
+})
+
+t.test('hand-over: what the compare-and-set cannot return is parked under the identity, and its next start takes it first', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const a = setup(store, { owner: 'A' }).generator
+  const b = setup(store, { owner: 'B' }).generator
+  await a.init()
+  await b.init()
+  t.equal(await a.next('order'), 1) // a: [1, 11)
+  t.equal(await b.next('order'), 11) // b: [11, 21): a's compare-and-set will fail
+  const stopped = await a.shutdown(1000)
+  t.same(stopped.giveBacks, [{ key: 'order', returned: 0n, parked: 9n, unused: 9n, reason: 'another instance reserved a segment since' }])
+  t.same(store.parked, [{ key: 'order', owner: 'A', first: 2n, end: 11n }])
+
+  const a2 = setup(store, { owner: 'A' }).generator
+  await a2.init()
+  const ids = await takeN(() => a2.next('order'), 12)
+  t.same(ids, [2n, 3n, 4n, 5n, 6n, 7n, 8n, 9n, 10n, 21n, 22n, 23n], 'the parked IDs first (above every ID a issued), then a new segment')
+  t.same(store.parked, [], 'taken, once')
+  t.same(store.claims.map((c) => c.owner), ['A', 'B', 'A'], 'one claim per first load of a tag')
+  store.parked.push({ key: 'order', owner: 'A', first: 5000n, end: 5005n })
+  const other = setup(store, { owner: 'C' }).generator
+  await other.init()
+  t.ok(BigInt(await other.next('order')) < 5000n, 'another identity takes nothing A parked')
+  t.equal(store.parked.length, 1, 'and leaves it')
+})
+
+t.test('hand-over: after a compare-and-set of the tail, the segments below a gap are parked', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const a = setup(store, { owner: 'A' }).generator
+  const b = setup(store, { owner: 'B' }).generator
+  await a.init()
+  await b.init()
+  await a.next('order') // a: [1, 11)
+  await b.next('order') // b: [11, 21)
+  await takeN(() => a.next('order'), 1) // a preloads [21, 31)
+  await settle()
+  const { giveBacks } = await a.shutdown(1000)
+  t.same(giveBacks, [{ key: 'order', returned: 10n, parked: 8n, unused: 18n }], 'nothing lost')
+  t.same(store.parked, [{ key: 'order', owner: 'A', first: 3n, end: 11n }])
+  t.equal(store.rows.get('order')?.maxId, 21n)
 })
 
 t.test('shutdown names the tags that served in the last minute, for the warm start', async (t) => {

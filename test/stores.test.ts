@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process'
-import { mkdtempSync } from 'node:fs'
+import { mkdtempSync, readFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -9,6 +9,7 @@ import { parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { createSegmentGenerator } from '../src/segment/segment-generator.js'
 import { IdSpaceEnded, type Allocation, type SegmentStore } from '../src/segment/store.js'
 import { createStore } from '../src/segment/stores/create-store.js'
+import { MYSQL_PARKED_DDL } from '../src/segment/stores/mysql-store.js'
 import { createSqliteStore } from '../src/segment/stores/sqlite-store.js'
 import { silentLogger } from './helpers/logger.js'
 import { createTestDatabase } from './helpers/mysql.js'
@@ -133,6 +134,30 @@ for (const c of cases) {
       t.equal(await store.giveBack('give', 14n, 5n), false, 'someone reserved since: nothing moves')
       t.equal(await maxIdOf(store, 'give'), 24n)
       t.equal(await store.giveBack('nope', 24n, 5n), false, 'an unknown tag')
+    })
+
+    t.test('parked ranges: kept per identity, taken once (the table made when missing), too old ones dropped', async (t) => {
+      t.same(await store.claimParked('order', 'A', 60_000), [], 'nothing parked yet (MariaDB: the table is made here)')
+      t.equal(await store.park('order', 'A', [{ first: 30n, end: 40n }, { first: 10n, end: 20n }]), true)
+      t.equal(await store.park('order', 'B', [{ first: 50n, end: 60n }]), true)
+      t.equal(await store.park('order', 'A', []), true, 'nothing to park: no statement needed')
+      t.same(await store.claimParked('order', 'A', 60_000), [{ first: 10n, end: 20n }, { first: 30n, end: 40n }], 'A\'s, lowest first')
+      t.same(await store.claimParked('order', 'A', 60_000), [], 'taken once')
+      t.same(await store.claimParked('leaf-segment-test', 'B', 60_000), [], 'per tag')
+      await new Promise((resolve) => setTimeout(resolve, 30))
+      t.same(await store.claimParked('order', 'C', 10), [], 'C parked nothing; its claim drops the tag\'s rows older than 10 ms')
+      t.same(await store.claimParked('order', 'B', 60_000), [], 'B\'s row was dropped as too old')
+      t.equal(await store.park('order', 'D', [{ first: 2n ** 62n, end: 2n ** 62n + 5n }]), true)
+      t.same(await store.claimParked('order', 'D', 60_000), [{ first: 2n ** 62n, end: 2n ** 62n + 5n }], 'exact past 2^53')
+    })
+
+    t.test('parked ranges: claims racing for one identity take each range once', async (t) => {
+      const ranges = Array.from({ length: 20 }, (_, i) => ({ first: BigInt(i * 10), end: BigInt(i * 10 + 5) }))
+      t.equal(await store.park('leaf-segment-test', 'X', ranges), true)
+      const claims = await Promise.all(Array.from({ length: 8 }, () => store.claimParked('leaf-segment-test', 'X', 60_000)))
+      const taken = claims.flatMap((c) => c ?? [])
+      t.equal(taken.length, 20, 'every range taken')
+      t.equal(claims.filter((c) => (c?.length ?? 0) > 0).length, 1, 'all by one claim')
     })
 
     t.test('max_id at the top of the 64-bit range fails the load instead of wrapping', async (t) => {
@@ -287,4 +312,9 @@ t.test('SQLite: a caller waits out another handle\'s write lock without the even
   t.equal(id, 1, 'the first ID, once the lock was released')
   t.ok(waited < 1500, `answered ${Math.round(waited)} ms after asking`)
   t.ok(longestStall < 300, `the event loop never stalled for long (longest ${Math.round(longestStall)} ms)`)
+})
+
+t.test('leaf_alloc_parked as the MySQL store makes it is sql/leaf_alloc_parked.sql', async (t) => {
+  const shipped = readFileSync(new URL('../sql/leaf_alloc_parked.sql', import.meta.url), 'utf8')
+  t.ok(shipped.includes(`${MYSQL_PARKED_DDL};\n`), 'the same CREATE TABLE statement')
 })

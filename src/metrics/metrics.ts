@@ -13,8 +13,8 @@ export interface Metrics {
   idError (mode: string, code: string): void
   request (method: string, route: string, status: number, seconds: number): void
   segmentLoad (key: string, seconds: number, ok: boolean): void
-  /** IDs of a tag given back to leaf_alloc at a graceful stop. */
-  segmentGiveBack (key: string, ids: bigint): void
+  /** IDs of a tag given back at a graceful stop: to max_id, or parked for the next start. */
+  segmentGiveBack (key: string, ids: bigint, to: 'table' | 'successor'): void
   clockBackwards (): void
   /** A worker-id claim's result (recyclable sources). */
   leaseClaim (result: string): void
@@ -46,7 +46,12 @@ export function createMetrics (): Metrics {
     registers: [registry],
   })
   const loadFailures = new Counter({ name: 'leaf_segment_db_load_failures_total', help: 'Segment loads that failed.', labelNames: ['key'], registers: [registry] })
-  const returned = new Counter({ name: 'leaf_segment_ids_returned_total', help: 'Unused IDs given back to leaf_alloc at a graceful stop.', labelNames: ['key'], registers: [registry] })
+  const returned = new Counter({
+    name: 'leaf_segment_ids_returned_total',
+    help: 'Unused IDs given back at a graceful stop: to="table" by a compare-and-set on max_id, to="successor" parked for the next start of this instance.',
+    labelNames: ['key', 'to'],
+    registers: [registry],
+  })
   const backwards = new Counter({ name: 'leaf_snowflake_clock_backwards_total', help: 'Times the clock was found behind the last snowflake ID.', registers: [registry] })
   const leaseClaims = new Counter({
     name: 'leaf_snowflake_lease_claims_total',
@@ -197,8 +202,8 @@ export function createMetrics (): Metrics {
       loadSeconds.labels({ key }).observe(seconds)
       if (!ok) loadFailures.labels({ key }).inc()
     },
-    segmentGiveBack (key, ids) {
-      returned.labels({ key }).inc(Number(ids))
+    segmentGiveBack (key, ids, to) {
+      returned.labels({ key, to }).inc(Number(ids))
     },
     clockBackwards () {
       backwards.inc()

@@ -3,7 +3,7 @@ import type { Logger } from '../logger.js'
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
 import type { SegmentStore } from '../segment/store.js'
 import { createStore, describeStore } from '../segment/stores/create-store.js'
-import { readWarmTags, writeWarmTags } from '../segment/warm-state.js'
+import { newWarmState, readWarmState, writeWarmState, type WarmState } from '../segment/warm-state.js'
 
 /** How long a graceful stop may spend giving unused IDs back (part of the 10 s drain). */
 export const GIVE_BACK_BUDGET_MS = 3000
@@ -16,8 +16,9 @@ export interface SegmentMode {
 
 /**
  * Opens the store and loads the tags; a store that is down is retried in the background.
- * The tags of the warm-start file load their first segments in the background, and the
- * generator reports `warming` meanwhile (readiness waits for it).
+ * With a warm-start file, the tags it names load their first segments in the background
+ * (the generator reports `warming` meanwhile, and readiness waits), and a graceful stop
+ * gives back or parks what it did not hand out under the file's identity.
  */
 export async function startSegmentMode (
   config: Config,
@@ -25,6 +26,7 @@ export async function startSegmentMode (
   extra: Pick<SegmentGeneratorOptions, 'clock' | 'onLoad' | 'onGiveBack'> = {}
 ): Promise<SegmentMode> {
   const { segment } = config
+  const warm = segment.stateFile === undefined ? undefined : openWarmState(segment.stateFile, logger)
   const store = createStore(segment.store, segment)
   const generator = createSegmentGenerator({
     store,
@@ -33,11 +35,12 @@ export async function startSegmentMode (
     refreshIntervalMs: segment.refreshIntervalMs,
     bufferSeconds: segment.bufferSeconds,
     maxBufferedSegments: segment.maxBufferedSegments,
+    owner: warm?.owner,
     ...extra,
   })
   const ready = await generator.init()
-  logger.info({ store: describeStore(segment.store), ready, bufferSeconds: segment.bufferSeconds }, 'segment mode enabled')
-  if (segment.stateFile !== undefined) warmStart(generator, segment.stateFile, ready, logger)
+  logger.info({ store: describeStore(segment.store), ready, bufferSeconds: segment.bufferSeconds, stateFile: segment.stateFile ?? '(none)' }, 'segment mode enabled')
+  if (warm !== undefined && warm.tags.length > 0) warmStart(generator, warm.tags, ready, logger)
   return {
     store,
     generator,
@@ -45,15 +48,16 @@ export async function startSegmentMode (
       const { giveBacks, warmTags } = await generator.shutdown(GIVE_BACK_BUDGET_MS)
       for (const g of giveBacks) {
         if (g.unused === 0n) continue
-        logger.info({ key: g.key, returned: String(g.returned), unused: String(g.unused), reason: g.reason },
-          g.returned > 0n ? 'unused IDs given back to leaf_alloc' : 'unused IDs could not be given back: lost')
+        const lost = g.unused - g.returned - g.parked
+        logger.info({ key: g.key, unused: String(g.unused), returned: String(g.returned), parked: String(g.parked), lost: String(lost), reason: g.reason },
+          lost === 0n ? 'unused IDs given back' : 'unused IDs given back in part: the rest is lost')
       }
-      if (segment.stateFile !== undefined) {
+      if (warm !== undefined && segment.stateFile !== undefined) {
         try {
-          writeWarmTags(segment.stateFile, warmTags)
+          writeWarmState(segment.stateFile, { owner: warm.owner, tags: warmTags })
           logger.info({ file: segment.stateFile, tags: warmTags.length }, 'warm-start file written')
         } catch (err) {
-          logger.warn({ file: segment.stateFile, err: (err as Error).message }, 'warm-start file not written: the next start loads every tag on its first request')
+          logger.warn({ file: segment.stateFile, err: (err as Error).message }, 'warm-start file not written: the next start loads every tag on its first request, and takes nothing parked')
         }
       }
       await store.close()
@@ -61,21 +65,22 @@ export async function startSegmentMode (
   }
 }
 
-function warmStart (generator: SegmentGenerator, file: string, ready: boolean, logger: Logger): void {
-  let tags: string[]
+function openWarmState (file: string, logger: Logger): WarmState | undefined {
   try {
-    tags = readWarmTags(file)
+    return readWarmState(file)
   } catch (err) {
-    logger.warn({ file, err: (err as Error).message }, 'warm-start file unreadable: every tag loads on its first request')
-    return
+    logger.warn({ file, err: (err as Error).message }, 'warm-start file unreadable: every tag loads on its first request, nothing parked is taken, and it is rewritten at the next graceful stop')
+    return newWarmState()
   }
-  if (tags.length === 0) return
+}
+
+function warmStart (generator: SegmentGenerator, tags: string[], ready: boolean, logger: Logger): void {
   if (!ready) {
-    logger.warn({ file, tags: tags.length }, 'warm start skipped: the tag list is not loaded (database unreachable)')
+    logger.warn({ tags: tags.length }, 'warm start skipped: the tag list is not loaded (database unreachable)')
     return
   }
   const started = performance.now()
   generator.warm(tags).then(() => {
-    logger.info({ file, tags: tags.length, ms: Math.round(performance.now() - started) }, 'warm start: hot tags loaded')
+    logger.info({ tags: tags.length, ms: Math.round(performance.now() - started) }, 'warm start: hot tags loaded')
   }, (err: unknown) => logger.warn({ err }, 'warm start failed'))
 }

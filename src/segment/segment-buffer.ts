@@ -73,6 +73,8 @@ export class SegmentBuffer {
   backoffMs = 0
   /** Set when the store no longer has the tag. */
   missing = false
+  /** Set once the first load asked for what the last stop parked. */
+  claimed = false
   /** Set when max_id cannot move any more without passing 2^63 - 1. */
   ended = false
   /** IDs of the segments already used up and dropped from the chain. */

@@ -2,7 +2,7 @@ import { LeafError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import { expandRanges, type IdRange } from '../id-range.js'
 import { PRELOAD_USED_FRACTION, Segment, SegmentBuffer, type Id } from './segment-buffer.js'
-import { IdSpaceEnded, type Allocation, type SegmentStore } from './store.js'
+import { IdSpaceEnded, type Allocation, type SegmentStore, type UnusedRange } from './store.js'
 import { settlesWithin, sleep, withTimeout } from '../timers.js'
 
 export type { Id } from './segment-buffer.js'
@@ -17,6 +17,8 @@ export const DEFAULT_LOAD_TIMEOUT_MS = 10_000
 export const RATE_SAMPLE_MS = 1000
 /** A tag with IDs issued within this long before a graceful stop is warm-started at the next start. */
 export const WARM_WINDOW_MS = 60_000
+/** Ranges parked at a stop are taken by the next start of the same identity within this long, else dropped. */
+export const PARKED_MAX_AGE_MS = 10 * 60_000
 
 export interface SegmentGeneratorOptions {
   store: SegmentStore
@@ -43,8 +45,14 @@ export interface SegmentGeneratorOptions {
   bufferSeconds?: number
   /** Most segments a tag holds, the current one included (leaf.segment.max-buffered-segments); 2 is Leaf's double buffer. */
   maxBufferedSegments?: number
-  /** Told of the IDs given back at shutdown, per tag. */
-  onGiveBack?: (key: string, ids: bigint) => void
+  /** Told of the IDs given back at shutdown, per tag: to max_id (`table`) or parked for the next start (`successor`). */
+  onGiveBack?: (key: string, ids: bigint, to: 'table' | 'successor') => void
+  /**
+   * This instance's identity across restarts (its warm-start file's): what a stop cannot give
+   * back to max_id is parked under it, and each tag's first load takes what the last stop
+   * parked. Undefined: no hand-over.
+   */
+  owner?: string
   /** How often rates are sampled (ms); tests shorten it. */
   rateSampleMs?: number
 }
@@ -52,11 +60,13 @@ export interface SegmentGeneratorOptions {
 /** What shutdown() did for one tag. */
 export interface GiveBack {
   key: string
-  /** IDs returned to leaf_alloc (0 when none could be). */
+  /** IDs returned to max_id (0 when none could be). */
   returned: bigint
-  /** IDs held and not handed out: returned, or lost. */
+  /** IDs parked for the next start with the same identity. */
+  parked: bigint
+  /** IDs held and not handed out: returned, parked, or lost. */
   unused: bigint
-  /** Why nothing was returned, when nothing was. */
+  /** Why not all of them went back, when some did not. */
   reason?: string
 }
 
@@ -153,6 +163,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     maxBufferedSegments = 2,
     onGiveBack,
     rateSampleMs = RATE_SAMPLE_MS,
+    owner,
   } = options
   const buffers = new Map<string, SegmentBuffer>()
   let initialized = false
@@ -379,6 +390,20 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     let nextStep: number | undefined
     const allocate = (adapted?: { step: number, tableStep: number }) =>
       withTimeout(store.allocate(buf.key, adapted), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
+    // A tag's first load takes what the last stop of this identity parked, once: those IDs
+    // were reserved before and are above every ID that stop handed out.
+    if (owner !== undefined && !buf.claimed && !buf.initOk && buf.segments.length === 0) {
+      const parked = await withTimeout(store.claimParked(buf.key, owner, PARKED_MAX_AGE_MS), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
+      buf.claimed = true
+      if (parked !== undefined && parked.length > 0) {
+        buf.segments = parked.map((r) => new Segment(r.end, Number(r.end - r.first)))
+        buf.initOk = true
+        buf.rate.sample(buf.issued, monotonic())
+        plan(buf)
+        logger.info({ key: buf.key, ranges: parked.length, ids: String(buf.buffered) }, 'took over the IDs the last stop parked')
+        return
+      }
+    }
     if (!buf.initOk || buf.updateTimestamp === 0) {
       alloc = await allocate()
     } else {
@@ -424,33 +449,57 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   }
 
   /**
-   * Gives back the unused end of a tag's chain with one compare-and-set on max_id. The run
-   * of segments at the end of the chain that follow each other without a gap were reserved
-   * one after another with nobody else reserving in between; if the last of them still ends
-   * at max_id, nobody has reserved since either, so every ID from the first unused one of
-   * that run up to max_id was ours alone and was never handed out (serving stopped first).
-   * Segments before a gap belong below another instance's reservation and stay lost.
+   * Gives back what a stopping instance holds of a tag and never handed out (serving stopped
+   * first). The run of segments at the end of the chain that follow each other without a gap
+   * were reserved one after another with nobody else reserving in between; if the last of
+   * them still ends at max_id, nobody has reserved since either, so one compare-and-set puts
+   * max_id back at the first unused ID of that run. What that cannot return (all of it when
+   * someone reserved since, or segments before a gap) is parked for the next start of this
+   * identity, which takes it before it reserves anything (see store.ts).
    */
   async function giveBackTail (buf: SegmentBuffer, deadline: number): Promise<GiveBack> {
     const segs = buf.segments
-    let unused = 0n
-    for (const seg of segs) unused += BigInt(seg.idle)
+    const result: GiveBack = { key: buf.key, returned: 0n, parked: 0n, unused: 0n }
+    for (const seg of segs) result.unused += BigInt(seg.idle)
     const last = segs.at(-1)
-    if (last === undefined || unused === 0n) return { key: buf.key, returned: 0n, unused, reason: 'nothing unused' }
+    if (last === undefined || result.unused === 0n) return result
+    const reasons: string[] = []
+    const timeLeft = () => deadline - monotonic()
     let i = segs.length - 1
     while (i > 0 && (segs[i - 1] as Segment).max === (segs[i] as Segment).base && (segs[i - 1] as Segment).idle > 0) i--
     const first = segs[i] as Segment
     const firstUnused = first.base + BigInt(first.pos)
-    if (firstUnused === last.max) return { key: buf.key, returned: 0n, unused, reason: 'the last segment is used up' }
-    const remaining = deadline - monotonic()
-    if (remaining <= 0) return { key: buf.key, returned: 0n, unused, reason: 'no time left' }
-    try {
-      const ok = await withTimeout(store.giveBack(buf.key, last.max, firstUnused), remaining, `no answer within ${Math.round(remaining)} ms`)
-      if (!ok) return { key: buf.key, returned: 0n, unused, reason: 'another instance reserved a segment since' }
-      return { key: buf.key, returned: last.max - firstUnused, unused }
-    } catch (err) {
-      return { key: buf.key, returned: 0n, unused, reason: `database: ${(err as Error).message}` }
+    let keep = segs.length // segments from here on went back to max_id
+    if (firstUnused < last.max && timeLeft() > 0) {
+      try {
+        if (await withTimeout(store.giveBack(buf.key, last.max, firstUnused), timeLeft(), 'no answer in time')) {
+          result.returned = last.max - firstUnused
+          keep = i
+        } else {
+          reasons.push('another instance reserved a segment since')
+        }
+      } catch (err) {
+        reasons.push(`database: ${(err as Error).message}`)
+      }
     }
+    const rest = unusedRanges(segs.slice(0, keep))
+    if (rest.length > 0) {
+      if (owner === undefined) reasons.push('no warm-start file to park the rest under')
+      else if (timeLeft() <= 0) reasons.push('no time left to park the rest')
+      else {
+        try {
+          if (await withTimeout(store.park(buf.key, owner, rest), timeLeft(), 'no answer in time')) {
+            for (const r of rest) result.parked += r.end - r.first
+          } else {
+            reasons.push('no leaf_alloc_parked table (and no right to create it)')
+          }
+        } catch (err) {
+          reasons.push(`database: ${(err as Error).message}`)
+        }
+      }
+    }
+    if (reasons.length > 0) result.reason = reasons.join('; ')
+    return result
   }
 
   async function refreshTags (): Promise<void> {
@@ -565,7 +614,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       if (inFlight.length > 0) await settlesWithin(Promise.all(inFlight), Math.max(0, deadline - monotonic()))
       const giveBacks = await Promise.all([...buffers.values()].filter((b) => b.segments.length > 0).map(async (buf) => {
         const result = await giveBackTail(buf, deadline)
-        if (result.returned > 0n) onGiveBack?.(buf.key, result.returned)
+        if (result.returned > 0n) onGiveBack?.(buf.key, result.returned, 'table')
+        if (result.parked > 0n) onGiveBack?.(buf.key, result.parked, 'successor')
         return result
       }))
       return { giveBacks, warmTags }
@@ -617,4 +667,17 @@ function toView (buf: SegmentBuffer, rate: number): SegmentBufferView {
     failedLoads: buf.failedLoads,
     ended: buf.ended,
   }
+}
+
+/** The unused part of each segment, adjacent ones merged. */
+function unusedRanges (segs: readonly Segment[]): UnusedRange[] {
+  const ranges: UnusedRange[] = []
+  for (const seg of segs) {
+    if (seg.idle === 0) continue
+    const first = seg.base + BigInt(seg.pos)
+    const prev = ranges.at(-1)
+    if (prev !== undefined && prev.end === first) prev.end = seg.max
+    else ranges.push({ first, end: seg.max })
+  }
+  return ranges
 }

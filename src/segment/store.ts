@@ -9,6 +9,9 @@ export interface Allocation {
   step: number
 }
 
+/** IDs `first` up to `end` (excluded) that were reserved and never handed out. */
+export interface UnusedRange { first: bigint, end: bigint }
+
 /** A whole `leaf_alloc` row, for the admin views. */
 export interface LeafAllocRow {
   key: string
@@ -52,6 +55,19 @@ export interface SegmentStore {
    * segment after the one ending at `end`. Resolves whether it did.
    */
   giveBack (key: string, end: bigint, firstUnused: bigint): Promise<boolean>
+  /**
+   * Keeps ranges a stopping instance held and never handed out, and could not return to
+   * max_id, for the next start with the same identity (`owner`): rows of leaf_alloc_parked.
+   * Resolves false when there is no such table and it may not be created.
+   */
+  park (key: string, owner: string, ranges: readonly UnusedRange[]): Promise<boolean>
+  /**
+   * Takes the ranges `owner` parked for `key` within the last `maxAgeMs`, lowest first, and
+   * deletes them in the same transaction, with the tag's older rows: each range is taken
+   * once, whoever else asks. Resolves undefined when there is no such table and it may not
+   * be created.
+   */
+  claimParked (key: string, owner: string, maxAgeMs: number): Promise<UnusedRange[] | undefined>
   /** All rows, for the `/db` views. */
   getAllRows (): Promise<LeafAllocRow[]>
   /** Inserts a tag; resolves undefined when it already exists. */

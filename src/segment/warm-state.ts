@@ -1,33 +1,48 @@
-// The warm-start file: which tags served in the last minute before a graceful stop, so the
-// next start loads their first segments before it turns ready. It names tags only, never
-// ranges: a copied or restored file can cost a load, never an ID twice.
+// The warm-start file: this instance's identity across restarts, and the tags that served in
+// the last minute before its last graceful stop, so the next start loads them before it
+// turns ready. It holds no ranges: what a stop parks is in the database, under the identity,
+// and taken there by one start only, so a copied or restored file can cost a load, never an
+// ID twice.
 
+import { randomUUID } from 'node:crypto'
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 
-interface WarmState { version: 1, savedAt: string, tags: string[] }
+export interface WarmState {
+  /** The identity ranges are parked under (random, made at the first start). */
+  owner: string
+  tags: string[]
+}
 
-/** The tags the file names; none when it is missing. Throws (with the reason) when it is not ours to read. */
-export function readWarmTags (path: string): string[] {
+interface WarmFile extends WarmState { version: 1, savedAt: string }
+
+/** The file's state; a new identity and no tags when it is missing. Throws (with the reason) when it is not ours to read. */
+export function readWarmState (path: string): WarmState {
   let text: string
   try {
     text = readFileSync(path, 'utf8')
   } catch (err) {
-    if ((err as { code?: string }).code === 'ENOENT') return []
+    if ((err as { code?: string }).code === 'ENOENT') return newWarmState()
     throw err
   }
-  const state = JSON.parse(text) as Partial<WarmState>
-  if (state.version !== 1 || !Array.isArray(state.tags) || !state.tags.every((t) => typeof t === 'string')) {
+  const state = JSON.parse(text) as Partial<WarmFile>
+  if (state.version !== 1 || typeof state.owner !== 'string' || state.owner === '' || state.owner.length > 64 ||
+    !Array.isArray(state.tags) || !state.tags.every((t) => typeof t === 'string')) {
     throw new Error('not a warm-start file of this version')
   }
-  return state.tags
+  return { owner: state.owner, tags: state.tags }
+}
+
+/** A new identity with no tags. */
+export function newWarmState (): WarmState {
+  return { owner: randomUUID(), tags: [] }
 }
 
 /** Writes the file whole or not at all: a temporary file renamed over it. */
-export function writeWarmTags (path: string, tags: readonly string[], now = new Date()): void {
+export function writeWarmState (path: string, state: WarmState, now = new Date()): void {
   mkdirSync(dirname(path), { recursive: true })
-  const state: WarmState = { version: 1, savedAt: now.toISOString(), tags: [...tags] }
+  const file: WarmFile = { version: 1, savedAt: now.toISOString(), owner: state.owner, tags: [...state.tags] }
   const tmp = `${path}.${process.pid}.tmp`
-  writeFileSync(tmp, JSON.stringify(state) + '\n')
+  writeFileSync(tmp, JSON.stringify(file) + '\n')
   renameSync(tmp, path)
 }

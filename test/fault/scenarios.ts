@@ -14,6 +14,9 @@ import { CHURN_STARTS, leaseChurn } from './scenarios/s12-lease-churn.js'
 import { leasePausedHolder } from './scenarios/s13-lease-paused-holder.js'
 import { leasePartition } from './scenarios/s14-lease-partition.js'
 import { leaseClockAhead } from './scenarios/s15-lease-clock-ahead.js'
+import { horizonOutage } from './scenarios/s16-horizon-outage.js'
+import { rollingRestart } from './scenarios/s17-rolling-restart.js'
+import { crashHolding } from './scenarios/s18-crash-holding.js'
 
 export interface Scenario {
   id: number
@@ -40,4 +43,7 @@ export const SCENARIOS: Scenario[] = [
   { id: 13, title: 'lease holder paused past its TTL, both lease sources', run: leasePausedHolder },
   { id: 14, title: 'lease holder cut from its store, both lease sources', run: leasePartition },
   { id: 15, title: 'lease holder\'s clock 2 s ahead, then killed', run: leaseClockAhead },
+  { id: 16, title: 'MariaDB down under a 30 s buffer horizon', run: horizonOutage, timeoutMs: 300_000 },
+  { id: 17, title: 'rolling restart: 3 instances x 10 rounds, SIGTERM', run: rollingRestart, timeoutMs: 600_000 },
+  { id: 18, title: 'SIGKILL of an instance holding a chain of segments', run: crashHolding },
 ]

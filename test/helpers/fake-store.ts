@@ -1,4 +1,4 @@
-import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type NewTag, type SegmentStore, type TagChanges } from '../../src/segment/store.js'
+import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type NewTag, type SegmentStore, type TagChanges, type UnusedRange } from '../../src/segment/store.js'
 
 interface Row { maxId: bigint, step: number, description: string | null, updateTime: Date }
 
@@ -15,6 +15,9 @@ export class FakeStore implements SegmentStore {
   /** Allocations under way now, and the most there ever were at once. */
   allocating = 0
   maxAllocating = 0
+  /** leaf_alloc_parked: tag -> its rows. */
+  parked: { key: string, owner: string, first: bigint, end: bigint }[] = []
+  claims: { key: string, owner: string }[] = []
   /** Every giveBack asked, and whether it held. */
   givenBack: { key: string, end: bigint, firstUnused: bigint, ok: boolean }[] = []
 
@@ -61,6 +64,22 @@ export class FakeStore implements SegmentStore {
       if (ok) row.maxId = firstUnused
       this.givenBack.push({ key, end, firstUnused, ok })
       return ok
+    })
+  }
+
+  park (key: string, owner: string, ranges: readonly UnusedRange[]): Promise<boolean> {
+    return this.answer(() => {
+      for (const r of ranges) this.parked.push({ key, owner, ...r })
+      return true
+    })
+  }
+
+  claimParked (key: string, owner: string): Promise<UnusedRange[]> {
+    this.claims.push({ key, owner })
+    return this.answer(() => {
+      const mine = this.parked.filter((p) => p.key === key && p.owner === owner).sort((a, b) => a.first < b.first ? -1 : 1)
+      this.parked = this.parked.filter((p) => !mine.includes(p))
+      return mine.map(({ first, end }) => ({ first, end }))
     })
   }
 

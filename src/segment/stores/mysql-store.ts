@@ -1,6 +1,6 @@
 import type { RowDataPacket, ResultSetHeader } from 'mysql2/promise'
 import { createMysqlRunner, type MysqlOptions } from './mysql-pool.js'
-import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore } from '../store.js'
+import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type UnusedRange } from '../store.js'
 
 export type MysqlStoreOptions = MysqlOptions
 
@@ -15,6 +15,26 @@ const ALLOCATE_BY_ADAPTED_STEP =
   'START TRANSACTION; UPDATE leaf_alloc SET max_id = max_id + IF(step = ?, ?, step) WHERE biz_tag = ? AND step > 0; ' +
   'SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?; COMMIT'
 
+/** The MySQL DDL, as shipped in sql/leaf_alloc_parked.sql (test/stores.test.ts compares them). */
+export const MYSQL_PARKED_DDL = `CREATE TABLE IF NOT EXISTS \`leaf_alloc_parked\` (
+  \`biz_tag\` varchar(128) NOT NULL,
+  \`first_id\` bigint(20) NOT NULL,
+  \`end_id\` bigint(20) NOT NULL,
+  \`owner\` varchar(64) NOT NULL,
+  \`parked_at\` timestamp(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (\`biz_tag\`, \`first_id\`),
+  KEY \`owner_tag\` (\`owner\`, \`biz_tag\`)
+) ENGINE=InnoDB`
+
+// The owner's rows, locked, and every row of the owner and every too old one of the tag
+// deleted, in one transaction: a second claimer waits for the lock, then finds nothing.
+const CLAIM_PARKED =
+  'START TRANSACTION; ' +
+  'SELECT first_id, end_id, parked_at >= NOW(3) - INTERVAL ? MICROSECOND AS fresh FROM leaf_alloc_parked ' +
+  'WHERE biz_tag = ? AND owner = ? ORDER BY first_id FOR UPDATE; ' +
+  'DELETE FROM leaf_alloc_parked WHERE biz_tag = ? AND (owner = ? OR parked_at < NOW(3) - INTERVAL ? MICROSECOND); COMMIT'
+
+const ER_NO_SUCH_TABLE = 1146
 const ER_DUP_ENTRY = 1062
 /** `max_id + step` past BIGINT's range. */
 const ER_DATA_OUT_OF_RANGE = 1690
@@ -26,6 +46,25 @@ function toRow (r: RowDataPacket): LeafAllocRow {
 
 export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
   const { run, close } = createMysqlRunner(options)
+  /** Set once leaf_alloc_parked turned out missing and not creatable: no hand-over. */
+  let noParkedTable = false
+
+  /** Runs `fn` on leaf_alloc_parked, creating the table first when it is missing; undefined when it may not be. */
+  async function onParkedTable<T> (fn: () => Promise<T>): Promise<T | undefined> {
+    if (noParkedTable) return undefined
+    try {
+      return await fn()
+    } catch (err) {
+      if ((err as { errno?: number }).errno !== ER_NO_SUCH_TABLE) throw err
+    }
+    try {
+      await run(MYSQL_PARKED_DDL)
+    } catch {
+      noParkedTable = true
+      return undefined
+    }
+    return await fn()
+  }
 
   async function allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined> {
     let results: unknown[]
@@ -58,6 +97,19 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
       const result = await run<ResultSetHeader>('UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ? AND max_id = ?',
         [String(firstUnused), key, String(end)])
       return result.affectedRows === 1
+    },
+    async park (key, owner, ranges) {
+      if (ranges.length === 0) return true
+      const values = ranges.flatMap((r) => [key, String(r.first), String(r.end), owner])
+      const done = await onParkedTable(() => run(`INSERT INTO leaf_alloc_parked (biz_tag, first_id, end_id, owner) VALUES ${ranges.map(() => '(?, ?, ?, ?)').join(', ')}`, values))
+      return done !== undefined
+    },
+    async claimParked (key, owner, maxAgeMs) {
+      const micros = maxAgeMs * 1000
+      const results = await onParkedTable(() => run<unknown[]>(CLAIM_PARKED, [micros, key, owner, key, owner, micros]))
+      if (results === undefined) return undefined
+      const rows = (results as [ResultSetHeader, RowDataPacket[]])[1]
+      return rows.filter((r) => Number(r.fresh) === 1).map((r): UnusedRange => ({ first: BigInt(r.first_id), end: BigInt(r.end_id) }))
     },
     async getAllRows (): Promise<LeafAllocRow[]> {
       const rows = await run<RowDataPacket[]>(SELECT_ROWS)

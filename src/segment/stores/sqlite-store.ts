@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
-import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type TagChanges } from '../store.js'
+import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type TagChanges, type UnusedRange } from '../store.js'
 
 const INT64_MAX = 2n ** 63n - 1n
 /**
@@ -25,6 +25,18 @@ CREATE TABLE leaf_alloc (
   update_time TIMESTAMP    NOT NULL DEFAULT CURRENT_TIMESTAMP
 )`
 
+// Ranges a stopping instance could not give back to max_id, for its next start (store.ts).
+// parked_at is the host's clock in ms: every process on one SQLite file shares it.
+const PARKED_SCHEMA = `
+CREATE TABLE IF NOT EXISTS leaf_alloc_parked (
+  biz_tag   VARCHAR(128) NOT NULL,
+  first_id  BIGINT       NOT NULL,
+  end_id    BIGINT       NOT NULL,
+  owner     VARCHAR(64)  NOT NULL,
+  parked_at INTEGER      NOT NULL,
+  PRIMARY KEY (biz_tag, first_id)
+)`
+
 export const SEED_ROWS = [
   { key: 'order', maxId: 1n, step: 2000, description: 'Orders' },
   { key: 'leaf-segment-test', maxId: 1n, step: 1000, description: 'Test leaf Segment Mode Get Id' },
@@ -44,6 +56,7 @@ export function createSqliteStore (path: string): SegmentStore {
   db.defaultSafeIntegers(true) // BIGINTs as BigInt: max_id is exact over the whole 64-bit range
 
   db.transaction(() => {
+    db.exec(PARKED_SCHEMA)
     const exists = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leaf_alloc'").get()
     if (exists) return
     db.exec(SCHEMA)
@@ -57,6 +70,18 @@ export function createSqliteStore (path: string): SegmentStore {
   const selectRows = db.prepare<[], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc')
   const updateMaxId = db.prepare('UPDATE leaf_alloc SET max_id = ?, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ?')
   const insertTag = db.prepare('INSERT OR IGNORE INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)')
+  const insertParked = db.prepare('INSERT INTO leaf_alloc_parked (biz_tag, first_id, end_id, owner, parked_at) VALUES (?, ?, ?, ?, ?)')
+  const selectParked = db.prepare<[string, string], { first_id: bigint, end_id: bigint, parked_at: bigint }>(
+    'SELECT first_id, end_id, parked_at FROM leaf_alloc_parked WHERE biz_tag = ? AND owner = ? ORDER BY first_id')
+  const deleteParked = db.prepare('DELETE FROM leaf_alloc_parked WHERE biz_tag = ? AND (owner = ? OR parked_at < ?)')
+  const parkTx = db.transaction((key: string, owner: string, ranges: readonly UnusedRange[], now: number) => {
+    for (const r of ranges) insertParked.run(key, r.first, r.end, owner, now)
+  })
+  const claimTx = db.transaction((key: string, owner: string, oldest: number): UnusedRange[] => {
+    const rows = selectParked.all(key, owner)
+    deleteParked.run(key, owner, oldest)
+    return rows.filter((r) => Number(r.parked_at) >= oldest).map((r) => ({ first: r.first_id, end: r.end_id }))
+  })
   const giveBack = db.prepare('UPDATE leaf_alloc SET max_id = ?, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ? AND max_id = ?')
   const updateTag = db.prepare(`UPDATE leaf_alloc SET step = COALESCE(?, step),
     description = CASE WHEN ? THEN ? ELSE description END, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ?`)
@@ -83,6 +108,13 @@ export function createSqliteStore (path: string): SegmentStore {
     },
     async giveBack (key, end, firstUnused) {
       return giveBack.run(firstUnused, key, end).changes === 1
+    },
+    async park (key, owner, ranges) {
+      parkTx.immediate(key, owner, ranges, Date.now())
+      return true
+    },
+    async claimParked (key, owner, maxAgeMs) {
+      return claimTx.immediate(key, owner, Date.now() - maxAgeMs)
     },
     async getAllRows () {
       return selectRows.all().map(toRow)
