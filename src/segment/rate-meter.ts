@@ -62,9 +62,9 @@ export class RateMeter {
     return out
   }
 
-  /** Whether any ID was issued within the last `ms` before the last sample. */
-  activeWithin (ms: number): boolean {
-    return this.average(ms) > 0
+  /** Whether any ID was issued within the last `ms` before the last sample, or since it (`count` now). */
+  activeWithin (ms: number, count: number): boolean {
+    return count > this.lastCount || this.average(ms) > 0
   }
 
   private record (delta: number, now: number): void {

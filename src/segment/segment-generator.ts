@@ -599,13 +599,11 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       closed = true
       clearTimeout(refreshTimer)
       clearInterval(rateTimer)
-      const now = monotonic()
       const warmTags: string[] = []
       for (const buf of buffers.values()) {
         // The fast paths read initOk first: from here on every take goes the slow way, which refuses.
         buf.initOk = false
-        buf.rate.sample(buf.issued, now)
-        if (buf.rate.activeWithin(WARM_WINDOW_MS)) warmTags.push(buf.key)
+        if (buf.rate.activeWithin(WARM_WINDOW_MS, buf.issued)) warmTags.push(buf.key)
       }
       // A load that lands now joins the chain and is given back with it. One still out when
       // the wait ends is safe too: if it reserved before the compare-and-set, max_id moved and

@@ -1,6 +1,6 @@
 import { Timeline, fmtMs, startLeaf, takeIds, unique, type Report, type Suite } from '../harness.js'
 import { HttpClient, runLoad } from '../load.js'
-import { sleep, waitUntil } from '../services.js'
+import { waitUntil } from '../services.js'
 
 const CLIENTS = 8
 const RATE = 500 // requests per second
