@@ -34,6 +34,20 @@ async function takeN (next: () => Id | Promise<Id>, n: number): Promise<bigint[]
 
 const settle = (ms = 15) => new Promise((resolve) => setTimeout(resolve, ms))
 
+/** Two instances on one tag of step 10: a reserves [1, 11), then b [11, 21) (unless `reserve` is false). */
+async function aThenB (aOptions: Partial<SegmentGeneratorOptions> = {}, bOptions: Partial<SegmentGeneratorOptions> = {}, reserve = true) {
+  const store = new FakeStore({ order: { step: 10 } })
+  const a = setup(store, aOptions).generator
+  const b = setup(store, bOptions).generator
+  await a.init()
+  await b.init()
+  if (reserve) {
+    await a.next('order')
+    await b.next('order')
+  }
+  return { store, a, b }
+}
+
 /** Moves the monotonic clock by `ms` and lets a rate sample see it. */
 async function pass (mono: { now: number }, ms: number): Promise<void> {
   mono.now += ms
@@ -175,13 +189,7 @@ t.test('give-back: the unused end of the chain returns with one compare-and-set 
 })
 
 t.test('give-back: another instance reserved since, so nothing is returned', async (t) => {
-  const store = new FakeStore({ order: { step: 10 } })
-  const a = setup(store).generator
-  const b = setup(store).generator
-  await a.init()
-  await b.init()
-  await a.next('order') // a: [1, 11)
-  await b.next('order') // b: [11, 21)
+  const { store, a, b } = await aThenB()
   const { giveBacks } = await a.shutdown(1000)
   t.match(giveBacks, [{ key: 'order', returned: 0n, parked: 0n, unused: 9n, reason: /another instance reserved a segment since; no warm-start file/ }])
   t.equal(store.rows.get('order')?.maxId, 21n, 'max_id untouched')
@@ -189,13 +197,7 @@ t.test('give-back: another instance reserved since, so nothing is returned', asy
 })
 
 t.test('give-back: segments before another instance\'s reservation stay lost, the tail after it returns', async (t) => {
-  const store = new FakeStore({ order: { step: 10 } })
-  const a = setup(store).generator
-  const b = setup(store).generator
-  await a.init()
-  await b.init()
-  await a.next('order') // a: [1, 11)
-  await b.next('order') // b: [11, 21)
+  const { store, a } = await aThenB()
   await takeN(() => a.next('order'), 1) // a, past 10%: preloads [21, 31)
   await settle()
   const { giveBacks } = await a.shutdown(1000)
@@ -227,11 +229,7 @@ t.test('give-back: a used-up chain returns nothing; a store that does not answer
 })
 
 t.test('hand-over: what the compare-and-set cannot return is parked under the identity, and its next start takes it first', async (t) => {
-  const store = new FakeStore({ order: { step: 10 } })
-  const a = setup(store, { owner: 'A' }).generator
-  const b = setup(store, { owner: 'B' }).generator
-  await a.init()
-  await b.init()
+  const { store, a, b } = await aThenB({ owner: 'A' }, { owner: 'B' }, false)
   t.equal(await a.next('order'), 1) // a: [1, 11)
   t.equal(await b.next('order'), 11) // b: [11, 21): a's compare-and-set will fail
   const stopped = await a.shutdown(1000)
@@ -252,13 +250,7 @@ t.test('hand-over: what the compare-and-set cannot return is parked under the id
 })
 
 t.test('hand-over: after a compare-and-set of the tail, the segments below a gap are parked', async (t) => {
-  const store = new FakeStore({ order: { step: 10 } })
-  const a = setup(store, { owner: 'A' }).generator
-  const b = setup(store, { owner: 'B' }).generator
-  await a.init()
-  await b.init()
-  await a.next('order') // a: [1, 11)
-  await b.next('order') // b: [11, 21)
+  const { store, a } = await aThenB({ owner: 'A' }, { owner: 'B' })
   await takeN(() => a.next('order'), 1) // a preloads [21, 31)
   await settle()
   const { giveBacks } = await a.shutdown(1000)
