@@ -4,6 +4,7 @@ import { buildApp } from '../src/app.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { parseSamples, valueOf, type Sample } from './helpers/prometheus.js'
+import { TEST_ZK, uniqueName, zookeeperProxy } from './helpers/zookeeper.js'
 
 const TOKEN = 'test-token-0123'
 const AUTH = { authorization: `Bearer ${TOKEN}` }
@@ -75,6 +76,47 @@ t.test('promtool accepts the service\'s own metric families', async (t) => {
   t.match(own, /leaf_ids_issued_total/)
   const lint = spawnSync('promtool', ['check', 'metrics'], { input: own, encoding: 'utf8' })
   t.equal(lint.status, 0, `promtool: ${lint.stdout}${lint.stderr}`)
+})
+
+t.test('leaf_zookeeper_in_use tells an instance whose ZooKeeper is down from one without ZooKeeper', async (t) => {
+  const zookeeper = (source: string, address: string) => ({
+    'leaf.snowflake.worker-id.source': source,
+    'leaf.snowflake.zk.address': address,
+    'leaf.snowflake.zk.session-timeout-ms': 2000,
+    'leaf.name': uniqueName(),
+    'leaf.snowflake.ip': '127.0.0.1',
+    'leaf.snowflake.port': 9001,
+  })
+  const gauges = async (server: Awaited<ReturnType<typeof buildApp>>) => {
+    const { samples } = await scrape(server)
+    return { inUse: valueOf(samples, 'leaf_zookeeper_in_use'), connected: valueOf(samples, 'leaf_zookeeper_connected') }
+  }
+  t.same(await gauges(await app()), { inUse: 0, connected: 0 }, 'static source')
+  t.same(await gauges(await app({ 'leaf.snowflake.enable': false })), { inUse: 0, connected: 0 }, 'segment mode only')
+  t.same(await gauges(await app({ 'leaf.snowflake.worker-id.source': 'db-lease' })), { inUse: 0, connected: 0 }, 'db-lease source')
+  t.same(await gauges(await app(zookeeper('zookeeper-lease', TEST_ZK))), { inUse: 1, connected: 1 }, 'zookeeper-lease source')
+
+  const proxy = await zookeeperProxy(t)
+  // Closed here, not at the end of the file: an unconnected ZooKeeper client only closes once it connects.
+  const server = await buildApp(testConfig({
+    'leaf.snowflake.enable': true,
+    'leaf.snowflake.cache.dir': tempDir(),
+    ...zookeeper('zookeeper', `127.0.0.1:${proxy.port}`),
+  }), { logger: silentLogger })
+  const until = async (connected: number) => {
+    let now = await gauges(server)
+    for (let i = 0; now.connected !== connected && i < 100; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      now = await gauges(server)
+    }
+    return now
+  }
+  t.same(await gauges(server), { inUse: 1, connected: 1 }, 'zookeeper source')
+  proxy.block()
+  t.same(await until(0), { inUse: 1, connected: 0 }, 'zookeeper source, ZooKeeper unreachable: the case an alert is for')
+  proxy.unblock()
+  t.same(await until(1), { inUse: 1, connected: 1 }, 'connected again')
+  await server.close()
 })
 
 t.test('/api/cache and /api/db match the generator and the table after known calls', async (t) => {

@@ -2,10 +2,13 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { HotCounter, HotHistogram, type HistogramChild } from './hot-metrics.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
+import type { LeaseSource } from '../snowflake/worker-id/worker-lease.js'
 
 /** Snowflake keys are the caller's choice: past this many distinct keys, count under `_other`. */
 export const MAX_SNOWFLAKE_KEYS = 100
 export const OTHER_KEY = '_other'
+/** The worker-id sources that hold a ZooKeeper session (`cache`: the zookeeper source started from its cache file). */
+const ZOOKEEPER_SOURCES: ReadonlySet<LeaseSource> = new Set(['zookeeper', 'cache', 'zookeeper-lease'])
 
 export interface Metrics {
   registry: Registry
@@ -134,6 +137,9 @@ export function createMetrics (): Metrics {
   const snowflakeGauges = [
     leaseGauge('leaf_snowflake_worker_id', 'This instance\'s snowflake worker id.', (s) => s.workerId),
     leaseGauge('leaf_zookeeper_connected', '1 while the ZooKeeper session is connected.', (s) => s.zookeeperConnected ? 1 : 0),
+    // leaf_zookeeper_connected is 0 on an instance without ZooKeeper too: alerts need this to tell the two apart.
+    leaseGauge('leaf_zookeeper_in_use', '1 when this instance\'s worker-id source uses ZooKeeper (zookeeper, zookeeper-lease), else 0.',
+      (s) => ZOOKEEPER_SOURCES.has(s.source) ? 1 : 0),
     leaseGauge('leaf_snowflake_last_heartbeat_timestamp_seconds', 'When the worker lease was last written.',
       (s) => s.lastHeartbeat === undefined ? undefined : s.lastHeartbeat / 1000),
     leaseGauge('leaf_snowflake_lease_expiry_seconds', 'Time left until the store may free the worker-id lease (recyclable sources; the holder fences TTL/10 earlier); 0 once lost.',
