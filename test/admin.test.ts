@@ -32,6 +32,10 @@ t.test('/metrics moves as IDs are issued and errors happen', async (t) => {
   t.equal(valueOf(samples, 'leaf_snowflake_worker_id'), 0)
   t.equal(valueOf(samples, 'leaf_zookeeper_connected'), 0)
   t.ok(valueOf(samples, 'process_cpu_user_seconds_total') !== undefined, 'default process metrics')
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'SEGMENTS_NOT_READY' }), 0, 'the codes alerts watch are there from the start')
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'snowflake', code: 'CLOCK_BACKWARDS' }), 0)
+  t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'order' }), 0, 'and load failures for every tag')
+  t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'leaf-segment-test' }), 0)
 
   await server.inject('/api/segment/get/order')
   await server.inject('/api/segment/get/order?count=10')
@@ -76,6 +80,20 @@ t.test('promtool accepts the service\'s own metric families', async (t) => {
   t.match(own, /leaf_ids_issued_total/)
   const lint = spawnSync('promtool', ['check', 'metrics'], { input: own, encoding: 'utf8' })
   t.equal(lint.status, 0, `promtool: ${lint.stdout}${lint.stderr}`)
+})
+
+t.test('a load that fails counts on the series that were at 0, and the request answers SEGMENTS_NOT_READY', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN, 'leaf.segment.wait-timeout-ms': 200 })
+  // max_id + step would pass 2^63 - 1: the store refuses every load of this tag.
+  const created = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key: 'full', step: 1000, maxId: '9223372036854775000' } })
+  t.equal(created.statusCode, 201)
+  const res = await server.inject('/api/segment/get/full')
+  t.equal(res.statusCode, 503)
+  t.equal(res.json().error, 'SEGMENTS_NOT_READY')
+  const { samples } = await scrape(server)
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'SEGMENTS_NOT_READY' }), 1)
+  t.ok((valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'full' }) ?? 0) >= 1, 'the failed loads are counted')
+  t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'order' }), 0)
 })
 
 t.test('leaf_zookeeper_in_use tells an instance whose ZooKeeper is down from one without ZooKeeper', async (t) => {
