@@ -307,7 +307,10 @@ t.test('the Kubernetes examples: only configuration keys, a valid configuration,
 t.test('Prometheus scrapes /metrics of both replicas on their container port', async (t) => {
   t.equal(mounts('prometheus').get('/etc/prometheus/prometheus.yml'), './config/prometheus.yml')
   interface ScrapeConfig { job_name: string, metrics_path?: string, static_configs?: { targets: string[] }[] }
-  const prometheus = parseYaml(read('config/prometheus.yml')) as { scrape_configs: ScrapeConfig[] }
+  const prometheus = parseYaml(read('config/prometheus.yml')) as { scrape_configs: ScrapeConfig[], rule_files?: string[] }
+  // promtool resolves rule_files against the config's folder here; Prometheus does in the container.
+  const ruleFiles = (prometheus.rule_files ?? []).map((f) => posix.resolve('/etc/prometheus', f))
+  t.same(ruleFiles.map((f) => mounts('prometheus').get(f)), ['./config/alerts.yml'], 'the alerting rules are mounted where prometheus.yml names them')
   const targets = prometheus.scrape_configs.flatMap((c) => {
     t.equal(c.metrics_path ?? '/metrics', '/metrics', `${c.job_name}: /metrics`)
     return (c.static_configs ?? []).flatMap((s) => s.targets)
