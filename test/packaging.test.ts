@@ -83,6 +83,7 @@ const workdir = all(runtime, 'WORKDIR').at(-1) ?? '/'
 interface Service {
   image?: string
   build?: string | { context: string, dockerfile?: string }
+  pull_policy?: string
   environment?: Record<string, string | number | boolean | null> | string[]
   volumes?: string[]
   ports?: string[]
@@ -216,14 +217,25 @@ t.test('the stack: MySQL and ZooKeeper healthy before the replicas start, Promet
 
   for (const name of REPLICAS) {
     const s = service(name)
-    t.same(s.build, '.', `${name} builds this Dockerfile`)
     t.notOk(s.healthcheck, `${name} keeps the image's HEALTHCHECK`)
-    t.same(s.depends_on, { mysql: { condition: 'service_healthy' }, zookeeper: { condition: 'service_healthy' } }, `${name} waits for healthy services`)
+    t.match(s.depends_on, { mysql: { condition: 'service_healthy' }, zookeeper: { condition: 'service_healthy' } }, `${name} waits for healthy services`)
   }
   t.same(service('leaf1').ports, [`8080:${containerPort}`])
   t.same(service('leaf2').ports, [`8081:${containerPort}`])
   t.same(service('prometheus').ports, ['9090:9090'])
   t.same(Object.keys(service('prometheus').depends_on ?? {}).sort(), REPLICAS)
+})
+
+t.test('the replicas run one image, built once from this Dockerfile and tagged', async (t) => {
+  const [leaf1, leaf2] = REPLICAS.map(service) as [Service, Service]
+  t.same(leaf1.build, '.', 'leaf1 builds this Dockerfile')
+  t.match(leaf1.image, /^[a-z0-9][a-z0-9._-]*:[\w.-]+$/, 'and tags the image')
+  t.equal(leaf1.pull_policy, 'build', 'built from the checkout, never pulled')
+  t.equal(leaf2.image, leaf1.image, 'leaf2 runs that image')
+  t.equal(leaf2.build, undefined, 'leaf2 does not build it a second time')
+  t.equal(leaf2.pull_policy, 'never', 'nor pulls it: no registry has it')
+  t.same((leaf2.depends_on as Record<string, unknown>).leaf1, { condition: 'service_started' }, 'leaf1, which builds it, comes first')
+  t.same(Object.entries(compose.services).filter(([, s]) => s.build !== undefined).map(([name]) => name), ['leaf1'], 'the only build of the stack')
 })
 
 t.test('MySQL creates Leaf\'s table from sql/ on first start, for the replicas\' user', async (t) => {
