@@ -1,9 +1,11 @@
 import { spawnSync } from 'node:child_process'
+import { join } from 'node:path'
 import t from 'tap'
 import { buildApp } from '../src/app.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { parseSamples, valueOf, type Sample } from './helpers/prometheus.js'
+import { withSqlite } from './helpers/sqlite.js'
 import { TEST_ZK, uniqueName, zookeeperProxy } from './helpers/zookeeper.js'
 
 const TOKEN = 'test-token-0123'
@@ -83,16 +85,18 @@ t.test('promtool accepts the service\'s own metric families', async (t) => {
 })
 
 t.test('a load that fails counts on the series that were at 0, and the request answers SEGMENTS_NOT_READY', async (t) => {
-  const server = await app({ 'leaf.admin.token': TOKEN, 'leaf.segment.wait-timeout-ms': 200 })
-  // max_id + step would pass 2^63 - 1: the store refuses every load of this tag.
-  const created = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key: 'full', step: 1000, maxId: '9223372036854775000' } })
+  const dbPath = join(tempDir(), 'leaf.db')
+  const server = await app({ 'leaf.jdbc.url': `sqlite:${dbPath}`, 'leaf.admin.token': TOKEN, 'leaf.segment.wait-timeout-ms': 200 })
+  const created = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key: 'broken', step: 1000 } })
   t.equal(created.statusCode, 201)
-  const res = await server.inject('/api/segment/get/full')
+  // A step of 0, set by hand: the store refuses every load of the tag, and it is retried.
+  withSqlite(dbPath, (db) => db.prepare('UPDATE leaf_alloc SET step = 0 WHERE biz_tag = ?').run('broken'))
+  const res = await server.inject('/api/segment/get/broken')
   t.equal(res.statusCode, 503)
   t.equal(res.json().error, 'SEGMENTS_NOT_READY')
   const { samples } = await scrape(server)
   t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'SEGMENTS_NOT_READY' }), 1)
-  t.ok((valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'full' }) ?? 0) >= 1, 'the failed loads are counted')
+  t.ok((valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'broken' }) ?? 0) >= 1, 'the failed loads are counted')
   t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'order' }), 0)
 })
 

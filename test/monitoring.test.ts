@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { stringify as toYaml } from 'yaml'
 import { tempDir } from './helpers/config.js'
+import { withSqlite } from './helpers/sqlite.js'
 import { ALERTS_FILE, alertRules, asPromql, dashboardQueries, readDashboard, selectors } from './helpers/monitoring.js'
 import { ROOT, get, startServer } from './helpers/server-process.js'
 import { TEST_ZK, uniqueName } from './helpers/zookeeper.js'
@@ -100,18 +101,19 @@ t.test('the alerting rules and the dashboard\'s queries on a real Prometheus scr
   }
 
   // Round 1: the first segment of `order`, snowflake IDs, requests that fail with a code, and a
-  // tag whose loads will fail (max_id + step would pass 2^63 - 1), not asked for yet: its load
-  // failure counter is scraped at 0 first, as in a real deployment.
+  // tag whose loads will fail (its step set to 0 by hand), not asked for yet: its load failure
+  // counter is scraped at 0 first, as in a real deployment.
   const expectSegmentIds = 10 + 300 + 10
   for (let i = 0; i < 10; i++) t.equal((await get(`${leaf.url}/api/segment/get/order`)).status, 200)
   for (let i = 0; i < 20; i++) t.equal((await get(`${leaf.url}/api/snowflake/get/monitoring`)).status, 200)
   t.equal((await get(`${leaf.url}/api/segment/get/no-such-tag`)).status, 404, 'KEY_NOT_FOUND')
   t.equal((await get(`${leaf.url}/api/snowflake/get/k?count=0`)).status, 400, 'INVALID_COUNT')
   const created = await fetch(`${leaf.url}/api/segment/tags`, {
-    method: 'POST', headers: { ...ADMIN, 'content-type': 'application/json' }, body: JSON.stringify({ key: 'full', step: 1000, maxId: '9223372036854775000' }),
+    method: 'POST', headers: { ...ADMIN, 'content-type': 'application/json' }, body: JSON.stringify({ key: 'broken', step: 1000 }),
   })
-  t.equal(created.status, 201, 'tag full created')
-  t.ok(await scraped('leaf_segment_db_load_failures_total{key="full"}', 0), 'Prometheus has the failure counter of tag full at 0')
+  t.equal(created.status, 201, 'tag broken created')
+  withSqlite(join(dir, 'leaf.db'), (db) => db.prepare('UPDATE leaf_alloc SET step = 0 WHERE biz_tag = ?').run('broken'))
+  t.ok(await scraped('leaf_segment_db_load_failures_total{key="broken"}', 0), 'Prometheus has the failure counter of tag broken at 0')
 
   // Round 2, after a few scrapes: the rates see increases. count=300 uses past 10% of the
   // 2,000-ID step of `order`, so its next segment loads too.
@@ -121,7 +123,7 @@ t.test('the alerting rules and the dashboard\'s queries on a real Prometheus scr
   for (let i = 0; i < 20; i++) t.equal((await get(`${leaf.url}/api/snowflake/get/monitoring`)).status, 200)
   t.equal((await get(`${leaf.url}/api/segment/get/no-such-tag`)).status, 404, 'KEY_NOT_FOUND')
   for (let i = 0; i < 3; i++) {
-    const failed = await get(`${leaf.url}/api/segment/get/full`)
+    const failed = await get(`${leaf.url}/api/segment/get/broken`)
     t.same([failed.status, JSON.parse(failed.body).error], [503, 'SEGMENTS_NOT_READY'], 'a tag whose loads fail: SEGMENTS_NOT_READY')
   }
   t.ok(await scraped('sum(leaf_ids_issued_total{mode="segment"})', expectSegmentIds), 'Prometheus has scraped the traffic')
@@ -175,7 +177,7 @@ t.test('the alerting rules and the dashboard\'s queries on a real Prometheus scr
       await sleep(200)
     }
     // Rules with a `for` cannot fire within this test; the others fire at their first evaluation.
-    t.same(firing, ['LeafIdsUnavailable SEGMENTS_NOT_READY', 'LeafSegmentLoadFailing full'], 'firing: the load failures of tag full, and its SEGMENTS_NOT_READY')
+    t.same(firing, ['LeafIdsUnavailable SEGMENTS_NOT_READY', 'LeafSegmentLoadFailing broken'], 'firing: the load failures of tag broken, and its SEGMENTS_NOT_READY')
     const healthy = ['LeafZookeeperDisconnected', 'LeafWorkerLeaseExpiring']
     t.same(active.filter((a) => healthy.includes(a.labels.alertname ?? '')), [], `${healthy.join(' and ')} not even pending: ZooKeeper is up, the lease renewed`)
 
