@@ -1,9 +1,12 @@
 import { spawnSync } from 'node:child_process'
+import { join } from 'node:path'
 import t from 'tap'
 import { buildApp } from '../src/app.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { parseSamples, valueOf, type Sample } from './helpers/prometheus.js'
+import { withSqlite } from './helpers/sqlite.js'
+import { TEST_ZK, uniqueName, zookeeperProxy } from './helpers/zookeeper.js'
 
 const TOKEN = 'test-token-0123'
 const AUTH = { authorization: `Bearer ${TOKEN}` }
@@ -31,6 +34,10 @@ t.test('/metrics moves as IDs are issued and errors happen', async (t) => {
   t.equal(valueOf(samples, 'leaf_snowflake_worker_id'), 0)
   t.equal(valueOf(samples, 'leaf_zookeeper_connected'), 0)
   t.ok(valueOf(samples, 'process_cpu_user_seconds_total') !== undefined, 'default process metrics')
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'SEGMENTS_NOT_READY' }), 0, 'the codes alerts watch are there from the start')
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'snowflake', code: 'CLOCK_BACKWARDS' }), 0)
+  t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'order' }), 0, 'and load failures for every tag')
+  t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'leaf-segment-test' }), 0)
 
   await server.inject('/api/segment/get/order')
   await server.inject('/api/segment/get/order?count=10')
@@ -75,6 +82,63 @@ t.test('promtool accepts the service\'s own metric families', async (t) => {
   t.match(own, /leaf_ids_issued_total/)
   const lint = spawnSync('promtool', ['check', 'metrics'], { input: own, encoding: 'utf8' })
   t.equal(lint.status, 0, `promtool: ${lint.stdout}${lint.stderr}`)
+})
+
+t.test('a load that fails counts on the series that were at 0, and the request answers SEGMENTS_NOT_READY', async (t) => {
+  const dbPath = join(tempDir(), 'leaf.db')
+  const server = await app({ 'leaf.jdbc.url': `sqlite:${dbPath}`, 'leaf.admin.token': TOKEN, 'leaf.segment.wait-timeout-ms': 200 })
+  const created = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key: 'broken', step: 1000 } })
+  t.equal(created.statusCode, 201)
+  // A step of 0, set by hand: the store refuses every load of the tag, and it is retried.
+  withSqlite(dbPath, (db) => db.prepare('UPDATE leaf_alloc SET step = 0 WHERE biz_tag = ?').run('broken'))
+  const res = await server.inject('/api/segment/get/broken')
+  t.equal(res.statusCode, 503)
+  t.equal(res.json().error, 'SEGMENTS_NOT_READY')
+  const { samples } = await scrape(server)
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'SEGMENTS_NOT_READY' }), 1)
+  t.ok((valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'broken' }) ?? 0) >= 1, 'the failed loads are counted')
+  t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'order' }), 0)
+})
+
+t.test('leaf_zookeeper_in_use tells an instance whose ZooKeeper is down from one without ZooKeeper', async (t) => {
+  const zookeeper = (source: string, address: string) => ({
+    'leaf.snowflake.worker-id.source': source,
+    'leaf.snowflake.zk.address': address,
+    'leaf.snowflake.zk.session-timeout-ms': 2000,
+    'leaf.name': uniqueName(),
+    'leaf.snowflake.ip': '127.0.0.1',
+    'leaf.snowflake.port': 9001,
+  })
+  const gauges = async (server: Awaited<ReturnType<typeof buildApp>>) => {
+    const { samples } = await scrape(server)
+    return { inUse: valueOf(samples, 'leaf_zookeeper_in_use'), connected: valueOf(samples, 'leaf_zookeeper_connected') }
+  }
+  t.same(await gauges(await app()), { inUse: 0, connected: 0 }, 'static source')
+  t.same(await gauges(await app({ 'leaf.snowflake.enable': false })), { inUse: 0, connected: 0 }, 'segment mode only')
+  t.same(await gauges(await app({ 'leaf.snowflake.worker-id.source': 'db-lease' })), { inUse: 0, connected: 0 }, 'db-lease source')
+  t.same(await gauges(await app(zookeeper('zookeeper-lease', TEST_ZK))), { inUse: 1, connected: 1 }, 'zookeeper-lease source')
+
+  const proxy = await zookeeperProxy(t)
+  // Closed here, not at the end of the file: an unconnected ZooKeeper client only closes once it connects.
+  const server = await buildApp(testConfig({
+    'leaf.snowflake.enable': true,
+    'leaf.snowflake.cache.dir': tempDir(),
+    ...zookeeper('zookeeper', `127.0.0.1:${proxy.port}`),
+  }), { logger: silentLogger })
+  const until = async (connected: number) => {
+    let now = await gauges(server)
+    for (let i = 0; now.connected !== connected && i < 100; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      now = await gauges(server)
+    }
+    return now
+  }
+  t.same(await gauges(server), { inUse: 1, connected: 1 }, 'zookeeper source')
+  proxy.block()
+  t.same(await until(0), { inUse: 1, connected: 0 }, 'zookeeper source, ZooKeeper unreachable: the case an alert is for')
+  proxy.unblock()
+  t.same(await until(1), { inUse: 1, connected: 1 }, 'connected again')
+  await server.close()
 })
 
 t.test('/api/cache and /api/db match the generator and the table after known calls', async (t) => {

@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process'
 import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { builtinModules } from 'node:module'
 import { createServer } from 'node:net'
-import { dirname, join, posix } from 'node:path'
+import { basename, dirname, join, posix } from 'node:path'
 import mysql from 'mysql2/promise'
 import t from 'tap'
 import { parse as parseYaml } from 'yaml'
@@ -13,6 +13,7 @@ import { decodeSnowflakeId } from '../src/snowflake/snowflake-generator.js'
 import { readWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
 import { tempDir } from './helpers/config.js'
 import { TEST_MYSQL } from './helpers/mysql.js'
+import { DASHBOARD_FILE, asPromql, dashboardPanels, dashboardQueries, readDashboard, selectors } from './helpers/monitoring.js'
 import { ROOT, SERVER_JS, get, startServer } from './helpers/server-process.js'
 import { TEST_ZK, inspector, uniqueName } from './helpers/zookeeper.js'
 
@@ -83,6 +84,7 @@ const workdir = all(runtime, 'WORKDIR').at(-1) ?? '/'
 interface Service {
   image?: string
   build?: string | { context: string, dockerfile?: string }
+  pull_policy?: string
   environment?: Record<string, string | number | boolean | null> | string[]
   volumes?: string[]
   ports?: string[]
@@ -202,7 +204,7 @@ t.test('the built server imports only production dependencies (the image omits d
 })
 
 t.test('the stack: MySQL and ZooKeeper healthy before the replicas start, Prometheus after', async (t) => {
-  t.same(Object.keys(compose.services).sort(), ['leaf1', 'leaf2', 'mysql', 'prometheus', 'zookeeper'])
+  t.same(Object.keys(compose.services).sort(), ['grafana', 'leaf1', 'leaf2', 'mysql', 'prometheus', 'zookeeper'])
   // docker-compose 1.29 (scripts/check-packaging.sh) rejects `name:`; Compose v2 warns on `version:`.
   t.same(Object.keys(compose).filter((k) => !k.startsWith('x-')).sort(), ['services', 'volumes'])
   t.match(service('mysql').image, /^mysql:8\.\d+$/)
@@ -216,14 +218,25 @@ t.test('the stack: MySQL and ZooKeeper healthy before the replicas start, Promet
 
   for (const name of REPLICAS) {
     const s = service(name)
-    t.same(s.build, '.', `${name} builds this Dockerfile`)
     t.notOk(s.healthcheck, `${name} keeps the image's HEALTHCHECK`)
-    t.same(s.depends_on, { mysql: { condition: 'service_healthy' }, zookeeper: { condition: 'service_healthy' } }, `${name} waits for healthy services`)
+    t.match(s.depends_on, { mysql: { condition: 'service_healthy' }, zookeeper: { condition: 'service_healthy' } }, `${name} waits for healthy services`)
   }
   t.same(service('leaf1').ports, [`8080:${containerPort}`])
   t.same(service('leaf2').ports, [`8081:${containerPort}`])
   t.same(service('prometheus').ports, ['9090:9090'])
   t.same(Object.keys(service('prometheus').depends_on ?? {}).sort(), REPLICAS)
+})
+
+t.test('the replicas run one image, built once from this Dockerfile and tagged', async (t) => {
+  const [leaf1, leaf2] = REPLICAS.map(service) as [Service, Service]
+  t.same(leaf1.build, '.', 'leaf1 builds this Dockerfile')
+  t.match(leaf1.image, /^[a-z0-9][a-z0-9._-]*:[\w.-]+$/, 'and tags the image')
+  t.equal(leaf1.pull_policy, 'build', 'built from the checkout, never pulled')
+  t.equal(leaf2.image, leaf1.image, 'leaf2 runs that image')
+  t.equal(leaf2.build, undefined, 'leaf2 does not build it a second time')
+  t.equal(leaf2.pull_policy, 'never', 'nor pulls it: no registry has it')
+  t.same((leaf2.depends_on as Record<string, unknown>).leaf1, { condition: 'service_started' }, 'leaf1, which builds it, comes first')
+  t.same(Object.entries(compose.services).filter(([, s]) => s.build !== undefined).map(([name]) => name), ['leaf1'], 'the only build of the stack')
 })
 
 t.test('MySQL creates Leaf\'s table from sql/ on first start, for the replicas\' user', async (t) => {
@@ -307,12 +320,75 @@ t.test('the Kubernetes examples: only configuration keys, a valid configuration,
 t.test('Prometheus scrapes /metrics of both replicas on their container port', async (t) => {
   t.equal(mounts('prometheus').get('/etc/prometheus/prometheus.yml'), './config/prometheus.yml')
   interface ScrapeConfig { job_name: string, metrics_path?: string, static_configs?: { targets: string[] }[] }
-  const prometheus = parseYaml(read('config/prometheus.yml')) as { scrape_configs: ScrapeConfig[] }
+  const prometheus = parseYaml(read('config/prometheus.yml')) as { scrape_configs: ScrapeConfig[], rule_files?: string[] }
+  // promtool resolves rule_files against the config's folder here; Prometheus does in the container.
+  const ruleFiles = (prometheus.rule_files ?? []).map((f) => posix.resolve('/etc/prometheus', f))
+  t.same(ruleFiles.map((f) => mounts('prometheus').get(f)), ['./config/alerts.yml'], 'the alerting rules are mounted where prometheus.yml names them')
   const targets = prometheus.scrape_configs.flatMap((c) => {
     t.equal(c.metrics_path ?? '/metrics', '/metrics', `${c.job_name}: /metrics`)
     return (c.static_configs ?? []).flatMap((s) => s.targets)
   })
   t.same(targets.sort(), REPLICAS.map((name) => `${name}:${containerPort}`))
+})
+
+t.test('Grafana: the stack\'s Prometheus as its datasource, the Leaf-TS dashboard provisioned from config/grafana', async (t) => {
+  const grafana = service('grafana')
+  t.match(grafana.image, /^grafana\/grafana-oss:\d+\.\d+\.\d+$/, 'a pinned version')
+  t.same(grafana.ports, ['3000:3000'])
+  t.same(grafana.depends_on, { prometheus: { condition: 'service_healthy' } })
+  t.match(environment('grafana'), { GF_AUTH_ANONYMOUS_ENABLED: 'true', GF_AUTH_ANONYMOUS_ORG_ROLE: 'Viewer', GF_SECURITY_ADMIN_PASSWORD: /.+/ },
+    'anyone sees the dashboards; the admin password is in the file (docs/monitoring.md)')
+  const m = mounts('grafana')
+  t.ok(Object.hasOwn(compose.volumes ?? {}, m.get('/var/lib/grafana') ?? ''), 'its database on a named volume')
+  for (const volume of grafana.volumes ?? []) {
+    if (volume.startsWith('./')) t.match(volume, /:ro$/, `${volume}: read-only`)
+  }
+
+  interface Datasource { name: string, type: string, uid?: string, url: string, isDefault?: boolean }
+  const datasourceDir = m.get('/etc/grafana/provisioning/datasources')
+  t.equal(datasourceDir, './config/grafana/provisioning/datasources')
+  const datasources = readdirSync(join(ROOT, datasourceDir ?? '')).flatMap((f) => (parseYaml(read(`${datasourceDir}/${f}`)) as { datasources: Datasource[] }).datasources)
+  const prometheusPort = (service('prometheus').ports ?? [])[0]?.split(':')[1]
+  t.match(datasources, [{ type: 'prometheus', url: `http://prometheus:${prometheusPort}`, isDefault: true }], 'Prometheus by its service name, on its container port')
+  t.equal(datasources.length, 1)
+
+  interface Provider { name: string, type: string, options: { path: string } }
+  const providerDir = m.get('/etc/grafana/provisioning/dashboards')
+  t.equal(providerDir, './config/grafana/provisioning/dashboards')
+  const providers = readdirSync(join(ROOT, providerDir ?? '')).flatMap((f) => (parseYaml(read(`${providerDir}/${f}`)) as { providers: Provider[] }).providers)
+  t.equal(providers.length, 1)
+  const dashboardsDir = m.get(providers[0]?.options.path ?? '')
+  t.equal(dashboardsDir, './config/grafana/dashboards', 'the provider reads the mounted dashboards folder')
+  t.same(readdirSync(join(ROOT, dashboardsDir ?? '')), [basename(DASHBOARD_FILE)], 'one dashboard there: the one test/monitoring.test.ts runs')
+  const home = environment('grafana').GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH ?? ''
+  t.equal(posix.dirname(home), providers[0]?.options.path, 'the home dashboard is in that folder')
+  t.ok(existsSync(join(ROOT, dashboardsDir ?? '', posix.basename(home))), `${home} exists`)
+})
+
+/** Grafana's reference to the dashboard's datasource variable. */
+const DATASOURCE_VARIABLE = '$' + '{datasource}'
+
+t.test('the dashboard: every panel queries Prometheus through the datasource variable; test/monitoring.test.ts runs each query', async (t) => {
+  const dashboard = readDashboard()
+  t.match(dashboard, { uid: /^[\w-]{1,40}$/, title: 'Leaf-TS' })
+  const datasource = dashboard.templating.list.find((v) => v.type === 'datasource')
+  t.match(datasource, { name: 'datasource', query: 'prometheus' }, 'a datasource variable: the dashboard imports into any Grafana')
+  const panels = dashboardPanels(dashboard)
+  const ids = panels.map((p) => p.id)
+  t.equal(new Set(ids).size, ids.length, 'panel ids are unique')
+  const exprs: string[] = []
+  for (const panel of panels) {
+    t.ok((panel.targets ?? []).length > 0, `panel "${panel.title}" has a query`)
+    for (const target of panel.targets ?? []) {
+      t.match(target, { datasource: { type: 'prometheus', uid: DATASOURCE_VARIABLE }, expr: /\S/ }, `panel "${panel.title}" target ${target.refId}`)
+      t.doesNotThrow(() => selectors(asPromql(target.expr ?? '')), `panel "${panel.title}" target ${target.refId}: PromQL that parses (Grafana's variables filled in)`)
+      exprs.push(target.expr ?? '')
+    }
+  }
+  t.same(dashboardQueries(dashboard).map((q) => q.expr).slice(0, exprs.length), exprs, 'every panel target is among the queries the real-Prometheus test runs')
+  const topics = [/leaf_ids_issued_total/, /histogram_quantile\(0\.5, [^\n]*http_request_duration_seconds_bucket/, /histogram_quantile\(0\.99, [^\n]*http_request_duration_seconds_bucket/,
+    /leaf_id_errors_total/, /leaf_segment_buffer_seconds/, /leaf_segment_db_load_seconds_bucket/, /leaf_zookeeper_connected/, /leaf_snowflake_lease_expiry_seconds/]
+  for (const topic of topics) t.ok(exprs.some((e) => topic.test(e)), `a panel shows ${topic.source}`)
 })
 
 t.test('leaf1\'s environment, on the local MariaDB and ZooKeeper: both routes, healthcheck, metrics, drain', async (t) => {

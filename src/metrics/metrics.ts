@@ -2,10 +2,18 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { HotCounter, HotHistogram, type HistogramChild } from './hot-metrics.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
+import type { LeaseSource } from '../snowflake/worker-id/worker-lease.js'
 
 /** Snowflake keys are the caller's choice: past this many distinct keys, count under `_other`. */
 export const MAX_SNOWFLAKE_KEYS = 100
 export const OTHER_KEY = '_other'
+/** The worker-id sources that hold a ZooKeeper session (`cache`: the zookeeper source started from its cache file). */
+const ZOOKEEPER_SOURCES: ReadonlySet<LeaseSource> = new Set(['zookeeper', 'cache', 'zookeeper-lease'])
+/**
+ * The error codes config/alerts.yml watches, exported at 0 from the start: a counter that first
+ * appears at its first increment hides that increment, or that whole burst, from increase().
+ */
+const ALERTED_ERRORS = { segment: ['SEGMENTS_NOT_READY'], snowflake: ['CLOCK_BACKWARDS'] } as const
 
 export interface Metrics {
   registry: Registry
@@ -45,7 +53,16 @@ export function createMetrics (): Metrics {
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [registry],
   })
-  const loadFailures = new Counter({ name: 'leaf_segment_db_load_failures_total', help: 'Segment loads that failed.', labelNames: ['key'], registers: [registry] })
+  const loadFailures = new Counter({
+    name: 'leaf_segment_db_load_failures_total',
+    help: 'Segment loads that failed.',
+    labelNames: ['key'],
+    registers: [registry],
+    collect () {
+      // 0 for every known tag (see ALERTED_ERRORS for why).
+      for (const v of modes.segment?.generator.views() ?? []) this.inc({ key: v.key }, 0)
+    },
+  })
   const returned = new Counter({
     name: 'leaf_segment_ids_returned_total',
     help: 'Unused IDs given back at a graceful stop: to="table" by a compare-and-set on max_id, to="successor" parked for the next start of this instance.',
@@ -134,6 +151,9 @@ export function createMetrics (): Metrics {
   const snowflakeGauges = [
     leaseGauge('leaf_snowflake_worker_id', 'This instance\'s snowflake worker id.', (s) => s.workerId),
     leaseGauge('leaf_zookeeper_connected', '1 while the ZooKeeper session is connected.', (s) => s.zookeeperConnected ? 1 : 0),
+    // leaf_zookeeper_connected is 0 on an instance without ZooKeeper too: alerts need this to tell the two apart.
+    leaseGauge('leaf_zookeeper_in_use', '1 when this instance\'s worker-id source uses ZooKeeper (zookeeper, zookeeper-lease), else 0.',
+      (s) => ZOOKEEPER_SOURCES.has(s.source) ? 1 : 0),
     leaseGauge('leaf_snowflake_last_heartbeat_timestamp_seconds', 'When the worker lease was last written.',
       (s) => s.lastHeartbeat === undefined ? undefined : s.lastHeartbeat / 1000),
     leaseGauge('leaf_snowflake_lease_expiry_seconds', 'Time left until the store may free the worker-id lease (recyclable sources; the holder fences TTL/10 earlier); 0 once lost.',
@@ -156,6 +176,16 @@ export function createMetrics (): Metrics {
   let otherKeys: { value: number } | undefined
   const errorChildren = new Map<string, { value: number }>()
   const requestChildren = new Map<string, Map<string, Map<number, HistogramChild>>>()
+
+  function errorChild (mode: string, code: string): { value: number } {
+    const id = mode + '\0' + code
+    let child = errorChildren.get(id)
+    if (child === undefined) {
+      child = idErrors.child({ mode, code })
+      errorChildren.set(id, child)
+    }
+    return child
+  }
 
   for (const metric of [httpDuration, idsIssued, idErrors, ...segmentGauges, ...snowflakeGauges]) {
     registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0])
@@ -180,13 +210,7 @@ export function createMetrics (): Metrics {
       child.value += count
     },
     idError (mode, code) {
-      const id = mode + '\0' + code
-      let child = errorChildren.get(id)
-      if (child === undefined) {
-        child = idErrors.child({ mode, code })
-        errorChildren.set(id, child)
-      }
-      child.value++
+      errorChild(mode, code).value++
     },
     request (method, route, status, seconds) {
       // Nested maps keyed by the values themselves: no key string is built per request.
@@ -216,6 +240,9 @@ export function createMetrics (): Metrics {
     },
     watch (m) {
       modes = m
+      for (const mode of ['segment', 'snowflake'] as const) {
+        if (m[mode] !== undefined) for (const code of ALERTED_ERRORS[mode]) errorChild(mode, code)
+      }
     },
   }
 }
