@@ -4,10 +4,20 @@ export function sleep (ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
-/** Rejects with `message` when `promise` has not settled within `ms`; the timer never outlives it. */
+/** A call that did not answer in time: coded as a socket's timeout, so logs and readiness read it alike. */
+export class TimeoutError extends Error {
+  readonly code = 'ETIMEDOUT'
+
+  constructor (message: string) {
+    super(message)
+    this.name = 'TimeoutError'
+  }
+}
+
+/** Rejects with a TimeoutError of `message` when `promise` has not settled within `ms`; the timer never outlives it. */
 export function withTimeout<T> (promise: Promise<T>, ms: number, message: string): Promise<T> {
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(message)), ms)
+    const timer = setTimeout(() => reject(new TimeoutError(message)), ms)
     promise.then((v) => { clearTimeout(timer); resolve(v) }, (e: unknown) => { clearTimeout(timer); reject(e) })
   })
 }
