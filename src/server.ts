@@ -1,5 +1,6 @@
 // First: keeps a nextTick record alive before anything else loads (see tick-shape.ts).
 import './tick-shape.js'
+import { fileURLToPath } from 'node:url'
 import closeWithGrace from 'close-with-grace'
 import pino from 'pino'
 import { buildApp } from './app.js'
@@ -7,15 +8,18 @@ import { ConfigError, loadConfig, type LoadedConfig } from './config/load-config
 import { StartRefused } from './errors.js'
 
 // Entry point: read the config, build the app, listen, and drain on SIGTERM/SIGINT.
+// The package's own file, beside dist/ (and src/ under `npm run dev`): found from any working folder.
+const SHIPPED_CONFIG = fileURLToPath(new URL('../config/leaf.properties', import.meta.url))
+
 let loaded: LoadedConfig
 try {
-  loaded = loadConfig({ argv: process.argv.slice(2), env: process.env })
+  loaded = loadConfig({ argv: process.argv.slice(2), env: process.env, shippedPath: SHIPPED_CONFIG })
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err
   process.stderr.write(`leaf-ts: configuration error: ${err.message}\n`)
   process.exit(1)
 }
-const { config, file, warnings } = loaded
+const { config, file, fileFrom, warnings } = loaded
 
 const logger = pino({
   level: config.logLevel,
@@ -24,7 +28,8 @@ const logger = pino({
   transport: process.stdout.isTTY ? { target: 'pino-pretty' } : undefined,
 })
 for (const warning of warnings) logger.warn(warning)
-logger.info({ file: file ?? '(none: built-in defaults)' }, 'configuration loaded')
+logger.info({ file: file ?? '(none: built-in defaults)', from: fileFrom ?? null },
+  file === undefined ? 'configuration loaded: no file found, built-in defaults' : `configuration loaded from ${file}`)
 
 let app
 try {

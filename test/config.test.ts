@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
@@ -187,7 +187,9 @@ t.test('bad values stop the start, naming the key', async (t) => {
     [{}, ['--server.port=70000'], 'server.port', /out of range/],
     [{ LEAF_JDBC_URL: 'postgres://x/y' }, [], 'leaf.jdbc.url', /unknown scheme "postgres"/],
     [{ LEAF_SEGMENT_ENABLE: 'yes' }, [], 'leaf.segment.enable', /not true or false/],
-    [{ LEAF_CONFIG: '/nonexistent/leaf.properties' }, [], '--config', /cannot read/],
+    [{ LEAF_CONFIG: '/nonexistent/leaf.properties' }, [], 'LEAF_CONFIG', /cannot read \/nonexistent\/leaf\.properties \(ENOENT\)/],
+    [{}, ['--config=/nonexistent/leaf.properties'], '--config', /cannot read/],
+    [{ LEAF_CONFIG: '/nonexistent/a.properties' }, ['--config', '/nonexistent/b.properties'], '--config', /b\.properties/],
     [{}, ['--no.such.key=1'], 'no.such.key', /not a configuration key/],
     [{}, ['--server.port'], 'server.port', /no value/],
     [{}, ['stray'], 'command line', /unexpected argument/],
@@ -200,6 +202,33 @@ t.test('bad values stop the start, naming the key', async (t) => {
     t.equal(err.key, key)
     t.match(err.message, problem)
   }
+})
+
+t.test('the file: --config, then LEAF_CONFIG, then ./config/leaf.properties, then the shipped one', async (t) => {
+  const fileWith = (port: number) => join(dirWith(`server.port=${port}\n`), 'leaf.properties')
+  const cli = fileWith(1001)
+  const env = fileWith(1002)
+  const shipped = fileWith(1004)
+  const cwd = dirWith()
+  mkdirSync(join(cwd, 'config'))
+  writeFileSync(join(cwd, 'config/leaf.properties'), 'server.port=1003\n')
+  const load = (o: { argv?: string[], env?: Record<string, string>, cwd?: string }) => {
+    const { config, file, fileFrom } = loadConfig({ cwd, shippedPath: shipped, ...o })
+    return { port: config.server.port, file, fileFrom }
+  }
+  t.same(load({ argv: ['--config', cli], env: { LEAF_CONFIG: env } }), { port: 1001, file: cli, fileFrom: '--config' }, '--config first')
+  t.same(load({ env: { LEAF_CONFIG: env } }), { port: 1002, file: env, fileFrom: 'LEAF_CONFIG' }, 'then LEAF_CONFIG')
+  t.same(load({}), { port: 1003, file: join(cwd, 'config/leaf.properties'), fileFrom: 'config/leaf.properties' }, 'then ./config/leaf.properties')
+  t.same(load({ cwd: dirWith() }), { port: 1004, file: shipped, fileFrom: 'shipped' }, 'then the shipped file, from a folder without one')
+  t.same(load({ env: { LEAF_CONFIG: '' }, argv: ['--config='] }), { port: 1003, file: join(cwd, 'config/leaf.properties'), fileFrom: 'config/leaf.properties' }, 'empty names count as unset')
+  const none = loadConfig({ cwd: dirWith(), shippedPath: join(dirWith(), 'missing.properties') })
+  t.same([none.file, none.fileFrom, none.config.server.port], [undefined, undefined, 8080], 'no file anywhere: the built-in defaults')
+
+  const unreadable = dirWith()
+  mkdirSync(join(unreadable, 'config/leaf.properties'), { recursive: true })
+  const err = t.throws(() => loadConfig({ cwd: unreadable, shippedPath: shipped })) as ConfigError
+  t.equal(err.key, 'config/leaf.properties', 'a ./config/leaf.properties that cannot be read is an error, not passed over')
+  t.match(err.message, /cannot read .*config\/leaf\.properties \(EISDIR\)/)
 })
 
 t.test('unknown keys in the file are warnings, not errors', async (t) => {

@@ -13,6 +13,7 @@ t.test('a bad configuration stops the start with exit 1 and one line naming the 
     [['--server.port=abc'], {}, /server\.port: "abc" is not an integer/],
     [[], { LEAF_JDBC_URL: 'oracle:thin:@x' }, /leaf\.jdbc\.url: unknown scheme "oracle"/],
     [['--config', '/nonexistent.properties'], {}, /--config: cannot read \/nonexistent\.properties/],
+    [[], { LEAF_CONFIG: '/nonexistent.properties' }, /LEAF_CONFIG: cannot read \/nonexistent\.properties/],
   ]
   for (const [args, env, line] of cases) {
     const run = spawnSync(process.execPath, [SERVER_JS, ...args], { cwd: tempDir(), env: { PATH: process.env.PATH, ...env }, encoding: 'utf8' })

@@ -54,10 +54,15 @@ export interface Config {
   }
 }
 
+/** What picked the file: the command line, the environment, the working directory, or the package. */
+export type ConfigFileSource = '--config' | 'LEAF_CONFIG' | typeof DEFAULT_CONFIG_PATH | 'shipped'
+
 export interface LoadedConfig {
   config: Config
   /** Where the file came from, or undefined when none was read. */
   file: string | undefined
+  /** What named that file. */
+  fileFrom: ConfigFileSource | undefined
   /** Things worth a log line that do not stop the start (unknown keys, ...). */
   warnings: string[]
 }
@@ -68,17 +73,22 @@ export interface LoadOptions {
   cwd?: string
   /** The layout's epoch and lifetime are checked against this. */
   now?: number
+  /**
+   * The package's own config/leaf.properties (server.ts passes the one beside dist/): read
+   * when neither `--config`, `LEAF_CONFIG` nor `./config/leaf.properties` names a file.
+   */
+  shippedPath?: string
 }
 
 /**
  * Builds the configuration: built-in defaults < properties file < environment < command line.
- * Throws ConfigError naming the key on the first bad value.
+ * The file is the first of: `--config PATH`, `LEAF_CONFIG`, `./config/leaf.properties` (from
+ * `cwd`), the shipped one. Throws ConfigError naming the key on the first bad value.
  */
-export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), now = Date.now() }: LoadOptions = {}): LoadedConfig {
+export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), now = Date.now(), shippedPath }: LoadOptions = {}): LoadedConfig {
   const warnings: string[] = []
   const cli = parseArgv(argv)
-  const explicitPath = cli.configPath ?? env.LEAF_CONFIG
-  const file = readPropertiesFile(resolve(cwd, explicitPath || DEFAULT_CONFIG_PATH), Boolean(explicitPath))
+  const file = findPropertiesFile(cli.configPath, env.LEAF_CONFIG, cwd, shippedPath)
 
   const raw = Object.fromEntries(CONFIG_KEYS.map((k) => [k, KEYS[k].default])) as RawConfig
   for (const [k, v] of Object.entries(file?.values ?? {})) {
@@ -95,7 +105,7 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), now = Da
   for (const k of CONFIG_KEYS) parsed[k] = KEYS[k].parse(raw[k], k)
   const config = toConfig(parsed as ParsedConfig, now)
   checkWorkerIds(config.snowflake)
-  return { config, file: file?.path, warnings }
+  return { config, file: file?.path, fileFrom: file?.from, warnings }
 }
 
 /** Rules between worker-id keys that no single key's parser can see. */
@@ -177,16 +187,28 @@ function resolveLayout (p: ParsedConfig, now: number): Layout {
   }
 }
 
-function readPropertiesFile (path: string, required: boolean): { path: string, values: Record<string, string> } | undefined {
+interface PropertiesFile { path: string, from: ConfigFileSource, values: Record<string, string> }
+
+/** The file the precedence names; a named file that cannot be read is an error naming what named it. */
+function findPropertiesFile (cliPath: string | undefined, envPath: string | undefined, cwd: string, shippedPath: string | undefined): PropertiesFile | undefined {
+  if (cliPath) return readPropertiesFile(resolve(cwd, cliPath), '--config')
+  if (envPath) return readPropertiesFile(resolve(cwd, envPath), 'LEAF_CONFIG')
+  const local = readPropertiesFile(resolve(cwd, DEFAULT_CONFIG_PATH), DEFAULT_CONFIG_PATH, { optional: true })
+  if (local !== undefined || shippedPath === undefined) return local
+  return readPropertiesFile(resolve(shippedPath), 'shipped', { optional: true })
+}
+
+/** `from` is what the error names: `--config`, `LEAF_CONFIG` or where it looked. An optional file may be missing. */
+function readPropertiesFile (path: string, from: ConfigFileSource, { optional = false } = {}): PropertiesFile | undefined {
   let text: string
   try {
     text = readFileSync(path, 'utf8')
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code
-    if (!required && code === 'ENOENT') return undefined
-    throw new ConfigError('--config', `cannot read ${path} (${code ?? 'error'})`)
+    if (optional && code === 'ENOENT') return undefined
+    throw new ConfigError(from === 'shipped' ? 'the shipped config file' : from, `cannot read ${path} (${code ?? 'error'})`)
   }
-  return { path, values: parseProperties(text) as Record<string, string> }
+  return { path, from, values: parseProperties(text) as Record<string, string> }
 }
 
 /** `--config PATH`, and any key as `--key=value` or `--key value` (Spring Boot style). */

@@ -1,5 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process'
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs'
 import { Agent, request } from 'node:http'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -28,14 +31,32 @@ export interface StartOptions {
   onSpawn?: (proc: ChildProcess) => void
   /** A command the server runs under (`['faketime', '-f', '+2s']`): its process is `proc`. */
   wrapper?: string[]
+  /**
+   * Let a server started in a folder without config/leaf.properties fall back to the shipped
+   * file, as the server does. Off by default: such a test runs on the built-in defaults and
+   * its arguments alone (LEAF_CONFIG names an empty file), whatever the shipped file enables.
+   */
+  shippedConfig?: boolean
+}
+
+let emptyConfig: string | undefined
+/** An empty properties file: the built-in defaults. */
+export function emptyConfigFile (): string {
+  if (emptyConfig === undefined) {
+    emptyConfig = join(mkdtempSync(join(tmpdir(), 'leaf-empty-config-')), 'leaf.properties')
+    writeFileSync(emptyConfig, '')
+  }
+  return emptyConfig
 }
 
 /** Runs the built server (`node dist/server.js`) and waits until it listens on 127.0.0.1. */
-export function startServer ({ args = [], env = {}, cwd = ROOT, timeoutMs = 20_000, script = SERVER_JS, onSpawn, wrapper = [] }: StartOptions = {}): Promise<ServerProcess> {
+export function startServer ({ args = [], env = {}, cwd = ROOT, timeoutMs = 20_000, script = SERVER_JS, onSpawn, wrapper = [], shippedConfig = false }: StartOptions = {}): Promise<ServerProcess> {
   const command = [...wrapper, process.execPath, script, '--server.host=127.0.0.1', ...args]
+  const named = args.some((a) => a === '--config' || a.startsWith('--config=')) || env.LEAF_CONFIG !== undefined
+  const noFile = !shippedConfig && !named && !existsSync(join(cwd, 'config/leaf.properties'))
   const proc = spawn(command[0] as string, command.slice(1), {
     cwd,
-    env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', ...env },
+    env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', ...(noFile ? { LEAF_CONFIG: emptyConfigFile() } : {}), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   onSpawn?.(proc)
