@@ -81,6 +81,10 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
     await app.close()
     throw err
   }
+  if (leaf.segment === undefined && leaf.snowflake === undefined) {
+    logger.warn({ keys: ['leaf.segment.enable', 'leaf.snowflake.enable'], env: ['LEAF_SEGMENT_ENABLE', 'LEAF_SNOWFLAKE_ENABLE'] },
+      'no mode enabled: every ID route answers 503 MODE_DISABLED and /readyz 503; set leaf.segment.enable=true and/or leaf.snowflake.enable=true')
+  }
   metrics.watch(leaf)
 
   registerIdRoute(app, { mode: 'segment', source: leaf.segment?.generator, batchMax: config.batchMax, metrics, observe })

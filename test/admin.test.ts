@@ -1,5 +1,7 @@
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
+import { Writable } from 'node:stream'
+import pino from 'pino'
 import t from 'tap'
 import { buildApp } from '../src/app.js'
 import { tempDir, testConfig } from './helpers/config.js'
@@ -185,17 +187,42 @@ t.test('/healthz and /readyz', async (t) => {
   const ready = await server.inject('/readyz')
   t.equal(ready.statusCode, 200)
   t.same(ready.json(), { status: 'ready', modes: { segment: { ready: true }, snowflake: { ready: true } } })
+  t.equal(valueOf((await scrape(server)).samples, 'leaf_ready'), 1, 'leaf_ready 1 while /readyz is 200')
 })
 
-t.test('/readyz: a database down with nothing buffered is 503, saying which mode and why', async (t) => {
+t.test('/readyz: a database down with nothing buffered is 503, saying which mode and why; leaf_ready 0', async (t) => {
   const server = await app({ 'leaf.jdbc.url': 'mysql://leaf:leaf@127.0.0.1:1/leaf', 'leaf.jdbc.connect-timeout-ms': 300 })
   const started = Date.now()
   const res = await server.inject('/readyz')
   t.ok(Date.now() - started < 1500, 'answers within the one-second bound')
   t.equal(res.statusCode, 503)
-  t.match(res.json(), { status: 'not ready', modes: { segment: { ready: false, reason: /tag list is not loaded/ }, snowflake: { ready: true } } })
+  t.same(res.json(), {
+    status: 'not ready',
+    modes: { segment: { ready: false, reason: 'database unreachable: ECONNREFUSED (connection refused); the tag list is not loaded yet' }, snowflake: { ready: true } },
+  })
+  t.notMatch(res.body, /127\.0\.0\.1/, 'the cause\'s code, not the driver\'s message with its address')
+  t.equal(valueOf((await scrape(server)).samples, 'leaf_ready'), 0, 'leaf_ready 0 while /readyz is 503')
   t.equal((await server.inject('/api/segment/get/order')).json().error, 'NOT_READY')
   t.equal((await server.inject('/api/db')).json().error, 'STORE_UNAVAILABLE')
+})
+
+t.test('no mode enabled: a warning naming the keys at start, /readyz 503 "no mode enabled", leaf_ready 0', async (t) => {
+  const lines: { level: number, msg: string, keys?: string[] }[] = []
+  const logger = pino({ level: 'info' }, new Writable({
+    write (chunk: Buffer, _encoding, done) {
+      lines.push(JSON.parse(chunk.toString('utf8')) as (typeof lines)[number])
+      done()
+    },
+  }))
+  const server = await buildApp(testConfig(), { logger })
+  t.teardown(() => server.close())
+  const warning = lines.find((l) => l.level === 40 && /no mode enabled/.test(l.msg))
+  t.match(warning, { keys: ['leaf.segment.enable', 'leaf.snowflake.enable'], msg: /leaf\.segment\.enable=true and\/or leaf\.snowflake\.enable=true/ })
+  const res = await server.inject('/readyz')
+  t.equal(res.statusCode, 503)
+  t.same(res.json(), { status: 'not ready', reason: 'no mode enabled', modes: {} })
+  t.equal(valueOf((await scrape(server)).samples, 'leaf_ready'), 0)
+  t.equal((await server.inject('/api/segment/get/order')).json().error, 'MODE_DISABLED')
 })
 
 t.test('the token guards the views: missing, wrong, right', async (t) => {

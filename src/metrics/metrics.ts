@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { HotCounter, HotHistogram, type HistogramChild } from './hot-metrics.js'
+import { checkReadiness } from '../modes/readiness.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
 import type { LeaseSource } from '../snowflake/worker-id/worker-lease.js'
@@ -170,6 +171,17 @@ export function createMetrics (): Metrics {
     }),
   ]
 
+  // What /readyz would answer now, for an alert on `leaf_ready == 0`: the same function, asked
+  // at scrape time (it may wait up to READY_DB_TIMEOUT_MS on the database).
+  const readyGauge = new Gauge({
+    name: 'leaf_ready',
+    help: '1 when /readyz would answer 200 (every enabled mode can serve, and one is enabled), else 0.',
+    registers: [],
+    async collect () {
+      this.set((await checkReadiness(modes)).ready ? 1 : 0)
+    },
+  })
+
   const issuedSegment = new Map<string, { value: number }>()
   const issuedSnowflake = new Map<string, { value: number }>()
   const snowflakeKeys = new Set<string>()
@@ -187,7 +199,7 @@ export function createMetrics (): Metrics {
     return child
   }
 
-  for (const metric of [httpDuration, idsIssued, idErrors, ...segmentGauges, ...snowflakeGauges]) {
+  for (const metric of [httpDuration, idsIssued, idErrors, readyGauge, ...segmentGauges, ...snowflakeGauges]) {
     registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0])
   }
 

@@ -1,0 +1,67 @@
+import { describeCause } from '../driver-errors.js'
+import { withTimeout } from '../timers.js'
+import type { SegmentMode } from './segment-mode.js'
+import type { SnowflakeMode } from './snowflake-mode.js'
+
+/** Readiness never waits on the database longer than this. */
+export const READY_DB_TIMEOUT_MS = 1000
+
+export interface ModeReadiness { ready: boolean, reason?: string }
+
+export interface Readiness {
+  /** Every enabled mode can serve now, and at least one is enabled. */
+  ready: boolean
+  /** Why not, when no mode is to blame (none is enabled). */
+  reason?: string
+  modes: Record<string, ModeReadiness>
+}
+
+export const NO_MODE_ENABLED = 'no mode enabled'
+
+/**
+ * What `/readyz` answers and `leaf_ready` reports: one function, so the alert and the probe
+ * never disagree. Each mode says why it is not ready in words an operator can act on.
+ */
+export async function checkReadiness ({ segment, snowflake }: { segment: SegmentMode | undefined, snowflake: SnowflakeMode | undefined }): Promise<Readiness> {
+  if (segment === undefined && snowflake === undefined) return { ready: false, reason: NO_MODE_ENABLED, modes: {} }
+  const modes: Record<string, ModeReadiness> = {}
+  if (segment !== undefined) modes.segment = await segmentReadiness(segment)
+  if (snowflake !== undefined) modes.snowflake = snowflakeReadiness(snowflake)
+  return { ready: Object.values(modes).every((m) => m.ready), modes }
+}
+
+async function segmentReadiness ({ store, generator }: SegmentMode): Promise<ModeReadiness> {
+  const dbError = await withTimeout(store.ping(), READY_DB_TIMEOUT_MS, `no answer within ${READY_DB_TIMEOUT_MS} ms`)
+    .then(() => undefined, describeCause)
+  if (!generator.initialized) {
+    return {
+      ready: false,
+      reason: dbError === undefined
+        ? 'the tag list is not loaded yet (the database answers again: loading)'
+        : `database unreachable: ${dbError}; the tag list is not loaded yet`,
+    }
+  }
+  if (generator.warming) return { ready: false, reason: 'warm start: loading the first segments of the tags that served before the last stop' }
+  // Every instance shares the table, so a tag at the end of its ID space is not a reason to
+  // route elsewhere: ready, with the tags named.
+  const ended = generator.endedTags()
+  const endedNote = ended.length === 0 ? undefined : `ID space ended (ID_SPACE_EXHAUSTED) for ${ended.length} tag(s): ${ended.slice(0, 10).join(', ')}`
+  if (dbError === undefined) return endedNote === undefined ? { ready: true } : { ready: true, reason: endedNote }
+  const exhausted = generator.exhaustedTags()
+  if (exhausted.length === 0) return { ready: true, reason: `database unreachable: ${dbError}; serving buffered IDs` }
+  return { ready: false, reason: `database unreachable: ${dbError}, and ${exhausted.length} tag(s) have no buffered IDs left: ${exhausted.slice(0, 10).join(', ')}` }
+}
+
+function snowflakeReadiness (snowflake: SnowflakeMode): ModeReadiness {
+  const { unavailable, issuedUntil } = snowflake.lease.status()
+  if (unavailable !== undefined) {
+    return {
+      ready: false,
+      reason: issuedUntil !== undefined
+        ? `worker-id lease lost (${unavailable}): no snowflake ID until it leases one again`
+        : 'another instance may hold this worker id: no snowflake ID until it is ours alone (details in the log and /api/snowflake/status)',
+    }
+  }
+  const wait = snowflake.lease.notBefore - snowflake.clock()
+  return wait > 0 ? { ready: false, reason: `restart window: first ID in ${wait} ms` } : { ready: true }
+}
