@@ -1,7 +1,13 @@
+import { spawnSync } from 'node:child_process'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { tempDir } from './helpers/config.js'
-import { ROOT, get, startServer } from './helpers/server-process.js'
+import { TEST_MYSQL, createTestDatabase } from './helpers/mysql.js'
+import { ROOT, SERVER_JS, emptyConfigFile, get, startServer } from './helpers/server-process.js'
+import { withSqlite } from './helpers/sqlite.js'
+import { createProxy } from './helpers/tcp-proxy.js'
 
 // The first hour: how `node dist/server.js` starts, or refuses to, as an operator sees it.
 
@@ -25,3 +31,115 @@ t.test('started from another folder, the server finds the shipped config/leaf.pr
   t.match(await get(`${server.url}/api/segment/get/order`), { status: 200, body: '1' }, 'segment mode on, as the shipped file says')
   t.equal((await get(`${server.url}/api/snowflake/get/x`)).status, 200, 'snowflake mode on, as the shipped file says')
 })
+
+// --- The database at start --------------------------------------------------------------
+
+const mysqlServer = new URL(TEST_MYSQL)
+
+/** Runs the server to its exit (it must refuse to start): its exit code and output lines. */
+function runToExit (args: string[]): { status: number | null, lines: string[] } {
+  const run = spawnSync(process.execPath, [SERVER_JS, '--server.host=127.0.0.1', '--server.port=0', '--config', emptyConfigFile(), ...args], {
+    cwd: tempDir(), env: { PATH: process.env.PATH, LOG_LEVEL: 'info' }, encoding: 'utf8', timeout: 30_000,
+  })
+  return { status: run.status, lines: `${run.stdout}${run.stderr}`.split('\n').filter((l) => l !== '') }
+}
+
+/** Exit 1, one line at error level or above, no stack: a refusal an orchestrator shows as it is. */
+function refusesInOneLine (t: Test, args: string[], expected: RegExp): void {
+  const { status, lines } = runToExit(args)
+  t.equal(status, 1, 'exit 1')
+  const errors = logLines(lines).filter((l) => (l.level as number) >= 50)
+  t.equal(errors.length, 1, `one error line (${errors.map((l) => l.msg).join(' | ')})`)
+  t.match(errors[0], { level: 60, msg: expected })
+  t.notMatch(lines.join('\n'), /\n\s+at |"stack"/, 'no stack trace')
+  t.notOk(lines.some((l) => /Server listening/.test(l)), 'never listened')
+}
+
+const mysqlUrl = (user: string, password: string, database: string) =>
+  `mysql://${encodeURIComponent(user)}:${encodeURIComponent(password)}@${mysqlServer.host}/${database}`
+
+t.test('MySQL with a wrong password: exit 1 with one line', async (t) => {
+  const db = await createTestDatabase()
+  t.teardown(() => db.drop())
+  refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=jdbc:mysql://${mysqlServer.host}/${db.name}`, `--leaf.jdbc.username=${db.jdbc.username}`, '--leaf.jdbc.password=not-the-password'],
+    /^start refused: segment store mysql:\/\/[^@]+@[^ ]+: ER_ACCESS_DENIED_ERROR: Access denied .*: check leaf\.jdbc\.username and leaf\.jdbc\.password/)
+  const { lines } = runToExit(['--leaf.segment.enable=true', `--leaf.jdbc.url=jdbc:mysql://${mysqlServer.host}/${db.name}`, '--leaf.jdbc.username=leaf', '--leaf.jdbc.password=not-the-password'])
+  t.notOk(lines.some((l) => l.includes('not-the-password')), 'the password is not in the output')
+})
+
+t.test('MySQL with a database that does not exist: exit 1 with one line', async (t) => {
+  const user = decodeURIComponent(mysqlServer.username)
+  const password = decodeURIComponent(mysqlServer.password)
+  refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=${mysqlUrl(user, password, 'leaf_test_no_such_database')}`],
+    /^start refused: segment store .*: ER_BAD_DB_ERROR: .*leaf_test_no_such_database.*: create the database/)
+})
+
+t.test('MySQL without the leaf_alloc table: exit 1 with one line', async (t) => {
+  const db = await createTestDatabase()
+  t.teardown(() => db.drop())
+  await db.query('DROP TABLE leaf_alloc')
+  refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=${db.url}`],
+    /^start refused: segment store .*: ER_NO_SUCH_TABLE: .*leaf_alloc.*: create the table with sql\/leaf_alloc\.sql/)
+})
+
+t.test('SQLite: a leaf_alloc without Leaf\'s columns, a file that is not a database, a folder: exit 1 with one line', async (t) => {
+  // (The embedded store creates a missing leaf_alloc itself: a table it cannot use, or a file
+  // it cannot open, is what stops it.)
+  const dir = tempDir()
+  const other = join(dir, 'other.db')
+  withSqlite(other, (db) => db.exec('CREATE TABLE leaf_alloc (biz_tag TEXT PRIMARY KEY, max_id BIGINT)'))
+  refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${other}`], /^start refused: segment store sqlite:.*other\.db: SQLITE_ERROR: no such column: step/)
+  const text = join(dir, 'leaf.properties.db')
+  writeFileSync(text, 'leaf.segment.enable=true\n'.repeat(100))
+  refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${text}`], /^start refused: segment store sqlite:.*: SQLITE_NOTADB: file is not a database/)
+  const folder = join(dir, 'folder.db')
+  mkdirSync(folder)
+  refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${folder}`], /^start refused: segment store sqlite:.*: SQLITE_CANTOPEN: /)
+})
+
+t.test('MySQL refusing connections: the server starts, answers NOT_READY with the cause, and serves once the database is there', async (t) => {
+  const db = await createTestDatabase()
+  t.teardown(() => db.drop())
+  const port = await freePort()
+  const url = `mysql://${mysqlServer.username}:${mysqlServer.password}@127.0.0.1:${port}/${db.name}`
+  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=${url}`, '--leaf.jdbc.connect-timeout-ms=500'] })
+  t.teardown(() => server.stop())
+  t.match(logLines(server.output).find((l) => l.level === 40 && /database unreachable at start/.test(l.msg as string)), { code: 'ECONNREFUSED' })
+  const ready = await get(`${server.url}/readyz`)
+  t.equal(ready.status, 503)
+  t.match(JSON.parse(ready.body), { status: 'not ready', modes: { segment: { ready: false, reason: /^database unreachable: ECONNREFUSED \(connection refused\)/ } } })
+  t.match(JSON.parse((await get(`${server.url}/api/segment/get/order`)).body), { error: 'NOT_READY' })
+
+  // The database appears on that port: the background retry loads the tags.
+  const proxy = await createProxy(Number(mysqlServer.port || 3306), { targetHost: mysqlServer.hostname, port })
+  t.teardown(() => proxy.close())
+  let answer = await get(`${server.url}/api/segment/get/order`)
+  for (let i = 0; i < 100 && answer.status !== 200; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    answer = await get(`${server.url}/api/segment/get/order`)
+  }
+  t.match(answer, { status: 200, body: '1' }, 'serving within 10 s of the database')
+  t.equal((await get(`${server.url}/readyz`)).status, 200)
+})
+
+t.test('no mode enabled: the server starts, warns naming the keys, /readyz 503 "no mode enabled"', async (t) => {
+  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0'] })
+  t.teardown(() => server.stop())
+  t.match(logLines(server.output).find((l) => l.level === 40 && /no mode enabled/.test(l.msg as string)),
+    { keys: ['leaf.segment.enable', 'leaf.snowflake.enable'], msg: /set leaf\.segment\.enable=true and\/or leaf\.snowflake\.enable=true/ })
+  const ready = await get(`${server.url}/readyz`)
+  t.equal(ready.status, 503)
+  t.same(JSON.parse(ready.body), { status: 'not ready', reason: 'no mode enabled', modes: {} })
+  t.match((await get(`${server.url}/metrics`)).body, /\nleaf_ready 0\n/)
+})
+
+function freePort (): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo
+      server.close(() => resolve(port))
+    })
+  })
+}

@@ -1,9 +1,12 @@
 import type { Config } from '../config/load-config.js'
+import { driverError, isPermanentStoreError } from '../driver-errors.js'
+import { StartRefused } from '../errors.js'
 import type { Logger } from '../logger.js'
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
 import type { SegmentStore } from '../segment/store.js'
 import { createStore, describeStore } from '../segment/stores/create-store.js'
 import { newWarmState, readWarmState, writeWarmState, type WarmState } from '../segment/warm-state.js'
+import { withTimeout } from '../timers.js'
 
 /** How long a graceful stop may spend giving unused IDs back (part of the 10 s drain). */
 export const GIVE_BACK_BUDGET_MS = 3000
@@ -14,8 +17,22 @@ export interface SegmentMode {
   close (): Promise<void>
 }
 
+/** What to do about a permanent error, by its code. */
+const REMEDIES: Record<string, string> = {
+  ER_ACCESS_DENIED_ERROR: 'check leaf.jdbc.username and leaf.jdbc.password (or the user and password in leaf.jdbc.url)',
+  ER_ACCESS_DENIED_NO_PASSWORD_ERROR: 'set leaf.jdbc.password',
+  ER_BAD_DB_ERROR: 'create the database, or correct the one named in leaf.jdbc.url',
+  ER_NO_SUCH_TABLE: 'create the table with sql/leaf_alloc.sql',
+  ER_DBACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on that database',
+  ER_TABLEACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc',
+  ER_BAD_FIELD_ERROR: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.sql',
+}
+
 /**
- * Opens the store and loads the tags; a store that is down is retried in the background.
+ * Opens the store and loads the tags. An error no retry can mend (a wrong password, no such
+ * database or table, a SQLite file that is not one) refuses the start in one line; a store
+ * that is only unreachable (refused, timed out) is retried in the background, the server
+ * answering NOT_READY meanwhile.
  * With a warm-start file, the tags it names load their first segments in the background
  * (the generator reports `warming` meanwhile, and readiness waits), and a graceful stop
  * gives back or parks what it did not hand out under the file's identity.
@@ -27,7 +44,28 @@ export async function startSegmentMode (
 ): Promise<SegmentMode> {
   const { segment } = config
   const warm = segment.stateFile === undefined ? undefined : openWarmState(segment.stateFile, logger)
-  const store = createStore(segment.store, segment)
+  const where = describeStore(segment.store)
+  const sqlite = segment.store.kind === 'sqlite'
+  let store: SegmentStore
+  try {
+    // The embedded store opens (and creates) its file here, synchronously.
+    store = createStore(segment.store, segment)
+  } catch (err) {
+    throw refusal(where, err, sqlite) ?? err
+  }
+  // Bounded past the pool's own bound (a connection, then a query) in case a driver is not.
+  const pingTimeoutMs = segment.connectTimeoutMs + segment.queryTimeoutMs + 1000
+  const pingError = await withTimeout(store.ping(), pingTimeoutMs, `no answer within ${pingTimeoutMs} ms`).then(() => undefined, (err: unknown) => err)
+  const refused = pingError === undefined ? undefined : refusal(where, pingError, sqlite)
+  if (refused !== undefined) {
+    await store.close()
+    throw refused
+  }
+  if (pingError !== undefined) {
+    const known = driverError(pingError)
+    logger.warn({ store: where, ...(known === undefined ? { err: pingError } : known) },
+      'database unreachable at start: answering NOT_READY and retrying in the background')
+  }
   const generator = createSegmentGenerator({
     store,
     logger,
@@ -39,7 +77,7 @@ export async function startSegmentMode (
     ...extra,
   })
   const ready = await generator.init()
-  logger.info({ store: describeStore(segment.store), ready, bufferSeconds: segment.bufferSeconds, stateFile: segment.stateFile ?? '(none)' }, 'segment mode enabled')
+  logger.info({ store: where, ready, bufferSeconds: segment.bufferSeconds, stateFile: segment.stateFile ?? '(none)' }, 'segment mode enabled')
   if (warm !== undefined && warm.tags.length > 0) warmStart(generator, warm.tags, ready, logger)
   return {
     store,
@@ -83,4 +121,13 @@ function warmStart (generator: SegmentGenerator, tags: string[], ready: boolean,
   generator.warm(tags).then(() => {
     logger.info({ tags: tags.length, ms: Math.round(performance.now() - started) }, 'warm start: hot tags loaded')
   }, (err: unknown) => logger.warn({ err }, 'warm start failed'))
+}
+
+/** A StartRefused for a permanent error: where, the code, the driver's message and what to do. */
+function refusal (where: string, err: unknown, sqlite: boolean): StartRefused | undefined {
+  if (!isPermanentStoreError(err, { sqlite })) return undefined
+  const known = driverError(err)
+  if (known === undefined) return undefined
+  const remedy = REMEDIES[known.code] ?? (sqlite ? 'check the file leaf.jdbc.url names (sqlite:PATH)' : undefined)
+  return new StartRefused(`segment store ${where}: ${known.code}: ${known.message.replace(/\s+/g, ' ')}${remedy === undefined ? '' : `: ${remedy}`}`)
 }

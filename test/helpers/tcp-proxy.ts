@@ -22,7 +22,11 @@ export interface TcpProxy {
   close (): Promise<void>
 }
 
-export async function createProxy (targetPort: number, { delayMs = 0 } = {}): Promise<TcpProxy> {
+/**
+ * `targetHost`: where the service runs (127.0.0.1 unless a test service elsewhere is given);
+ * `port`: the proxy's own loopback port, 0 for any free one.
+ */
+export async function createProxy (targetPort: number, { delayMs = 0, targetHost = '127.0.0.1', port = 0 } = {}): Promise<TcpProxy> {
   const open = new Set<Socket>()
   // Sockets of silenced connections: kept open until close(), which destroys them.
   const silenced = new Set<Socket>()
@@ -35,7 +39,7 @@ export async function createProxy (targetPort: number, { delayMs = 0 } = {}): Pr
       return
     }
     accepted++
-    const upstream = connect(targetPort, '127.0.0.1')
+    const upstream = connect(targetPort, targetHost)
     open.add(client)
     open.add(upstream)
     pipe(client, upstream)
@@ -64,7 +68,7 @@ export async function createProxy (targetPort: number, { delayMs = 0 } = {}): Pr
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => resolve())
+    server.listen(port, '127.0.0.1', () => resolve())
   })
   const address = server.address()
   if (typeof address !== 'object' || address === null) throw new Error('proxy has no port')
