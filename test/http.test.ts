@@ -1,3 +1,5 @@
+import { Writable } from 'node:stream'
+import pino from 'pino'
 import t from 'tap'
 import { buildApp } from '../src/app.js'
 import { formatLocal } from '../src/http/decode-routes.js'
@@ -130,4 +132,20 @@ t.test('decode routes: Leaf\'s strings in the server\'s zone, and the JSON form'
   }
   t.equal((await server.inject('/decodeSnowflakeId')).statusCode, 400, 'missing parameter')
   t.equal((await server.inject('/api/snowflake/decode/9223372036854775807')).statusCode, 200, 'the largest int64 decodes')
+})
+
+t.test('5xx answers are logged at error once per code per 30 s, not once per request', async (t) => {
+  const lines: { level: number, msg: string, error?: string, url?: string }[] = []
+  const logger = pino({ level: 'info' }, new Writable({
+    write (chunk: Buffer, _encoding, done) {
+      lines.push(JSON.parse(chunk.toString('utf8')) as (typeof lines)[number])
+      done()
+    },
+  }))
+  const server = await buildApp(testConfig({ 'leaf.segment.enable': true }), { logger })
+  t.teardown(() => server.close())
+  for (let i = 0; i < 50; i++) t.equal((await server.inject(`/api/snowflake/get/k${i}`)).statusCode, 503)
+  const errors = lines.filter((l) => l.level === 50)
+  t.equal(errors.length, 1, '50 MODE_DISABLED answers: one error line')
+  t.match(errors[0], { error: 'MODE_DISABLED', url: '/api/snowflake/get/k0', msg: 'snowflake mode is disabled on this instance.' })
 })

@@ -1,3 +1,5 @@
+import { Writable } from 'node:stream'
+import pino from 'pino'
 import t, { type Test } from 'tap'
 import { LeafError } from '../src/errors.js'
 import { writeWorkerCache, readWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
@@ -555,4 +557,29 @@ t.test('a new id starts with nothing recorded: issuing under it stops at its own
   t.equal(l.workerId, 1)
   t.ok(l.issuableUntil < first, `id 1's limit (${l.issuableUntil}) is its own, below id 0's (${first})`)
   t.equal(l.issuableUntil, pool.rows.get(1)?.issuedUntil, 'exactly what the store confirmed for id 1')
+})
+
+t.test('a store that fails every renewal: one log line per 30 s of the monotonic clock, the next with the count', async (t) => {
+  const lines: { level: number, msg: string, err?: unknown, repeated?: number }[] = []
+  const logger = pino({ level: 'info' }, new Writable({
+    write (chunk: Buffer, _encoding, done) {
+      lines.push(JSON.parse(chunk.toString('utf8')) as (typeof lines)[number])
+      done()
+    },
+  }))
+  const clock = manualClock()
+  const pool = new FakePool(60_000)
+  const l = await lease(t, options(pool, { logger, monotonic: clock.read }))
+  pool.failRenewals = 100
+  const notRenewed = () => lines.filter((x) => x.msg === 'worker-id lease not renewed: retried at the next heartbeat')
+  for (let i = 0; i < 5; i++) {
+    await l.heartbeat()
+    clock.now += 1000
+  }
+  t.equal(notRenewed().length, 1, '5 failed renewals within 5 s: one line')
+  t.match(notRenewed()[0], { level: 40, err: { message: 'store down' } })
+  clock.now += 30_000
+  await l.heartbeat()
+  t.equal(notRenewed().length, 2)
+  t.equal(notRenewed()[1]?.repeated, 4, 'the next line counts the 4 not logged')
 })

@@ -2,6 +2,7 @@ import { STATUS_CODES, type IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ERRORS, LeafError, isLeafError, type ErrorCode } from '../errors.js'
+import { createLogThrottle } from '../log-throttle.js'
 import type { Logger } from '../logger.js'
 
 const CODE_BY_STATUS: Record<number, ErrorCode> = {
@@ -28,9 +29,14 @@ export function sendError (reply: FastifyReply, err: LeafError): FastifyReply {
  * the errors table; nothing else (no stack, no driver message) reaches the client.
  */
 export function registerErrorHandling (app: FastifyInstance, logger: Logger, notFound: NotFoundTiming): void {
+  // A database that is down fails every request alike: one line per error code (and per
+  // route for bugs) per 30 s, with how many were not logged, rather than one per request.
+  const throttle = createLogThrottle(logger)
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (isLeafError(err)) {
-      if (err.statusCode >= 500) logger.error({ code: err.code, cause: err.cause, method: request.method, url: truncate(request.url) }, err.message)
+      if (err.statusCode >= 500) {
+        throttle.error(err.code, err.cause, err.message, { error: err.code, method: request.method, url: truncate(request.url) })
+      }
       return sendError(reply, err)
     }
     const status = err.statusCode ?? 500
@@ -38,7 +44,7 @@ export function registerErrorHandling (app: FastifyInstance, logger: Logger, not
     if (status < 500 && code !== undefined) {
       return sendError(reply, new LeafError(code, err.validation ? err.message : ERRORS[code].message))
     }
-    logger.error({ err, method: request.method, url: truncate(request.url) }, 'request failed')
+    throttle.error(`INTERNAL ${request.routeOptions.url ?? ''}`, err, 'request failed', { error: 'INTERNAL', method: request.method, url: truncate(request.url) })
     return sendError(reply, new LeafError('INTERNAL'))
   })
 

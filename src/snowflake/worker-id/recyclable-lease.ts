@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
 import { LeafError } from '../../errors.js'
 import type { Logger } from '../../logger.js'
+import { createLogThrottle, type LogThrottle } from '../../log-throttle.js'
 import { sleep, withTimeout } from '../../timers.js'
 import { CACHE_FILE, readWorkerCache, writeWorkerCache } from './cache-file.js'
 import { LeaseRefused, type LeaseStatus, type WorkerLease } from './worker-lease.js'
@@ -151,8 +152,12 @@ export class RecyclableLease implements WorkerLease {
   /** Ids the last pass gave back because their previous holder ran too far ahead. */
   private readonly driftRefused = new Set<number>()
 
+  /** Failures that repeat every heartbeat or claim pass are logged once per 30 s each. */
+  private readonly throttle: LogThrottle
+
   constructor (private readonly o: RecyclableLeaseOptions) {
     this.monotonic = o.monotonic ?? (() => performance.now())
+    this.throttle = createLogThrottle(o.logger, { clock: this.monotonic })
     this.cacheFile = join(o.cacheDir, CACHE_FILE)
   }
 
@@ -196,7 +201,7 @@ export class RecyclableLease implements WorkerLease {
       // A store that fails (a lock wait, a lost connection) is tried again until the deadline.
       const soonest = await this.claimOnce().catch((err: Error) => {
         this.storeError = err
-        this.o.logger.warn({ err: err.message, pool: this.o.pool.where }, 'worker-id claim failed: trying again')
+        this.throttle.warn('claim', err, 'worker-id claim failed: trying again', { pool: this.o.pool.where })
         return 0
       })
       if (soonest === undefined) return
@@ -217,7 +222,7 @@ export class RecyclableLease implements WorkerLease {
         throw new LeaseRefused(`every worker id of ${range} is leased, and none expires within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
           'stop an instance, or widen leaf.snowflake.worker-id.min/max')
       }
-      this.o.logger.warn({ waitMs, pool: this.o.pool.where }, 'every worker id is leased: waiting for the oldest lease to expire')
+      this.throttle.warn('exhausted', undefined, 'every worker id is leased: waiting for the oldest lease to expire', { waitMs, pool: this.o.pool.where })
       await sleep(waitMs)
     }
   }
@@ -279,8 +284,8 @@ export class RecyclableLease implements WorkerLease {
     const waitMs = claimed.issuedUntil + 1 - this.o.clock()
     // (A holder records up to aheadMs past its clock by design: that is no drift.)
     if (waitMs > this.o.maxClockDriftMs + (this.o.aheadMs ?? 0)) {
-      this.o.logger.warn({ workerId: id, issuedUntil: claimed.issuedUntil, waitMs, maxClockDriftMs: this.o.maxClockDriftMs },
-        'the previous holder of this worker id may have issued IDs further ahead than leaf.snowflake.max-clock-drift-ms: trying another id')
+      this.throttle.warn('drift', undefined, 'the previous holder of this worker id may have issued IDs further ahead than leaf.snowflake.max-clock-drift-ms: trying another id',
+        { workerId: id, issuedUntil: claimed.issuedUntil, waitMs, maxClockDriftMs: this.o.maxClockDriftMs })
       this.o.onClaim?.('drift')
       this.driftRefused.add(id)
       await this.o.pool.release(id, this.owner, claimed.issuedUntil, claimed.by).catch(() => {})
@@ -323,7 +328,7 @@ export class RecyclableLease implements WorkerLease {
     try {
       writeWorkerCache(this.o.cacheDir, { workerId: id, lastTimestamp: this.o.clock(), address: this.o.address })
     } catch (err) {
-      this.o.logger.warn({ err: (err as Error).message, file: this.cacheFile }, 'worker-id cache not written: the next start may take another id')
+      this.throttle.warn('cache', err, 'worker-id cache not written: the next start may take another id', { file: this.cacheFile })
     }
     return true
   }
@@ -339,7 +344,7 @@ export class RecyclableLease implements WorkerLease {
     try {
       ok = await withTimeout(this.o.pool.renew(this.workerId, this.owner, until), this.window, `no answer from ${this.o.pool.where} within ${this.window} ms`)
     } catch (err) {
-      this.o.logger.warn({ workerId: this.workerId, err: (err as Error).message }, 'worker-id lease not renewed: retried at the next heartbeat')
+      this.throttle.warn('renew', err, 'worker-id lease not renewed: retried at the next heartbeat', { workerId: this.workerId })
       return false
     }
     if (this.closed) return false
@@ -399,11 +404,11 @@ export class RecyclableLease implements WorkerLease {
         if (!this.taken) return
       }
       // Another instance holds our id now: lease any id again.
-      const soonest = await this.claimOnce().catch((err: Error) => {
-        this.o.logger.warn({ err: err.message }, 'worker-id claim failed: retried at the next heartbeat')
+      const soonest = await this.claimOnce().catch((err: unknown) => {
+        this.throttle.warn('claim', err, 'worker-id claim failed: retried at the next heartbeat', { pool: this.o.pool.where })
         return -1
       })
-      if (soonest !== undefined && soonest >= 0) this.o.logger.warn({ pool: this.o.pool.where }, 'no worker id free to lease again: retried at the next heartbeat')
+      if (soonest !== undefined && soonest >= 0) this.throttle.warn('exhausted', undefined, 'no worker id free to lease again: retried at the next heartbeat', { pool: this.o.pool.where })
     } finally {
       this.beating = false
     }

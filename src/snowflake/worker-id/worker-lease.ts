@@ -2,6 +2,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { LeafError, StartRefused } from '../../errors.js'
 import type { Logger } from '../../logger.js'
+import { createLogThrottle, type LogThrottle } from '../../log-throttle.js'
 import { sleep, withTimeout } from '../../timers.js'
 import { leafLayout, type Layout } from '../layout.js'
 import { DEFAULT_TWEPOCH, MAX_WORKER_ID, type IssueGuard } from '../snowflake-generator.js'
@@ -320,6 +321,8 @@ class Lease implements WorkerLease {
   private readonly address: string | undefined
   /** A gap between two records longer than this means the session may have expired unseen. */
   private readonly pauseLimitMs: number
+  /** Failures that repeat every heartbeat (or every request) are logged once per 30 s each. */
+  private readonly throttle: LogThrottle
 
   constructor (
     private readonly o: WorkerLeaseOptions,
@@ -330,6 +333,7 @@ class Lease implements WorkerLease {
     private readonly paths: ZkPaths | undefined
   ) {
     this.address = paths?.address
+    this.throttle = createLogThrottle(o.logger)
     // The session timeout, unless heartbeats are further apart than it (a late timer is no pause).
     this.pauseLimitMs = Math.max(o.zkSessionTimeoutMs, o.heartbeatIntervalMs + PAUSE_SLACK_MS)
     this.timer = setInterval(() => { this.heartbeat() }, o.heartbeatIntervalMs)
@@ -374,7 +378,7 @@ class Lease implements WorkerLease {
     try {
       if (this.unavailable === undefined) this.record(ms)
     } catch (err) {
-      this.o.logger.error({ err: (err as Error).message }, 'worker-id cache not written: no snowflake ID past the last recorded time')
+      this.throttle.error('cache-extend', err, 'worker-id cache not written: no snowflake ID past the last recorded time')
       throw new LeafError('WORKER_ID_UNAVAILABLE', 'The worker-id lease cannot be recorded; no snowflake ID is issued past the last recorded time.')
     }
     // (record() itself may have found a pause that calls our hold on the worker id into question.)
@@ -450,7 +454,7 @@ class Lease implements WorkerLease {
       await zk.setData(client, paths.own, data)
     } catch (err) {
       if (err instanceof LeaseRefused) this.setUnavailable(err.message)
-      else this.o.logger.warn({ err: (err as Error).message }, 'ZooKeeper registration failed: retried at the next heartbeat')
+      else this.throttle.warn('zookeeper-registration', err, 'ZooKeeper registration failed: retried at the next heartbeat')
     } finally {
       this.syncing = false
     }
@@ -462,14 +466,14 @@ class Lease implements WorkerLease {
     const now = this.o.clock()
     // (Borrowed time, or an ID of a second, is recorded ahead of the clock: that is no step back.)
     if (now + (this.o.aheadMs ?? 0) < this.lastWritten) {
-      this.o.logger.warn({ now, last: this.lastWritten }, 'clock behind the last heartbeat: heartbeat skipped')
+      this.throttle.warn('clock-behind', undefined, 'clock behind the last heartbeat: heartbeat skipped', { now, last: this.lastWritten })
       return
     }
     // The cache file is the record a restart trusts: written on every beat, whatever ZooKeeper does.
     try {
       this.record(now)
     } catch (err) {
-      this.o.logger.warn({ err: (err as Error).message }, 'worker-id cache not written')
+      this.throttle.warn('cache-heartbeat', err, 'worker-id cache not written')
     }
     const { client, paths } = this
     // A disconnected client queues requests without a timeout: skip ZooKeeper until it is
@@ -480,7 +484,7 @@ class Lease implements WorkerLease {
     if (this.ephemeralOf !== sessionIdOf(client) || this.unavailable !== undefined) {
       await withTimeout(this.sync(client, data), this.o.heartbeatIntervalMs, `ZooKeeper did not answer within ${this.o.heartbeatIntervalMs} ms`)
         .then(() => { if (this.unavailable === undefined) this.lastHeartbeat = now },
-          (err: Error) => this.o.logger.warn({ err: err.message }, 'ZooKeeper registration failed: retried at the next heartbeat'))
+          (err: unknown) => this.throttle.warn('zookeeper-registration', err, 'ZooKeeper registration failed: retried at the next heartbeat'))
       return
     }
     this.beating = true
@@ -493,7 +497,7 @@ class Lease implements WorkerLease {
     } catch (err) {
       // Our ephemeral node is gone though the session lives on: take it again at the next beat.
       if (isNoNode(err)) this.ephemeralOf = undefined
-      this.o.logger.warn({ err: (err as Error).message }, 'heartbeat to ZooKeeper failed')
+      this.throttle.warn('zookeeper-heartbeat', err, 'heartbeat to ZooKeeper failed')
     } finally {
       this.beating = false
     }
