@@ -1,3 +1,6 @@
+/** The largest ID, and the largest `leaf_alloc.max_id`: 2^63 - 1, a signed BIGINT (Java's long). */
+export const MAX_ID = 2n ** 63n - 1n
+
 /** `count` consecutive IDs from `first`: how both generators hand a batch to the routes. */
 export interface IdRange<T extends number | bigint = number | bigint> { first: T, count: number }
 

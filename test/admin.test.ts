@@ -311,6 +311,32 @@ t.test('tag management: create serves at once, 409, 400s, patch, 404', async (t)
   t.ok(next > 9007199254740992n, 'max_id never moved backwards: IDs go on increasing')
 })
 
+t.test('tag management refuses a maxId and step whose next segment would pass 2^63 - 1, naming the field', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  const post = (payload: Record<string, unknown>) => server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload })
+  const patch = (key: string, payload: Record<string, unknown>) => server.inject({ method: 'PATCH', url: `/api/segment/tags/${key}`, headers: AUTH, payload })
+  const MAX = 2n ** 63n - 1n
+
+  const over = await post({ key: 'end', step: 10, maxId: String(MAX - 9n) })
+  t.equal(over.statusCode, 400)
+  t.same(over.json(), { error: 'INVALID_BODY', message: `maxId: maxId ${MAX - 9n} + step 10 passes 2^63 - 1 (${MAX}): the next segment would pass the largest 64-bit ID.` })
+  t.equal((await post({ key: 'end', step: 1, maxId: String(MAX) })).json().error, 'INVALID_BODY', 'maxId 2^63 - 1 itself: no segment fits')
+  t.equal((await server.inject({ url: '/api/db', headers: AUTH })).json().some((r: { key: string }) => r.key === 'end'), false, 'nothing inserted')
+
+  const fits = await post({ key: 'end', step: 10, maxId: String(MAX - 10n) })
+  t.equal(fits.statusCode, 201, 'maxId + step = 2^63 - 1 fits: the row ends at the largest BIGINT')
+  t.same((await server.inject('/api/segment/get/end?count=10')).body.trim().split('\n').map(BigInt).at(-1), MAX - 1n, 'its last ID is 2^63 - 2')
+
+  t.equal((await post({ key: 'near', step: 5, maxId: String(MAX - 1000n) })).statusCode, 201)
+  const widened = await patch('near', { step: 1001 })
+  t.equal(widened.statusCode, 400)
+  t.same(widened.json(), { error: 'INVALID_BODY', message: `step: maxId ${MAX - 1000n} + step 1001 passes 2^63 - 1 (${MAX}): the next segment would pass the largest 64-bit ID.` }, 'PATCH reads max_id from the row')
+  t.match((await server.inject({ url: '/api/db', headers: AUTH })).json().find((r: { key: string }) => r.key === 'near'), { step: 5 }, 'the step is unchanged')
+  t.equal((await patch('near', { step: 1000 })).statusCode, 200, 'a step that still fits')
+  t.equal((await patch('near', { description: 'only the description' })).statusCode, 200, 'no step: nothing to check')
+  t.equal((await patch('nope', { step: 1000 })).json().error, 'KEY_NOT_FOUND')
+})
+
 t.test('the pages escape tags with <, & and quotes', async (t) => {
   const server = await app({ 'leaf.admin.token': TOKEN })
   const evil = '<img src=x onerror="alert(1)">&\'"'

@@ -85,6 +85,8 @@ for (const c of cases) {
       t.equal(await store.createTag({ key: 'made', step: 4, maxId: 1n, description: null }), undefined)
       t.match(await store.updateTag('made', { step: 9 }), { key: 'made', maxId: 10n, step: 9, description: 'd' })
       t.equal(await store.updateTag('nope', { step: 9 }), undefined)
+      t.match(await store.getTag('made'), { key: 'made', maxId: 10n, step: 9, description: 'd', updateTime: Date })
+      t.equal(await store.getTag('nope'), undefined)
     })
 
     t.test('a table step of 0 or less fails the allocation and leaves max_id alone', async (t) => {

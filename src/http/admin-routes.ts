@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import { LeafError } from '../errors.js'
+import { MAX_ID } from '../id-range.js'
 import type { Logger } from '../logger.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SegmentBufferView } from '../segment/segment-generator.js'
@@ -80,6 +81,11 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
     const mode = enabled(segment)
     const key = validKey(request.params.key)
     const changes = parseTagChanges(request.body)
+    if (changes.step !== undefined) {
+      const current = await storeCall(() => mode.store.getTag(key))
+      if (current === undefined) throw new LeafError('KEY_NOT_FOUND', `Tag "${key}" is not in the leaf_alloc table.`)
+      checkIdSpace('step', current.maxId, changes.step)
+    }
     const row = await storeCall(() => mode.store.updateTag(key, changes))
     if (row === undefined) throw new LeafError('KEY_NOT_FOUND', `Tag "${key}" is not in the leaf_alloc table.`)
     mode.generator.addTag(row.key)
@@ -182,7 +188,18 @@ function parseNewTag (body: unknown) {
     maxId = parsed
   }
   const description = b.description === undefined ? null : parseDescription(b.description)
+  checkIdSpace('maxId', maxId, step)
   return { key, step, maxId, description }
+}
+
+/**
+ * A load moves max_id to max_id + step and serves [max_id, max_id + step): a sum past 2^63 - 1
+ * fits no BIGINT, so the tag would never serve that segment. `field` is the one named.
+ */
+function checkIdSpace (field: 'maxId' | 'step', maxId: bigint, step: number): void {
+  if (maxId + BigInt(step) > MAX_ID) {
+    throw invalid(`${field}: maxId ${maxId} + step ${step} passes 2^63 - 1 (${MAX_ID}): the next segment would pass the largest 64-bit ID.`)
+  }
 }
 
 function parseTagChanges (body: unknown): TagChanges {

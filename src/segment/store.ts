@@ -70,6 +70,8 @@ export interface SegmentStore {
   claimParked (key: string, owner: string, maxAgeMs: number): Promise<UnusedRange[] | undefined>
   /** All rows, for the `/db` views. */
   getAllRows (): Promise<LeafAllocRow[]>
+  /** One row; undefined when the tag is not in the table. */
+  getTag (key: string): Promise<LeafAllocRow | undefined>
   /** Inserts a tag; resolves undefined when it already exists. */
   createTag (tag: NewTag): Promise<LeafAllocRow | undefined>
   /** Changes a tag's step and/or description (never max_id); undefined when it does not exist. */

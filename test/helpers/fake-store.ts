@@ -87,6 +87,13 @@ export class FakeStore implements SegmentStore {
     return this.answer(() => [...this.rows].map(([key, r]) => ({ key, ...r })))
   }
 
+  getTag (key: string): Promise<LeafAllocRow | undefined> {
+    return this.answer(() => {
+      const row = this.rows.get(key)
+      return row === undefined ? undefined : { key, ...row }
+    })
+  }
+
   createTag (tag: NewTag): Promise<LeafAllocRow | undefined> {
     return this.answer(() => {
       if (this.rows.has(tag.key)) return undefined

@@ -115,6 +115,7 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
       const rows = await run<RowDataPacket[]>(SELECT_ROWS)
       return rows.map(toRow)
     },
+    getTag: getRow,
     async createTag (tag) {
       try {
         await run('INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)',

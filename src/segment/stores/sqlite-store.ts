@@ -119,6 +119,10 @@ export function createSqliteStore (path: string): SegmentStore {
     async getAllRows () {
       return selectRows.all().map(toRow)
     },
+    async getTag (key) {
+      const row = selectRow.get(key)
+      return row === undefined ? undefined : toRow(row)
+    },
     async createTag (tag) {
       const { changes } = insertTag.run(tag.key, tag.maxId, tag.step, tag.description)
       const row = selectRow.get(tag.key)
