@@ -8,6 +8,7 @@ export const ERRORS = {
   UNAUTHORIZED: { status: 401, message: 'This route needs an Authorization: Bearer token.' },
   KEY_NOT_FOUND: { status: 404, message: 'The key is not in the leaf_alloc table.' },
   NOT_FOUND: { status: 404, message: 'No such route.' },
+  METHOD_NOT_ALLOWED: { status: 405, message: 'The ID routes answer GET only: a HEAD would use up an ID for an answer without it.' },
   KEY_EXISTS: { status: 409, message: 'The key is already in the leaf_alloc table.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
   HEADERS_TOO_LARGE: { status: 431, message: 'The request line and headers are too large.' },

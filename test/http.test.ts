@@ -149,3 +149,21 @@ t.test('5xx answers are logged at error once per code per 30 s, not once per req
   t.equal(errors.length, 1, '50 MODE_DISABLED answers: one error line')
   t.match(errors[0], { error: 'MODE_DISABLED', url: '/api/snowflake/get/k0', msg: 'snowflake mode is disabled on this instance.' })
 })
+
+t.test('HEAD on an ID route: 405 with Allow: GET, and no ID is used up', async (t) => {
+  const server = await app({ 'leaf.segment.enable': true, 'leaf.snowflake.enable': true, 'leaf.snowflake.cache.dir': tempDir() })
+  for (const url of ['/api/segment/get/order', '/api/segment/get/order?count=5', '/api/snowflake/get/k', '/api/snowflake/get/k?count=5', '/api/segment/get/nope']) {
+    const head = await server.inject({ method: 'HEAD', url })
+    t.equal(head.statusCode, 405, `HEAD ${url}`)
+    t.equal(head.headers.allow, 'GET')
+    t.match(head.headers['content-type'], /^application\/json/)
+    t.equal(head.body, '', 'no body, as HEAD has none')
+  }
+  t.equal((await server.inject('/api/segment/get/order')).body, '1', 'the next GET gives the first ID: the HEADs took none')
+  const metrics = (await server.inject('/metrics')).body
+  t.notMatch(metrics, /leaf_ids_issued_total\{mode="snowflake"/, 'no snowflake ID was issued')
+  t.match(metrics, /http_request_duration_seconds_count\{method="HEAD",route="\/api\/segment\/get\/:key",status_code="405"\} 3/, 'counted under the route pattern')
+  const get = await server.inject({ method: 'GET', url: '/api/segment/get/order', headers: { accept: 'application/json' } })
+  t.same(get.json(), { id: '2' }, 'GET unchanged')
+  t.equal((await server.inject({ method: 'HEAD', url: '/healthz' })).statusCode, 200, 'HEAD elsewhere still answers as GET would')
+})

@@ -79,8 +79,14 @@ export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax,
     throw err
   }
 
+  // Fastify would answer HEAD by running this GET handler and dropping the body: an ID issued
+  // and lost. HEAD is refused instead, with no generator called.
+  app.head(route, (_request, reply) => {
+    reply.header('allow', 'GET')
+    throw new LeafError('METHOD_NOT_ALLOWED')
+  })
   // Timed here rather than by route hooks: no hook runner on the hot path.
-  app.get<IdRequest>(route, { config: { timesItself: true } }, (request, reply) => {
+  app.get<IdRequest>(route, { config: { timesItself: true }, exposeHeadRoute: false }, (request, reply) => {
     const started = performance.now()
     try {
       const result = handler(request, reply)

@@ -287,7 +287,11 @@ function routeAnswers (f: RequestFacts, target: string): { allowed: Set<string>,
   const idMode = param('/api/segment/get/') !== undefined ? 'segment' : param('/api/snowflake/get/') !== undefined ? 'snowflake' : undefined
   let idRoute: IdRoute | undefined
 
-  if (idMode !== undefined && get) {
+  if (idMode !== undefined && f.method === 'HEAD') {
+    // HEAD issues no ID: refused before the key or count is read.
+    if (param(`/api/${idMode}/get/`) === '') add('404 NOT_FOUND')
+    add('405 METHOD_NOT_ALLOWED')
+  } else if (idMode !== undefined && get) {
     const raw = param(`/api/${idMode}/get/`) as string
     const key = decode(raw) ?? raw
     const counts = query.getAll('count')
