@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
 import { createLeafClient, LeafClientError, type LeafClient } from '@leaf-ts/client'
+import { createUndiciTransport } from '../client/src/transport.js'
 import { tempDir } from './helpers/config.js'
 import { createTestDatabase, type TestDatabase } from './helpers/mysql.js'
 import { startServer, type ServerProcess } from './helpers/server-process.js'
@@ -197,4 +198,22 @@ t.test('the token is sent as a bearer token', async (t) => {
   await t.rejects(without.nextId('segment', 'order'), { code: 'UNAUTHORIZED', status: 401, server: url })
   t.equal(seen.length, 2, 'the 401 is not retried')
   t.equal(seen[1], undefined, 'no token: no header')
+})
+
+t.test('the server\'s text batches end with a newline; the client reads them whole, none lost or invented', async (t) => {
+  const server = await leafServer({}, 2, `sqlite:${join(tempDir(), 'leaf.db')}`)
+  t.teardown(() => server.stop())
+  const raw = await fetch(`${server.url}/api/segment/get/order?count=5`)
+  t.equal(await raw.text(), '1\n2\n3\n4\n5\n', 'every ID on a line of its own, the last one ended too')
+
+  const transport = createUndiciTransport({ servers: [server.url] })
+  t.teardown(() => transport.close())
+  t.same(await transport.fetchIds(server.url, 'segment', 'order', 5, 5000), [{ first: 6n, last: 10n }], 'the transport\'s parser: one run, no empty sixth line')
+  const snowflake = await transport.fetchIds(server.url, 'snowflake', 'k', 50, 5000)
+  t.equal(snowflake.reduce((n, r) => n + Number(r.last - r.first) + 1, 0), 50, '50 snowflake IDs in its runs')
+
+  const leaf = createLeafClient({ servers: [server.url] })
+  t.teardown(() => leaf.close())
+  const ids = await leaf.nextIds('segment', 'order', 3)
+  t.same(ids, [11n, 12n, 13n], 'the client goes on from there')
 })

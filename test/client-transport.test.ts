@@ -12,7 +12,7 @@ t.test('each kind of answer becomes its error code', async (t) => {
     paths.push(req.url ?? '')
     const key = decodeURIComponent(/\/get\/([^?]*)/.exec(req.url ?? '')?.[1] ?? '')
     const answers: Record<string, () => void> = {
-      ok: () => res.end('5\n6\n7'),
+      ok: () => res.end('5\n6\n7\n'),
       html: () => res.end('<html>hello</html>'),
       proxy: () => res.writeHead(502).end('Bad Gateway'),
       reset: () => req.socket.destroy(),

@@ -9,6 +9,7 @@ import { silentLogger } from './helpers/logger.js'
 import { createTestDatabase } from './helpers/mysql.js'
 import { get, startServer } from './helpers/server-process.js'
 import { withSqlite } from './helpers/sqlite.js'
+import { batchLines } from './helpers/ids.js'
 
 // The disposable worker-id source through the whole start (config, buildApp, the ID routes), on
 // the SQLite file and on MariaDB: every start takes a new WORKER_NODE row and issues IDs with
@@ -107,7 +108,7 @@ for (const kind of ['sqlite', 'mysql'] as const) {
         starts.push({ workerId, before, after })
         const one = await app.inject('/api/snowflake/get/k')
         const batch = await app.inject('/api/snowflake/get/k?count=20')
-        const ids = [one.body, ...batch.body.split('\n')]
+        const ids = batch.statusCode === 200 ? [one.body, ...batchLines(batch.body)] : []
         if (one.statusCode !== 200 || batch.statusCode !== 200 || ids.length !== 21) problems.push(`start ${i}: ${one.statusCode} ${batch.statusCode} ${ids.length} IDs`)
         else if (!ids.every((id) => workerOf(id) === workerId)) problems.push(`start ${i}: IDs ${ids.slice(0, 3).join(', ')} do not carry worker id ${workerId}`)
         const status = (await app.inject('/api/snowflake/status')).json()
@@ -205,7 +206,7 @@ for (const kind of ['mysql', 'sqlite'] as const) {
         const batch = await get(`${server.url}/api/snowflake/get/k?count=500`)
         t.equal(one.status, 200)
         t.equal(batch.status, 200)
-        const ids = [one.body, ...batch.body.split('\n')]
+        const ids = [one.body, ...batchLines(batch.body)]
         t.equal(ids.length, 501)
         t.ok(ids.every((id) => workerOf(id) === row.id), `start ${n + 1}: every ID carries worker id ${row.id}`)
         const decoded = JSON.parse((await get(`${server.url}/api/snowflake/decode/${ids[ids.length - 1]}`)).body) as Record<string, unknown>

@@ -7,6 +7,7 @@ import { createSqliteStore } from '../src/segment/stores/sqlite-store.js'
 import { tempDir } from './helpers/config.js'
 import { createTestDatabase } from './helpers/mysql.js'
 import { ROOT, SERVER_JS, get, pool, startServer, type Answer } from './helpers/server-process.js'
+import { batchLines, textIds } from './helpers/ids.js'
 
 t.test('a bad configuration stops the start with exit 1 and one line naming the key', async (t) => {
   const cases: [string[], Record<string, string>, RegExp][] = [
@@ -67,7 +68,7 @@ t.test('three instances on one MariaDB hand out 30,000 IDs with no duplicate', a
   for (const answers of perServer) {
     for (const a of answers) {
       if (a.status !== 200) failed++
-      else all.push(...a.body.split('\n').map(BigInt))
+      else all.push(...textIds(a.body).map(BigInt))
     }
   }
   t.equal(failed, 0, 'no failed request')
@@ -122,7 +123,7 @@ t.test('SIGTERM with a keep-alive client: the request in flight completes and th
   server.proc.kill('SIGTERM')
   const answer = await inFlight
   t.equal(answer.status, 200, 'the request in flight completed')
-  t.equal(answer.body.split('\n').length, 200)
+  t.equal(batchLines(answer.body).length, 200)
   t.equal(await server.exited, 0, 'exit 0')
   t.ok(Date.now() - signalled < 5000, `exited ${Date.now() - signalled} ms after SIGTERM, not at the 10 s grace limit`)
 })
@@ -146,7 +147,7 @@ t.test('two instances on one SQLite file hand out IDs under concurrent load with
   for (const answers of perServer) {
     for (const a of answers) {
       if (a.status !== 200) failed.push(a)
-      else all.push(...a.body.split('\n').map(BigInt))
+      else all.push(...textIds(a.body).map(BigInt))
     }
   }
   t.same(failed.map((a) => `${a.status} ${a.body}`), [], 'no failed request')

@@ -10,6 +10,7 @@ import { parseSamples, valueOf } from './helpers/prometheus.js'
 import { get, pool, startServer, type ServerProcess } from './helpers/server-process.js'
 import { TEST_ZK, inspector, uniqueName, zk } from './helpers/zookeeper.js'
 import { CreateMode } from '../src/snowflake/worker-id/zookeeper.js'
+import { textIds } from './helpers/ids.js'
 
 function snowflakeArgs (name: string, port: number, extra: string[] = []): string[] {
   return [
@@ -44,10 +45,10 @@ t.test('three instances with ZooKeeper: distinct worker ids, no collision under 
   const all: bigint[] = []
   for (const [i, answers] of perServer.entries()) {
     t.ok(answers.every((a) => a.status === 200), `instance ${i}: no failed request`)
-    const ids = answers.flatMap((a) => a.body.split('\n').map(BigInt))
+    const ids = answers.flatMap((a) => textIds(a.body).map(BigInt))
     t.ok(ids.every((id) => decodeSnowflakeId(id).workerId === i), `instance ${i}: every ID carries worker id ${i}`)
     for (const a of answers) {
-      const batch = a.body.split('\n').map(BigInt)
+      const batch = textIds(a.body).map(BigInt)
       if (batch.some((id, j) => j > 0 && id <= (batch[j - 1] as bigint))) t.fail('a batch is not increasing')
     }
     all.push(...ids)

@@ -5,6 +5,7 @@ import { buildApp } from '../src/app.js'
 import { formatLocal } from '../src/http/decode-routes.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
+import { batchLines } from './helpers/ids.js'
 
 async function app (values: Record<string, string | number | boolean> = { 'leaf.segment.enable': true }) {
   const instance = await buildApp(testConfig(values), { logger: silentLogger })
@@ -26,10 +27,22 @@ t.test('?count=N answers N increasing IDs, one per line', async (t) => {
   const server = await app()
   const res = await server.inject('/api/segment/get/order?count=5000')
   t.equal(res.statusCode, 200)
-  const ids = res.body.split('\n').map(BigInt)
+  const ids = batchLines(res.body).map(BigInt)
   t.equal(ids.length, 5000, 'crosses into further segments (step 2000)')
   t.ok(ids.every((id, i) => i === 0 || id > (ids[i - 1] as bigint)))
   t.equal(ids[0], 1n)
+})
+
+t.test('a text batch ends with a newline, so every line is an ID; a single ID is the bare decimal', async (t) => {
+  const server = await app({ 'leaf.segment.enable': true, 'leaf.snowflake.enable': true, 'leaf.snowflake.cache.dir': tempDir() })
+  t.equal((await server.inject('/api/segment/get/order')).body, '1', 'single: Leaf\'s contract, no newline')
+  t.equal((await server.inject('/api/segment/get/order?count=3')).body, '2\n3\n4\n')
+  t.equal((await server.inject('/api/segment/get/order?count=1')).body, '5\n', 'a batch of one is a line too')
+  const snowflake = (await server.inject('/api/snowflake/get/k?count=7')).body
+  t.equal(snowflake.match(/\n/g)?.length, 7, 'as wc -l counts: 7 lines for 7 IDs')
+  t.match(snowflake, /^([0-9]+\n){7}$/)
+  t.notMatch((await server.inject('/api/snowflake/get/k')).body, /\n/, 'single snowflake ID: no newline')
+  t.same((await server.inject({ url: '/api/segment/get/order?count=2', headers: { accept: 'application/json' } })).json(), { ids: ['6', '7'] }, 'JSON unchanged')
 })
 
 t.test('Accept: application/json answers {"id"} or {"ids"} with string IDs', async (t) => {
@@ -88,7 +101,7 @@ t.test('bad input gets its documented status and JSON body, and the server stays
   const post = await server.inject({ method: 'POST', url: '/api/segment/get/order' })
   t.equal(post.statusCode, 404)
   t.equal(post.json().error, 'NOT_FOUND')
-  t.equal((await server.inject('/api/segment/get/order?count=10000')).body.split('\n').length, 10000, 'count at the maximum is fine')
+  t.equal(batchLines((await server.inject('/api/segment/get/order?count=10000')).body).length, 10000, 'count at the maximum is fine')
   t.equal((await server.inject('/api/segment/get/order')).statusCode, 200, 'still serving')
 })
 

@@ -27,6 +27,7 @@ t.test('joinRanges writes the ranges\' IDs as join does', async (t) => {
     const ids = expandRanges(ranges)
     t.equal(joinRanges(ranges, '\n'), ids.join('\n'), `${name}, newline`)
     t.equal(joinRanges(ranges, '","'), ids.join('","'), `${name}, JSON separator`)
+    t.equal(joinRanges(ranges, '\n', true), ids.map((id) => `${id}\n`).join(''), `${name}, lines ended by a newline`)
   }
 })
 
@@ -46,6 +47,7 @@ t.test('joinRanges matches join on random batches of ranges', async (t) => {
       next += n + Math.floor(random() * 5000)
     }
     if (joinRanges(ranges, '\n') !== expandRanges(ranges).join('\n')) mismatches++
+    if (joinRanges(ranges, '\n', true) !== expandRanges(ranges).map((id) => `${id}\n`).join('')) mismatches++
   }
   t.equal(mismatches, 0)
 })
@@ -59,4 +61,6 @@ t.test('a batch larger than the buffer grows it', async (t) => {
 
 t.test('a separator outside printable ASCII goes to join', async (t) => {
   t.equal(joinRanges([{ first: 2 ** 40, count: 2 }], ' € '), [2 ** 40, 2 ** 40 + 1].join(' € '))
+  t.equal(joinRanges([{ first: 2 ** 40, count: 2 }], ' € ', true), `${2 ** 40} € ${2 ** 40 + 1} € `)
+  t.equal(joinRanges([], ' € ', true), '', 'nothing: no separator either')
 })

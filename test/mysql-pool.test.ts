@@ -6,6 +6,7 @@ import { testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { TEST_MYSQL, createTestDatabase, type TestDatabase } from './helpers/mysql.js'
 import { createProxy, type TcpProxy } from './helpers/tcp-proxy.js'
+import { batchLines } from './helpers/ids.js'
 
 // Connections that die without a FIN or RST (a NAT or firewall dropping its state, a host
 // gone): the proxy's blackhole() keeps them open and passes nothing, while new connections work.
@@ -66,7 +67,7 @@ async function batchNeedingLoads (t: Test, app: Awaited<ReturnType<typeof buildA
   t.equal(answer.state, 'resolved', `answered (${elapsed} ms)`)
   if (answer.state !== 'resolved') return
   t.equal(answer.value.statusCode, 200, `IDs within the wait timeout of ${waitTimeoutMs} ms`, { body: answer.value.body })
-  const ids = answer.value.body.split('\n')
+  const ids = batchLines(answer.value.body)
   t.equal(new Set(ids).size, 25, '25 distinct IDs')
   t.ok(elapsed < waitTimeoutMs, `the load after the silenced ones landed within the wait (${elapsed} ms)`)
 }

@@ -55,7 +55,9 @@ export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax,
   function sendMany (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, count: number, ranges: IdRange[]): void {
     metrics.issued(mode, key, count)
     if (wantsJson(request)) sendJson(reply, `{"ids":["${joinRanges(ranges, '","')}"]}`)
-    else reply.type(TEXT).send(joinRanges(ranges, '\n'))
+    // One ID per line, the last line ended too: `wc -l` counts the IDs. (A single ID stays
+    // Leaf's bare decimal, above.)
+    else reply.type(TEXT).send(joinRanges(ranges, '\n', true))
   }
 
   function handler (request: FastifyRequest<IdRequest>, reply: FastifyReply): void | Promise<void> {

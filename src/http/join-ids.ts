@@ -22,12 +22,18 @@ let outView = new DataView(out.buffer, out.byteOffset, out.length)
 let text = new Uint8Array(64)
 let textView = new DataView(text.buffer)
 
-/** The IDs of `ranges`, joined by `sep`: `expandRanges(ranges).join(sep)`. */
-export function joinRanges (ranges: readonly IdRange[], sep: string): string {
-  if (!isPlainAscii(sep)) return expandRanges(ranges).join(sep)
+/**
+ * The IDs of `ranges`, joined by `sep`: `expandRanges(ranges).join(sep)`; `terminated`: each
+ * ID followed by `sep`, the last one too (lines of text, so every line is an ID).
+ */
+export function joinRanges (ranges: readonly IdRange[], sep: string, terminated = false): string {
+  if (!isPlainAscii(sep)) {
+    const ids = expandRanges(ranges)
+    return ids.join(sep) + (terminated && ids.length > 0 ? sep : '')
+  }
   let pos = 0
   for (const { first, count } of ranges) pos = writeRun(first, count, sep, pos)
-  return pos === 0 ? '' : out.toString('latin1', 0, pos - sep.length)
+  return pos === 0 ? '' : out.toString('latin1', 0, terminated ? pos : pos - sep.length)
 }
 
 function isPlainAscii (sep: string): boolean {

@@ -129,12 +129,12 @@ export interface IdAnswer {
   ids: bigint[] | undefined
 }
 
-/** One ID request; `ids` undefined unless it is a 200 with `count` (or 1) decimal IDs. */
+/** One ID request; `ids` undefined unless it is a 200 with `count` (or 1) decimal IDs, in the form asked for (a batch's lines each ended). */
 export async function fetchIds (client: HttpClient, base: string, mode: Mode, key: string, count?: number): Promise<IdAnswer> {
   const url = `${base}/api/${mode}/get/${encodeURIComponent(key)}${count === undefined ? '' : `?count=${count}`}`
   const answer = await client.get(url)
   if (answer.status !== 200) return { answer, ids: undefined }
-  const ids = parseIds(answer.body)
+  const ids = parseIds(answer.body, count !== undefined)
   return { answer, ids: ids?.length === (count ?? 1) ? ids : undefined }
 }
 

@@ -75,10 +75,16 @@ export class IdLedger {
   }
 }
 
-/** The IDs of a text/plain answer (one decimal per line), or undefined if it is not that. */
-export function parseIds (body: string): bigint[] | undefined {
-  if (!/^[0-9]{1,19}(\n[0-9]{1,19})*$/.test(body)) return undefined
-  return body.split('\n').map(BigInt)
+/**
+ * The IDs of a text/plain answer, or undefined if it is not that: a single ID alone (`123`,
+ * Leaf's contract) or a batch, every ID on a line ended by a newline, the last one too
+ * (`1\n2\n`). `batch` says which form the request asked for; undefined takes either.
+ */
+export function parseIds (body: string, batch?: boolean): bigint[] | undefined {
+  const single = /^[0-9]{1,19}$/.test(body)
+  const lines = !single && /^([0-9]{1,19}\n)+$/.test(body)
+  if (batch === true ? !lines : batch === false ? !single : !(single || lines)) return undefined
+  return (lines ? body.slice(0, -1) : body).split('\n').map(BigInt)
 }
 
 /** The IDs of an ID route's answer, text (`parseIds`) or JSON (`{"id"}`, `{"ids"}`), or undefined. */

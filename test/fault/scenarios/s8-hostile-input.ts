@@ -45,7 +45,7 @@ export async function hostileInput (suite: Suite, report: Report): Promise<void>
       const count = n % 3 === 0 ? 1 + n % 100 : undefined
       const target = `/api/${mode}/get/${key}${count === undefined ? '' : `?count=${count}`}`
       const a = await rawRequest(leaf.port, Buffer.from(`GET ${target} HTTP/1.1\r\nHost: 127.0.0.1:${leaf.port}\r\n\r\n`))
-      const ids = a.status === 200 ? parseIds(a.body) : undefined
+      const ids = a.status === 200 ? parseIds(a.body, count !== undefined) : undefined
       report.requests++
       if (ids !== undefined) report.ledger.record(mode === 'segment' ? `segment:${key}` : 'snowflake', undefined, ids)
       if (ids?.length !== (count ?? 1)) report.failure(`warm-up ${target}: ${a.status ?? 'none'} ${a.body.slice(0, 100)}`)
