@@ -8,8 +8,12 @@
 #   docker run -p 8080:8080 leaf-ts     # embedded SQLite store in /app/data
 
 # All three stages share one base, so the native module built in `deps` (better-sqlite3)
-# matches the C library and Node ABI of `runtime`.
-ARG NODE_IMAGE=node:20-bookworm-slim
+# matches the C library and Node ABI of `runtime`. Node 26 is the active LTS (from October
+# 2026 to October 2027, then maintenance to April 2029); Debian 13 (trixie) is its images'
+# default and is supported past that. better-sqlite3 12.11 lists Node 26 in its engines and
+# publishes prebuilt binaries for it (ABI 147, glibc and musl, x64 and arm64); where none fits,
+# the `deps` stage compiles it (Node 25+ headers need GCC 11 or later; trixie has 14).
+ARG NODE_IMAGE=node:26-trixie-slim
 
 # --- build: compile src/ to dist/ ---------------------------------------------------------
 FROM ${NODE_IMAGE} AS build
@@ -30,9 +34,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY package.json package-lock.json ./
-# npm 10 (in node:20) runs install scripts by default; npm 11 runs the ones package.json's
-# allowScripts approves. If a policy skipped better-sqlite3's anyway, build it here with
-# npm's own node-gyp, and fail the image build if the module still does not load.
+# npm runs better-sqlite3's install script (package.json's allowScripts approves it for npm
+# versions that ask): a prebuilt binary, else node-gyp. If a policy skipped it anyway, build
+# it here with npm's own node-gyp, and fail the image build if the module still does not load.
 RUN npm ci --omit=dev --no-audit --no-fund \
  && if ! node -e "new (require('better-sqlite3'))(':memory:').close()" 2>/dev/null; then \
       (cd node_modules/better-sqlite3 \

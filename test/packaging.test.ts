@@ -4,6 +4,7 @@ import { builtinModules } from 'node:module'
 import { createServer } from 'node:net'
 import { basename, dirname, join, posix } from 'node:path'
 import mysql from 'mysql2/promise'
+import semver from 'semver'
 import t from 'tap'
 import { parse as parseYaml } from 'yaml'
 import { DEFAULT_SQLITE_PATH, parseJdbcUrl } from '../src/config/jdbc-url.js'
@@ -118,10 +119,16 @@ function mounts (name: string): Map<string, string> {
 
 const containerPort = loadConfig({ cwd: ROOT, env: {} }).config.server.port
 
-t.test('the image: build, deps and runtime stages on one Node 20 slim base', async (t) => {
+const pkg = JSON.parse(read('package.json')) as { engines: { node: string }, overrides?: Record<string, unknown> }
+const engines = new semver.Range(pkg.engines.node)
+
+t.test('the image: build, deps and runtime stages on one slim base of a Node LTS line package.json states', async (t) => {
   t.same(imageStages.map((s) => s.name), ['build', 'deps', 'runtime'], 'the runtime stage is last, so it is the default target')
-  for (const stage of imageStages) t.match(stage.base, /^node:20-[a-z]+-slim$/, `${stage.name}: ${stage.base}`)
+  for (const stage of imageStages) t.match(stage.base, /^node:\d+-[a-z]+-slim$/, `${stage.name}: ${stage.base}`)
   t.equal(new Set(imageStages.map((s) => s.base)).size, 1, 'native modules built on the runtime\'s base')
+  const major = Number(/^node:(\d+)-/.exec(runtime.base)?.[1])
+  t.ok(major % 2 === 0 && major >= 26, `node:${major}: an LTS line, the current one (26) or later`)
+  t.ok(semver.satisfies(`${major}.0.0`, engines) && semver.satisfies(`${major}.99.0`, engines), `the whole ${major}.x line is in engines (${pkg.engines.node})`)
 
   const [build, deps] = imageStages as [Stage, Stage, Stage]
   const buildRuns = all(build, 'RUN').join('\n')
@@ -144,6 +151,26 @@ t.test('the image: build, deps and runtime stages on one Node 20 slim base', asy
   t.ok(copies.some((c) => /^--from=build\s+\S*dist\s/.test(c)), 'dist from build')
   t.ok(copies.some((c) => /^config\s/.test(c)), 'config/leaf.properties baked in')
   t.ok(copies.some((c) => /^package\.json\s/.test(c)), 'package.json, whose "type": "module" makes dist/*.js ES modules')
+})
+
+t.test('engines: the Node running these tests, and every line stated, satisfy every production dependency\'s engines', async (t) => {
+  t.ok(semver.satisfies(process.version, engines), `this Node (${process.version}) is in engines (${pkg.engines.node})`)
+  // The lowest version of each line stated (20.19.0, 22.12.0 ...), and the newest of each.
+  const lines = engines.set.map((comparators) => semver.minVersion(new semver.Range(comparators.map((c) => c.value).join(' ')))?.version as string)
+  t.ok(lines.length >= 2, `lines stated: ${lines.join(', ')}`)
+  const lock = JSON.parse(read('package-lock.json')) as { packages: Record<string, { version?: string, dev?: boolean, engines?: { node?: string } | string[] }> }
+  const refused: string[] = []
+  for (const [path, entry] of Object.entries(lock.packages)) {
+    const wanted = Array.isArray(entry.engines) ? undefined : entry.engines?.node
+    if (path === '' || entry.dev === true || wanted === undefined) continue
+    for (const line of lines) {
+      for (const version of [line, `${semver.major(line)}.99.0`]) {
+        if (!semver.satisfies(version, wanted)) refused.push(`${path.replace(/^.*node_modules\//, '')}@${entry.version} wants node ${wanted}: not ${version}`)
+      }
+    }
+  }
+  t.same(refused, [], 'no production dependency refuses a Node version package.json promises')
+  t.same(pkg.overrides, { 'light-my-request': { cookie: '1.1.1' } }, 'cookie@2 (Node >= 22 only) is overridden by cookie 1.1.1 under light-my-request (README, Development)')
 })
 
 t.test('the image runs as a user that is not root and owns its data folders', async (t) => {
