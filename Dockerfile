@@ -10,9 +10,10 @@
 # All three stages share one base, so the native module built in `deps` (better-sqlite3)
 # matches the C library and Node ABI of `runtime`. Node 26 is the active LTS (from October
 # 2026 to October 2027, then maintenance to April 2029); Debian 13 (trixie) is its images'
-# default and is supported past that. better-sqlite3 12.11 lists Node 26 in its engines and
-# publishes prebuilt binaries for it (ABI 147, glibc and musl, x64 and arm64); where none fits,
-# the `deps` stage compiles it (Node 25+ headers need GCC 11 or later; trixie has 14).
+# default and is supported past that. better-sqlite3 12.11 lists Node 26 in its engines, and
+# its release workflow builds binaries for it (ABI 147; glibc and musl, x64 and arm64); where
+# none fits or none downloads, the `deps` stage compiles it (Node 25+ headers need GCC 11 or
+# later; trixie has 14).
 ARG NODE_IMAGE=node:26-trixie-slim
 
 # --- build: compile src/ to dist/ ---------------------------------------------------------
