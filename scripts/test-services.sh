@@ -4,6 +4,14 @@
 # loopback port with its own data folder, Chromium (the /cache page test), promtool (the
 # metrics lint) and faketime (the fault suite's clock-ahead scenario). Creates the `leaf`
 # database and user.
+#
+# Services of your own (macOS, a container, a shared server): with
+#   LEAF_TEST_MYSQL_URL=mysql://user:pass@host:port   and/or
+#   LEAF_TEST_ZK_ADDRESS=host:port
+# nothing is installed or started for that service; the script only checks that it answers,
+# and the tests use it (test/helpers/mysql.ts, test/helpers/zookeeper.ts). The MySQL user
+# needs a database `leaf` and the rights to create and drop `leaf_test_*` databases. The
+# tools are still looked up on PATH, and installed with apt only where missing.
 # Idempotent: run it as often as you like.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +24,7 @@ log() { printf '[services] %s\n' "$*"; }
 
 apt_updated=0
 apt_install() {
+  if ! command -v apt-get >/dev/null; then log "missing: $* (no apt-get here: install it yourself, see the README's Development section)"; exit 1; fi
   if [ "$(id -u)" != 0 ]; then log "need root to install $*"; exit 1; fi
   if [ "$apt_updated" = 0 ]; then apt-get update -qq; apt_updated=1; fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
@@ -27,7 +36,25 @@ wait_for() { # description, seconds, command...
   log "$what did not come up within ${seconds}s"; return 1
 }
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null; }
+
+# host:port (or [v6]:port, or a host alone) -> "host port", the default port where none is given
+split_host_port() {
+  local hostport=$1 default_port=$2
+  if [[ $hostport =~ ^\[(.*)\]:([0-9]+)$ ]]; then printf '%s %s' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+  elif [[ $hostport =~ ^\[(.*)\]$ ]]; then printf '%s %s' "${BASH_REMATCH[1]}" "$default_port"
+  elif [[ $hostport =~ ^([^:]+):([0-9]+)$ ]]; then printf '%s %s' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+  else printf '%s %s' "$hostport" "$default_port"; fi
+}
+
+# A service of the developer's own: it must answer; nothing is installed or started for it.
+check_own_service() { # what, variable, host, port
+  if wait_for "$1 at $3:$4 ($2)" 10 port_open "$4" "$3"; then
+    log "$1: $2 given, using $3:$4 (nothing installed or started)"
+  else
+    log "$1: nothing answers at $3:$4 ($2)"; exit 1
+  fi
+}
 
 # --- Tools the tests call ------------------------------------------------------
 missing=()
@@ -41,6 +68,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- MariaDB ---------------------------------------------------------------
+if [ -n "${LEAF_TEST_MYSQL_URL:-}" ]; then
+  rest=${LEAF_TEST_MYSQL_URL#*://}
+  rest=${rest##*@}
+  read -r mysql_host mysql_port <<<"$(split_host_port "${rest%%/*}" 3306)"
+  check_own_service MySQL LEAF_TEST_MYSQL_URL "$mysql_host" "$mysql_port"
+else
 if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ]; then
   log "installing MariaDB"
   apt_install mariadb-server mariadb-client
@@ -65,8 +98,13 @@ mariadb --protocol=tcp -h127.0.0.1 -P3306 -uleaf -pleaf leaf < sql/leaf_alloc.sq
 mariadb --protocol=tcp -h127.0.0.1 -P3306 -uleaf -pleaf leaf < sql/leaf_worker_lease.sql
 mariadb --protocol=tcp -h127.0.0.1 -P3306 -uleaf -pleaf leaf < sql/leaf_alloc_parked.sql
 log "MariaDB ready on 127.0.0.1:3306 (database leaf, user leaf/leaf)"
+fi
 
 # --- ZooKeeper -------------------------------------------------------------
+if [ -n "${LEAF_TEST_ZK_ADDRESS:-}" ]; then
+  read -r zk_host zk_port <<<"$(split_host_port "$LEAF_TEST_ZK_ADDRESS" 2181)"
+  check_own_service ZooKeeper LEAF_TEST_ZK_ADDRESS "$zk_host" "$zk_port"
+else
 if [ ! -d /usr/share/zookeeper ] && ! ls /usr/share/java/zookeeper*.jar >/dev/null 2>&1; then
   log "installing ZooKeeper"
   apt_install zookeeper
@@ -101,3 +139,4 @@ CFG
   wait_for ZooKeeper 30 port_open "$ZK_PORT"
 fi
 log "ZooKeeper ready on 127.0.0.1:$ZK_PORT"
+fi

@@ -8,7 +8,7 @@ import { createProxy } from './helpers/tcp-proxy.js'
 import { tempDir } from './helpers/config.js'
 import { parseSamples, valueOf } from './helpers/prometheus.js'
 import { get, pool, startServer, type ServerProcess } from './helpers/server-process.js'
-import { TEST_ZK, inspector, uniqueName, zk } from './helpers/zookeeper.js'
+import { TEST_ZK, TEST_ZK_HOST, TEST_ZK_PORT, inspector, uniqueName, zk } from './helpers/zookeeper.js'
 import { CreateMode } from '../src/snowflake/worker-id/zookeeper.js'
 import { textIds } from './helpers/ids.js'
 
@@ -123,7 +123,7 @@ t.test('two live processes registering as one ip:port: the second waits for the 
 t.test('a restart whose cache is newer than ZooKeeper\'s node (heartbeats while ZooKeeper was away) waits past the cache', async (t) => {
   const name = uniqueName()
   const cacheDir = tempDir()
-  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })
   t.teardown(() => proxy.close())
   const args = [...snowflakeArgs(name, 9500, [`--leaf.snowflake.cache.dir=${cacheDir}`, '--leaf.snowflake.heartbeat-interval-ms=200']),
     `--leaf.snowflake.zk.address=127.0.0.1:${proxy.port}`]
@@ -150,7 +150,7 @@ t.test('a restart whose cache is newer than ZooKeeper\'s node (heartbeats while 
 t.test('a start from the cache that ZooKeeper contradicts: 503 WORKER_ID_UNAVAILABLE and /readyz 503, no ID', async (t) => {
   const name = uniqueName()
   const cacheDir = tempDir()
-  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })
   t.teardown(() => proxy.close())
   proxy.block()
   // This ip:port's worker id in ZooKeeper is 1; the cache says 0.

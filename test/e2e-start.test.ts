@@ -4,7 +4,7 @@ import { createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { tempDir } from './helpers/config.js'
-import { TEST_MYSQL, createTestDatabase } from './helpers/mysql.js'
+import { TEST_MYSQL, TEST_MYSQL_HOST, TEST_MYSQL_PORT, createTestDatabase } from './helpers/mysql.js'
 import { ROOT, SERVER_JS, emptyConfigFile, get, startServer } from './helpers/server-process.js'
 import { withSqlite } from './helpers/sqlite.js'
 import { createProxy } from './helpers/tcp-proxy.js'
@@ -111,7 +111,7 @@ t.test('MySQL refusing connections: the server starts, answers NOT_READY with th
   t.match(JSON.parse((await get(`${server.url}/api/segment/get/order`)).body), { error: 'NOT_READY' })
 
   // The database appears on that port: the background retry loads the tags.
-  const proxy = await createProxy(Number(mysqlServer.port || 3306), { targetHost: mysqlServer.hostname, port })
+  const proxy = await createProxy(TEST_MYSQL_PORT, { targetHost: TEST_MYSQL_HOST, port })
   t.teardown(() => proxy.close())
   let answer = await get(`${server.url}/api/segment/get/order`)
   for (let i = 0; i < 100 && answer.status !== 200; i++) {

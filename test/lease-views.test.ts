@@ -10,7 +10,7 @@ import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { TEST_MYSQL } from './helpers/mysql.js'
 import { createProxy } from './helpers/tcp-proxy.js'
-import { TEST_ZK } from './helpers/zookeeper.js'
+import { TEST_ZK_HOST, TEST_ZK_PORT } from './helpers/zookeeper.js'
 
 const LEAF = leafLayout(1288834974657)
 
@@ -72,7 +72,7 @@ t.test('db-lease on a MySQL database that does not exist: the driver\'s error, n
 })
 
 t.test('zookeeper-lease with ZooKeeper silent at start: refused within the connect timeout, naming the address', async (t) => {
-  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })
   // An unconnected client is only closed once it connects (zookeeper.ts): let it, at the end.
   t.teardown(async () => {
     proxy.unblock()
@@ -95,7 +95,7 @@ t.test('zookeeper-lease with ZooKeeper silent at start: refused within the conne
 })
 
 t.test('zookeeper-lease: a connection gone silent is replaced by a new session after one session timeout', async (t) => {
-  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })
   t.teardown(() => proxy.close())
   const pool = await createZookeeperLeasePool({
     address: `127.0.0.1:${proxy.port}`,

@@ -4,7 +4,7 @@ import type { SegmentStore } from '../src/segment/store.js'
 import { createMysqlStore } from '../src/segment/stores/mysql-store.js'
 import { testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
-import { TEST_MYSQL, createTestDatabase, type TestDatabase } from './helpers/mysql.js'
+import { TEST_MYSQL, TEST_MYSQL_HOST, TEST_MYSQL_PORT, createTestDatabase, type TestDatabase } from './helpers/mysql.js'
 import { createProxy, type TcpProxy } from './helpers/tcp-proxy.js'
 import { batchLines } from './helpers/ids.js'
 
@@ -29,7 +29,7 @@ function within<T> (promise: Promise<T>, ms: number): Promise<Outcome<T>> {
  */
 async function behindProxy (t: Test): Promise<{ db: TestDatabase, proxy: TcpProxy, url: string, closers: (() => Promise<unknown>)[] }> {
   const db = await createTestDatabase()
-  const proxy = await createProxy(Number(new URL(TEST_MYSQL).port || 3306))
+  const proxy = await createProxy(TEST_MYSQL_PORT, { targetHost: TEST_MYSQL_HOST })
   const closers: (() => Promise<unknown>)[] = []
   t.teardown(async () => {
     try {

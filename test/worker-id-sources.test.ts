@@ -17,6 +17,8 @@ import { TEST_ZK, inspector, uniqueName, zookeeperProxy } from './helpers/zookee
 import { leafLayout } from '../src/snowflake/layout.js'
 import { withSqlite } from './helpers/sqlite.js'
 
+const mysqlServer = new URL(TEST_MYSQL)
+
 const LEAF = leafLayout(1288834974657)
 
 // The worker-id sources against the real stores: db-lease on MariaDB and on a SQLite file,
@@ -165,10 +167,10 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     t.ok(row !== undefined && row.issuedUntil >= before + 2700 && row.issuedUntil <= Date.now() + 2700, 'issued_until one window ahead')
     t.equal(lease.issuableUntil, row?.issuedUntil, 'issuable up to what the store confirmed')
     t.match(lease.status(), {
-      source: 'db-lease', workerId: 3, range: [3, 4], unavailable: undefined, issuedUntil: row?.issuedUntil, pool: `${kind === 'mysql' ? 'mysql://leaf@127.0.0.1:3306/' : 'sqlite:'}`,
+      source: 'db-lease', workerId: 3, range: [3, 4], unavailable: undefined, issuedUntil: row?.issuedUntil, pool: `${kind === 'mysql' ? `mysql://${decodeURIComponent(mysqlServer.username)}@${mysqlServer.hostname}:${mysqlServer.port || 3306}/` : 'sqlite:'}`,
     })
     t.match(lease.status().pool, new RegExp(`leaf_worker_lease \\(pool ${name}\\)$`))
-    t.equal(JSON.parse(JSON.stringify(lease.status())).pool.includes(':leaf@'), false, 'no password in the status')
+    t.equal(JSON.parse(JSON.stringify(lease.status())).pool.includes(`:${decodeURIComponent(mysqlServer.password)}@`), false, 'no password in the status')
 
     await sleep(300)
     await lease.heartbeat()

@@ -8,7 +8,7 @@ import { CreateMode, connectZookeeper, sessionIdOf } from '../src/snowflake/work
 import { tempDir } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { createProxy, type TcpProxy } from './helpers/tcp-proxy.js'
-import { TEST_ZK, inspector, uniqueName, zk, zookeeperProxy } from './helpers/zookeeper.js'
+import { TEST_ZK, TEST_ZK_HOST, TEST_ZK_PORT, inspector, uniqueName, zk, zookeeperProxy } from './helpers/zookeeper.js'
 
 const HEARTBEAT = 3000
 
@@ -37,7 +37,7 @@ async function lease (t: Test, o: WorkerLeaseOptions) {
   return l
 }
 
-const ZK_PORT = Number(TEST_ZK.split(':')[1])
+const zkProxy = () => createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })
 
 /**
  * A ZooKeeper address that resets every connection until `proxy.unblock()`. At teardown the
@@ -200,7 +200,7 @@ t.test('a second live instance on the same ip:port waits for the first\'s sessio
 
 t.test('a node left by a dead session (a killed process) is taken once that session expires', async (t) => {
   const o = options({ zkSessionTimeoutMs: 2000 })
-  const proxy = await createProxy(ZK_PORT)
+  const proxy = await zkProxy()
   t.teardown(() => proxy.close())
   // The "killed process": a session whose connection goes silent, so ZooKeeper expires it.
   const dead = await connectZookeeper(`127.0.0.1:${proxy.port}`, 2000, 5000)
@@ -324,7 +324,7 @@ t.test('ZooKeeper answering after the connect timeout does not crash the process
   // node-zookeeper-client throws "Unknown code" from its socket handler when a client closed
   // before connecting gets the late answer: an uncaught exception would end this test file.
   for (const lateBy of [100, 1500, 4000]) {
-    const proxy = await createProxy(ZK_PORT)
+    const proxy = await zkProxy()
     t.teardown(() => proxy.close())
     const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, zkConnectTimeoutMs: 500, zkSessionTimeoutMs: 20_000, heartbeatIntervalMs: 300 })
     writeWorkerCache(o.cacheDir, { workerId: 0, lastTimestamp: Date.now() - 1000, address: '10.1.2.3:8080' })
@@ -343,7 +343,7 @@ t.test('ZooKeeper answering after the connect timeout does not crash the process
 })
 
 t.test('connections reset and restored within 200 ms, again and again: the lease lives and ends up connected', async (t) => {
-  const proxy = await createProxy(ZK_PORT)
+  const proxy = await zkProxy()
   t.teardown(() => proxy.close())
   const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, zkConnectTimeoutMs: 500, heartbeatIntervalMs: 200 })
   const l = await lease(t, o)
@@ -415,7 +415,7 @@ t.test('a pause is judged by the clock, not by time recorded ahead of it', async
 })
 
 t.test('ZooKeeper cut off: the lease keeps serving and keeps the cache current; connected again after', async (t) => {
-  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  const proxy = await zkProxy()
   t.teardown(() => proxy.close())
   const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, heartbeatIntervalMs: 200, zkSessionTimeoutMs: 6000 })
   const changes: boolean[] = []

@@ -2,8 +2,15 @@ import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import mysql from 'mysql2/promise'
 
-/** The MariaDB that scripts/test-services.sh starts; override with LEAF_TEST_MYSQL. */
-export const TEST_MYSQL = process.env.LEAF_TEST_MYSQL ?? 'mysql://leaf:leaf@127.0.0.1:3306'
+/**
+ * The MySQL server the tests use: the MariaDB scripts/test-services.sh starts, or the one
+ * LEAF_TEST_MYSQL_URL names (`mysql://user:pass@host:port`, no database: each test creates its
+ * own `leaf_test_*` database, so the user needs CREATE and DROP on `leaf%`).
+ */
+export const TEST_MYSQL = process.env.LEAF_TEST_MYSQL_URL || 'mysql://leaf:leaf@127.0.0.1:3306'
+const server = new URL(TEST_MYSQL)
+export const TEST_MYSQL_HOST = server.hostname
+export const TEST_MYSQL_PORT = Number(server.port || 3306)
 
 export interface TestDatabase {
   name: string

@@ -3,8 +3,10 @@ import type { Test } from 'tap'
 import { connectZookeeper, zk, type Client } from '../../src/snowflake/worker-id/zookeeper.js'
 import { createProxy, type TcpProxy } from './tcp-proxy.js'
 
-/** The ZooKeeper that scripts/test-services.sh starts; override with LEAF_TEST_ZK. */
-export const TEST_ZK = process.env.LEAF_TEST_ZK ?? '127.0.0.1:2181'
+/** The ZooKeeper the tests use: the one scripts/test-services.sh starts, or LEAF_TEST_ZK_ADDRESS (`host:port`). */
+export const TEST_ZK = process.env.LEAF_TEST_ZK_ADDRESS || '127.0.0.1:2181'
+export const TEST_ZK_HOST = TEST_ZK.slice(0, TEST_ZK.lastIndexOf(':')).replace(/^\[|\]$/g, '')
+export const TEST_ZK_PORT = Number(TEST_ZK.slice(TEST_ZK.lastIndexOf(':') + 1))
 
 /** A leaf.name of its own, so each test has its own /snowflake/<name> tree. */
 export function uniqueName (): string {
@@ -35,7 +37,7 @@ export { zk }
  * can end themselves (src/snowflake/worker-id/zookeeper.ts says why they must).
  */
 export async function zookeeperProxy (t: Test): Promise<TcpProxy> {
-  const proxy = await createProxy(Number(TEST_ZK.split(':')[1]))
+  const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })
   t.teardown(async () => {
     proxy.unblock()
     await new Promise((resolve) => setTimeout(resolve, 1500))
