@@ -9,7 +9,7 @@ import { silentLogger } from './helpers/logger.js'
 const OUTPUT = fileURLToPath(new URL('../test-output/', import.meta.url))
 const TOKEN = 'browser-token'
 
-t.test('/cache in a real headless Chromium: a card per tag, a snowflake panel, a screenshot', async (t) => {
+t.test('/cache in a real headless Chromium: the instance panel, a card per tag with its rate and sparkline, a snowflake panel, a screenshot at 1280x900', async (t) => {
   const server = await buildApp(testConfig({
     'leaf.segment.enable': true,
     'leaf.snowflake.enable': true,
@@ -27,7 +27,7 @@ t.test('/cache in a real headless Chromium: a card per tag, a snowflake panel, a
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
   })
   t.teardown(() => browser.close())
-  const page = await browser.newPage({ viewport: { width: 1100, height: 900 } })
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } })
   await page.setExtraHTTPHeaders({ authorization: `Bearer ${TOKEN}` })
   const response = await page.goto(`${url}/cache`)
   t.equal(response?.status(), 200)
@@ -39,6 +39,14 @@ t.test('/cache in a real headless Chromium: a card per tag, a snowflake panel, a
   const width = await page.locator('section.tag[data-key="order"] .seg.current .fill').getAttribute('style')
   t.equal(width, 'width:65.0%', '1,300 of 2,000 left in the current segment')
   t.match(await page.locator('section.snowflake').textContent(), /worker 0/)
+  t.match(await page.locator('section.instance h2').textContent(), /^Instance · Leaf-TS \d+\.\d+\.\d+$/)
+  t.match(await page.locator('section.instance').textContent(), /uptime.*database.*sqlite:.*ZooKeeper.*segment.*ready.*errors since start/s)
+  t.match(await page.locator('section.tag[data-key="order"] [data-rate]').textContent(), /^rate [\d,.]+ IDs\/s \(last minute\)$/, 'the rate')
+  const spark = page.locator('section.tag[data-key="order"] svg.spark')
+  t.equal(await spark.getAttribute('data-points'), '90', 'a sparkline of 15 minutes')
+  t.ok(((await spark.boundingBox())?.width ?? 0) > 200, 'drawn')
+  t.match(await page.locator('[data-age]').textContent(), /rendered .*Z; rates sampled \d+ ms before; reloads every 5 s/)
+  t.equal(await page.locator('meta[http-equiv="refresh"]').getAttribute('content'), '5')
   t.equal(await page.locator('script').count(), 0, 'no script, no injected markup')
 
   mkdirSync(OUTPUT, { recursive: true })

@@ -1,5 +1,6 @@
 import t from 'tap'
-import { renderCachePage } from '../src/http/pages.js'
+import { duration, renderCachePage, sparkline, type InstanceView } from '../src/http/pages.js'
+import type { SegmentBufferView } from '../src/segment/segment-generator.js'
 import type { LeaseStatus } from '../src/snowflake/worker-id/worker-lease.js'
 
 // The /cache page's snowflake panel for each kind of source and state, rendered directly
@@ -17,7 +18,18 @@ const base: LeaseStatus = {
   cacheFile: '/tmp/leaf/workerID.properties',
 }
 
-const panel = (status: LeaseStatus | undefined) => renderCachePage(undefined, status, TWEPOCH)
+const instance: InstanceView = {
+  version: '1.2.3',
+  node: '20.20.2',
+  uptimeSeconds: 4000,
+  renderedAt: Date.UTC(2026, 11, 2, 6, 0, 0),
+  ratesAgeMs: 420,
+  store: 'sqlite:/data/leaf.db',
+  readiness: { ready: true, modes: { segment: { ready: true } } },
+  errors: [],
+}
+
+const panel = (status: LeaseStatus | undefined) => renderCachePage(instance, undefined, status, TWEPOCH)
 
 t.test('Leaf\'s ZooKeeper source: connected or not, its nodes, its last heartbeat', async (t) => {
   const connected = panel({ ...base, lastHeartbeat: Date.now() - 3000 })
@@ -57,4 +69,70 @@ t.test('a lease: leased or lost, its pool and range, its expiry and issuedUntil'
 t.test('snowflake mode off', async (t) => {
   t.match(panel(undefined), /Snowflake mode is disabled/)
   t.match(panel(undefined), /Segment mode is disabled/)
+})
+
+const view: SegmentBufferView = {
+  key: 'order',
+  initOk: true,
+  nextReady: true,
+  pos: 0,
+  value0: 1200n,
+  max0: 2001n,
+  step0: 2000,
+  value1: 2001n,
+  max1: 4001n,
+  step1: 2000,
+  step: 2000,
+  minStep: 2000,
+  updateTimestamp: 0,
+  segments: [{ value: 1200n, max: 2001n, step: 2000 }, { value: 2001n, max: 4001n, step: 2000 }],
+  buffered: 2801,
+  rate: 55,
+  ratePerMinute: 40,
+  bufferSeconds: 50.9,
+  history: Array.from({ length: 90 }, (_, i) => i < 60 ? 0 : i - 59),
+  lastLoadSeconds: 0.0042,
+  failedLoads: 3,
+  ended: false,
+}
+
+t.test('the dashboard: the instance panel, each tag\'s rate, buffer, loads and sparkline, a reload every 5 s with the time rendered', async (t) => {
+  const html = renderCachePage({
+    ...instance,
+    readiness: { ready: false, modes: { segment: { ready: false, reason: 'database unreachable: ECONNREFUSED (connection refused), and 1 tag(s) <x>' }, snowflake: { ready: true } } },
+    errors: [{ mode: 'segment', code: 'SEGMENTS_NOT_READY', count: 7 }, { mode: 'snowflake', code: 'CLOCK_BACKWARDS', count: 0 }],
+  }, [view], { ...base, lastHeartbeat: Date.now() }, TWEPOCH)
+  t.match(html, /<meta http-equiv="refresh" content="5">/)
+  t.match(html, /rendered 2026-12-02T06:00:00\.000Z; rates sampled 420 ms before; reloads every 5 s/)
+  t.match(html, /Instance · Leaf-TS 1\.2\.3<\/h2><span class="badge bad">not ready/)
+  t.match(html, /uptime<\/dt><dd>67 min \(Node 20\.20\.2\)/)
+  t.match(html, /database<\/dt><dd>sqlite:\/data\/leaf\.db/)
+  t.match(html, /ZooKeeper<\/dt><dd><span class="badge ok">connected/)
+  t.match(html, /segment<\/dt><dd><span class="badge bad">not ready<\/span> database unreachable: ECONNREFUSED \(connection refused\), and 1 tag\(s\) &lt;x&gt;/, 'reasons escaped')
+  t.match(html, /<span data-error="SEGMENTS_NOT_READY">segment SEGMENTS_NOT_READY <b>7<\/b><\/span>/)
+  t.notMatch(html, /CLOCK_BACKWARDS/, 'codes never answered are left out')
+  t.match(html, /<span data-rate>rate <b>40<\/b> IDs\/s \(last minute\)/)
+  t.match(html, /<span data-lasts>buffer lasts <b>70 s<\/b>/, '2,801 IDs at 40 IDs/s')
+  t.match(html, /<span data-load>last load <b>4\.2 ms<\/b>/)
+  t.match(html, /<span data-failed>failed loads <b>3<\/b>/)
+  t.match(html, /<svg class="spark"[^>]* data-points="90" aria-label="IDs per second over the last 15 minutes, peak 30"/)
+  t.match(html, /buffered 2,801 IDs in 2 segments · 50\.9 s at 55 IDs\/s/)
+  t.equal((html.match(/<script/g) ?? []).length, 0, 'no script')
+  const idle = renderCachePage(instance, [{ ...view, ratePerMinute: 0, rate: 0, bufferSeconds: Infinity, lastLoadSeconds: 0 }], undefined, TWEPOCH)
+  t.match(idle, /buffer lasts <b>idle<\/b>/)
+  t.match(idle, /last load <b>—<\/b>/)
+  t.match(idle, /ZooKeeper<\/dt><dd>snowflake mode off/)
+  t.match(renderCachePage(instance, [{ ...view, ended: true }], undefined, TWEPOCH), /badge bad">ID space ended/)
+})
+
+t.test('durations and sparklines for a person', async (t) => {
+  t.equal(duration(5.25), '5.3 s')
+  t.equal(duration(90), '90 s')
+  t.equal(duration(600), '10 min')
+  t.equal(duration(4 * 3600), '4.0 h')
+  t.equal(duration(3 * 86400), '3.0 d')
+  t.equal(duration(Infinity), 'never at this rate')
+  const flat = sparkline([0, 0, 0], 100, 20)
+  t.match(flat, /points="0\.0,19\.0 50\.0,19\.0 100\.0,19\.0"/, 'all zero: on the baseline')
+  t.match(sparkline([0, 10], 100, 20), /points="0\.0,19\.0 100\.0,1\.0"/, 'the peak at the top')
 })

@@ -3,7 +3,7 @@ import { LeafError } from '../src/errors.js'
 import { createSegmentGenerator, type Id, type SegmentGeneratorOptions } from '../src/segment/segment-generator.js'
 import { RateMeter } from '../src/segment/rate-meter.js'
 import { FakeStore } from './helpers/fake-store.js'
-import { silentLogger } from './helpers/logger.js'
+import { captureLogger, silentLogger } from './helpers/logger.js'
 
 // The buffer horizon (leaf.segment.buffer-seconds), the segment cap, the give-back at a
 // graceful stop and the end of the ID space, against an in-memory store and a monotonic
@@ -300,4 +300,22 @@ t.test('the end of the ID space: ID_SPACE_EXHAUSTED at once, naming the tag, onc
   t.ok(Date.now() - started < 1000, 'at once, not after the 5 s wait')
   t.same(generator.endedTags(), ['last'])
   t.equal(store.rows.get('last')?.maxId, max - 5n, 'max_id never wrapped')
+})
+
+t.test('a store that keeps failing is logged once per 30 s, with the count at recovery; no stack for a driver error', async (t) => {
+  const { logger, lines } = captureLogger()
+  const store = new FakeStore({ order: { step: 10 } })
+  const { generator } = setup(store, { logger, waitTimeoutMs: 200, monotonic: () => performance.now() })
+  await generator.init()
+  store.failing = true
+  store.failure = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:3306'), { code: 'ECONNREFUSED' })
+  await t.rejects(Promise.resolve().then(() => generator.next('order')), { code: 'SEGMENTS_NOT_READY' })
+  const failures = lines.filter((l) => l.msg === 'segment load failed: serving buffered IDs, retrying loads')
+  t.equal(failures.length, 1, `one line for the ${generator.views()[0]?.failedLoads} failed loads of the wait`)
+  t.match(failures[0], { key: 'order', code: 'ECONNREFUSED' })
+  t.notMatch(JSON.stringify(failures[0]), /\bat \S+ \(/, 'no stack')
+  store.failing = false
+  await generator.next('order')
+  const back = lines.find((l) => l.msg === 'database reachable again: segment loads succeed')
+  t.ok(((back?.failedLoadsNotLogged as number | undefined) ?? 0) >= 2, `the held-back failures counted: ${back?.failedLoadsNotLogged}`)
 })

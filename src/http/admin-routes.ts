@@ -10,6 +10,9 @@ import { requireBearer } from './auth.js'
 import { parseInt64 } from './decode-routes.js'
 import { validKey } from './id-routes.js'
 import { renderCachePage, renderDbPage } from './pages.js'
+import { checkReadiness } from '../modes/readiness.js'
+import { describeStore } from '../segment/stores/create-store.js'
+import { VERSION } from '../version.js'
 
 const MAX_DESCRIPTION = 256
 /** Admin bodies are a few fields: anything larger is refused (413). */
@@ -60,7 +63,16 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
   })
   app.get('/cache', guarded, async (_request, reply) => {
     reply.type('text/html; charset=utf-8')
-    return renderCachePage(segment?.generator.views(), snowflake?.lease.status(), twepoch)
+    return renderCachePage({
+      version: VERSION,
+      node: process.versions.node,
+      uptimeSeconds: process.uptime(),
+      renderedAt: Date.now(),
+      ratesAgeMs: segment?.generator.ratesAgeMs(),
+      store: segment === undefined ? undefined : describeStore(app.leaf.config.segment.store),
+      readiness: await checkReadiness(app.leaf),
+      errors: app.leaf.metrics.errorCounts(),
+    }, segment?.generator.views(), snowflake?.lease.status(), twepoch)
   })
   app.get('/db', guarded, async (_request, reply) => {
     reply.type('text/html; charset=utf-8')

@@ -3,7 +3,11 @@ import type { SegmentBufferView } from '../segment/segment-generator.js'
 import type { LeaseStatus } from '../snowflake/worker-id/worker-lease.js'
 
 // Server-rendered pages for a person: Leaf's /cache and /db monitors, with pictures where they
-// help. No scripts, no external assets; every value is escaped.
+// help. No scripts, no external assets; every value is escaped. /cache reloads itself every
+// REFRESH_SECONDS (a meta refresh) and says when it was rendered.
+
+/** How often /cache reloads itself. */
+export const REFRESH_SECONDS = 5
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }
 
@@ -26,10 +30,14 @@ nav a{margin-right:1rem;color:#2457c5}
 table{border-collapse:collapse;background:#fff;width:100%}td,th{border:1px solid #dde1e7;padding:.35rem .6rem;text-align:left}
 th{background:#eef1f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;margin:0}dt{color:#5a6372}dd{margin:0;word-break:break-all}
+.stats{display:grid;grid-template-columns:repeat(2,1fr);gap:.2rem .8rem;margin:.5rem 0;font-size:.85rem}.stats b{font-variant-numeric:tabular-nums}
+.spark{display:block;margin:.3rem 0}.spark polyline{fill:none;stroke:#2f7de1;stroke-width:1.5}.spark line{stroke:#dde1e7}
+.instance{margin-bottom:1.2rem}.age{color:#5a6372;font-size:.8rem;margin:-.6rem 0 1rem}
 `
 
-function page (title: string, body: string): string {
-  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+function page (title: string, body: string, refreshSeconds?: number): string {
+  const refresh = refreshSeconds === undefined ? '' : `<meta http-equiv="refresh" content="${refreshSeconds}">`
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">${refresh}
 <title>${escapeHtml(title)} · Leaf-TS</title><style>${STYLE}</style></head>
 <body><nav><a href="/cache">cache</a><a href="/db">db</a><a href="/metrics">metrics</a></nav><h1>${escapeHtml(title)}</h1>${body}</body></html>`
 }
@@ -44,16 +52,64 @@ function segmentBar (index: number, value: bigint, max: bigint, step: number, cu
 <div class="label"><span>value ${escapeHtml(value)}</span><span>max ${escapeHtml(max)}</span></div></div>`
 }
 
+/** What the instance panel of /cache shows. */
+export interface InstanceView {
+  version: string
+  node: string
+  uptimeSeconds: number
+  /** Wall-clock ms when the page was rendered. */
+  renderedAt: number
+  /** How long before rendering the tags' rates were last sampled (ms); undefined without segment mode. */
+  ratesAgeMs: number | undefined
+  /** Where the segment store is (never a password); undefined without segment mode. */
+  store: string | undefined
+  readiness: { ready: boolean, reason?: string, modes: Record<string, { ready: boolean, reason?: string }> }
+  /** ID requests that failed, by mode and code, since the start. */
+  errors: { mode: string, code: string, count: number }[]
+}
+
+const num = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })
+
+/** A duration for a person: 45 s, 12 min, 3.2 h, 4.1 d. */
+export function duration (seconds: number): string {
+  if (!Number.isFinite(seconds)) return 'never at this rate'
+  if (seconds < 120) return `${num(seconds, seconds < 10 ? 1 : 0)} s`
+  if (seconds < 7200) return `${num(seconds / 60)} min`
+  if (seconds < 172_800) return `${num(seconds / 3600, 1)} h`
+  return `${num(seconds / 86_400, 1)} d`
+}
+
+/** The rate history as an SVG line, oldest left; scaled to its own peak. */
+export function sparkline (values: readonly number[], width = 280, height = 36): string {
+  const peak = Math.max(...values, 0)
+  const step = values.length > 1 ? width / (values.length - 1) : width
+  const points = values.map((v, i) => `${(i * step).toFixed(1)},${(height - 1 - (peak > 0 ? (v / peak) * (height - 2) : 0)).toFixed(1)}`).join(' ')
+  return `<svg class="spark" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img" data-points="${values.length}" aria-label="IDs per second over the last 15 minutes, peak ${num(peak)}">` +
+    `<title>IDs/s, 10 s per point, last 15 minutes; peak ${num(peak)}</title><line x1="0" y1="${height - 1}" x2="${width}" y2="${height - 1}"/><polyline points="${points}"/></svg>`
+}
+
+function tagStats (v: SegmentBufferView): string {
+  const perMinute = v.ratePerMinute
+  const lasts = perMinute > 0 ? duration(v.buffered / perMinute) : 'idle'
+  return `<div class="stats">
+<span data-rate>rate <b>${num(perMinute, perMinute < 10 ? 1 : 0)}</b> IDs/s (last minute)</span>
+<span data-lasts>buffer lasts <b>${escapeHtml(lasts)}</b></span>
+<span data-load>last load <b>${v.lastLoadSeconds > 0 ? `${num(v.lastLoadSeconds * 1000, 1)} ms` : '—'}</b></span>
+<span data-failed>failed loads <b>${num(v.failedLoads)}</b></span></div>`
+}
+
 function tagCard (v: SegmentBufferView): string {
-  const badge = !v.initOk
-    ? '<span class="badge warn">not loaded yet</span>'
-    : v.nextReady ? '<span class="badge ok">next ready</span>' : '<span class="badge warn">next not ready</span>'
+  const badge = v.ended
+    ? '<span class="badge bad">ID space ended</span>'
+    : !v.initOk
+        ? '<span class="badge warn">not loaded yet</span>'
+        : v.nextReady ? '<span class="badge ok">next ready</span>' : '<span class="badge warn">next not ready</span>'
   // Every segment held (the current one first); an empty slot for the next while none is loaded.
   const held = v.segments.map((s, i) => segmentBar(i, s.value, s.max, s.step, i === 0, true))
   if (held.length === 1) held.push(segmentBar(1, 0n, 0n, 0, false, false))
   const bars = v.initOk ? held.join('') : '<p>The first segment loads on the first request for this tag.</p>'
   const horizon = Number.isFinite(v.bufferSeconds) ? `${v.bufferSeconds.toFixed(1)} s at ${v.rate.toFixed(0)} IDs/s` : 'idle'
-  return `<section class="card tag" data-key="${escapeHtml(v.key)}"><div class="head"><h2>${escapeHtml(v.key)}</h2>${badge}</div>${bars}
+  return `<section class="card tag" data-key="${escapeHtml(v.key)}"><div class="head"><h2>${escapeHtml(v.key)}</h2>${badge}</div>${tagStats(v)}${sparkline(v.history)}${bars}
 <div class="label" data-horizon>buffered ${v.buffered.toLocaleString('en-US')} IDs in ${v.segments.length} segment${v.segments.length === 1 ? '' : 's'} · ${horizon}</div>
 <div class="label">step ${v.step} · min step ${v.minStep} · last adapted load ${v.updateTimestamp ? new Date(v.updateTimestamp).toISOString() : '—'}</div></section>`
 }
@@ -81,11 +137,34 @@ ${status.issuedUntil === undefined
 <dt>twepoch</dt><dd>${twepoch} (${new Date(twepoch).toISOString()})</dd></dl></section>`
 }
 
-export function renderCachePage (views: SegmentBufferView[] | undefined, snowflake: LeaseStatus | undefined, twepoch: number): string {
+function instancePanel (i: InstanceView, snowflake: LeaseStatus | undefined): string {
+  const modes = Object.entries(i.readiness.modes).map(([mode, m]) =>
+    `<dt>${escapeHtml(mode)}</dt><dd>${m.ready ? '<span class="badge ok">ready</span>' : '<span class="badge bad">not ready</span>'}${m.reason === undefined ? '' : ` ${escapeHtml(m.reason)}`}</dd>`).join('')
+  const zk = snowflake === undefined
+    ? 'snowflake mode off'
+    : snowflake.source === 'static' || snowflake.source === 'statefulset' || snowflake.source === 'db-lease' || snowflake.source === 'disposable'
+      ? `not used (worker id from ${escapeHtml(snowflake.source)})`
+      : snowflake.zookeeperConnected ? '<span class="badge ok">connected</span>' : '<span class="badge bad">disconnected</span>'
+  const errors = i.errors.filter((e) => e.count > 0)
+  const errorList = errors.length === 0
+    ? 'none'
+    : errors.map((e) => `<span data-error="${escapeHtml(e.code)}">${escapeHtml(e.mode)} ${escapeHtml(e.code)} <b>${num(e.count)}</b></span>`).join(' · ')
+  return `<section class="card instance"><div class="head"><h2>Instance · Leaf-TS ${escapeHtml(i.version)}</h2>` +
+    `${i.readiness.ready ? '<span class="badge ok">ready</span>' : '<span class="badge bad">not ready</span>'}</div><dl>
+<dt>uptime</dt><dd>${escapeHtml(duration(i.uptimeSeconds))} (Node ${escapeHtml(i.node)})</dd>
+<dt>database</dt><dd>${i.store === undefined ? 'segment mode off' : escapeHtml(i.store)}</dd>
+<dt>ZooKeeper</dt><dd>${zk}</dd>
+${i.readiness.reason === undefined ? '' : `<dt>readiness</dt><dd>${escapeHtml(i.readiness.reason)}</dd>`}${modes}
+<dt>errors since start</dt><dd data-errors>${errorList}</dd></dl></section>`
+}
+
+export function renderCachePage (instance: InstanceView, views: SegmentBufferView[] | undefined, snowflake: LeaseStatus | undefined, twepoch: number): string {
   const tags = views === undefined
     ? '<p>Segment mode is disabled.</p>'
     : views.length === 0 ? '<p>No tags in leaf_alloc.</p>' : `<div class="grid">${views.map(tagCard).join('')}</div>`
-  return page('Segment cache', `${tags}<h1 style="margin-top:2rem">Snowflake</h1>${snowflakePanel(snowflake, twepoch)}`)
+  const rendered = new Date(instance.renderedAt).toISOString()
+  const age = `<p class="age" data-age>rendered ${escapeHtml(rendered)}${instance.ratesAgeMs === undefined ? '' : `; rates sampled ${num(instance.ratesAgeMs)} ms before`}; reloads every ${REFRESH_SECONDS} s</p>`
+  return page('Segment cache', `${age}${instancePanel(instance, snowflake)}${tags}<h1 style="margin-top:2rem">Snowflake</h1>${snowflakePanel(snowflake, twepoch)}`, REFRESH_SECONDS)
 }
 
 export function renderDbPage (rows: LeafAllocRow[]): string {

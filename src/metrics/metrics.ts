@@ -29,6 +29,8 @@ export interface Metrics {
   leaseClaim (result: string): void
   /** The worker-id lease was lost: issuing stopped. */
   leaseLost (): void
+  /** ID requests that failed since the start, by mode and code (the /cache page). */
+  errorCounts (): { mode: string, code: string, count: number }[]
   /** What the scrape-time gauges read. */
   watch (modes: { segment: SegmentMode | undefined, snowflake: SnowflakeMode | undefined }): void
 }
@@ -223,6 +225,12 @@ export function createMetrics (): Metrics {
     },
     idError (mode, code) {
       errorChild(mode, code).value++
+    },
+    errorCounts () {
+      return [...errorChildren].map(([id, child]) => {
+        const [mode = '', code = ''] = id.split('\0')
+        return { mode, code, count: child.value }
+      })
     },
     request (method, route, status, seconds) {
       // Nested maps keyed by the values themselves: no key string is built per request.

@@ -4,6 +4,7 @@ import { expandRanges, type IdRange } from '../id-range.js'
 import { PRELOAD_USED_FRACTION, Segment, SegmentBuffer, type Id } from './segment-buffer.js'
 import { IdSpaceEnded, type Allocation, type SegmentStore, type UnusedRange } from './store.js'
 import { settlesWithin, sleep, withTimeout } from '../timers.js'
+import { createLogThrottle } from '../log-throttle.js'
 
 export type { Id } from './segment-buffer.js'
 
@@ -131,6 +132,8 @@ export interface SegmentGenerator {
   exhaustedTags (): string[]
   /** Tags whose ID space has ended (max_id at 2^63 - 1): they answer ID_SPACE_EXHAUSTED. */
   endedTags (): string[]
+  /** How long ago the rates were last sampled (ms). */
+  ratesAgeMs (): number
   /**
    * Loads the first segment of each tag (a warm start), in the background of nothing: the
    * promise settles when each has loaded or failed, within the wait timeout.
@@ -166,6 +169,9 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     owner,
   } = options
   const buffers = new Map<string, SegmentBuffer>()
+  // A database that stays down fails a load per tag per backoff, and the tag list every
+  // second: one line per cause per 30 s, with how many were held back.
+  const throttle = createLogThrottle(logger)
   let initialized = false
   let closed = false
   /** Set by shutdown(): nothing is served any more. */
@@ -173,6 +179,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   let warming = false
   let storeHealthy = true
   let refreshTimer: NodeJS.Timeout | undefined
+  let sampledAt = monotonic()
   const rateTimer = setInterval(sampleRates, rateSampleMs)
   rateTimer.unref()
 
@@ -309,6 +316,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
 
   function sampleRates (): void {
     const now = monotonic()
+    sampledAt = now
     for (const buf of buffers.values()) {
       buf.rate.sample(buf.issued, now)
       if (bufferSeconds > 0 && buf.initOk && !stopping) plan(buf)
@@ -353,7 +361,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         onLoad?.(buf.key, buf.lastLoadSeconds, true)
         if (!storeHealthy) {
           storeHealthy = true
-          logger.info('database reachable again: segment loads succeed')
+          logger.info({ failedLoadsNotLogged: throttle.clear('segment-load') }, 'database reachable again: segment loads succeed')
         }
       },
       (err: unknown) => {
@@ -367,12 +375,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
           logger.error({ key: buf.key }, 'the tag\'s ID space has ended: max_id cannot move by its step without passing 2^63 - 1; it answers ID_SPACE_EXHAUSTED once its buffered IDs are used')
           return
         }
-        if (storeHealthy) {
-          storeHealthy = false
-          logger.warn({ key: buf.key, err }, 'database unreachable: serving buffered IDs, retrying loads')
-        } else {
-          logger.debug({ key: buf.key, err: (err as Error).message, retryInMs: buf.backoffMs }, 'segment load failed')
-        }
+        storeHealthy = false
+        throttle.warn('segment-load', err, 'segment load failed: serving buffered IDs, retrying loads', { key: buf.key })
       }
     ).finally(() => {
       if (buf.loading === load) buf.loading = undefined
@@ -526,9 +530,12 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     if (closed) return
     refreshTimer = setTimeout(() => {
       refreshTags().then(
-        () => scheduleRefresh(refreshIntervalMs),
+        () => {
+          throttle.clear('tag-refresh')
+          scheduleRefresh(refreshIntervalMs)
+        },
         (err: unknown) => {
-          logger.warn({ err }, 'segment tag refresh failed')
+          throttle.warn('tag-refresh', err, 'segment tag refresh failed; retrying')
           scheduleRefresh(initialized ? refreshIntervalMs : Math.min(refreshIntervalMs, 1000))
         }
       )
@@ -543,7 +550,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         scheduleRefresh(refreshIntervalMs)
         return true
       } catch (err) {
-        logger.error({ err }, 'segment generator could not load its tags; retrying in the background')
+        throttle.warn('tag-refresh', err, 'segment generator could not load its tags; retrying in the background')
         scheduleRefresh(Math.min(refreshIntervalMs, 1000))
         return false
       }
@@ -571,6 +578,9 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         if (buf.initOk && !buf.nextReady && buf.currentSegment.idle === 0) tags.push(buf.key)
       }
       return tags
+    },
+    ratesAgeMs () {
+      return monotonic() - sampledAt
     },
     endedTags () {
       return [...buffers.values()].filter((b) => b.ended).map((b) => b.key)

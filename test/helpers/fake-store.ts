@@ -10,6 +10,8 @@ interface Row { maxId: bigint, step: number, description: string | null, updateT
 export class FakeStore implements SegmentStore {
   rows = new Map<string, Row>()
   failing = false
+  /** What a failing call rejects with. */
+  failure: Error = new Error('store down')
   delayMs = 0
   calls: { key: string, step: number | undefined }[] = []
   /** Allocations under way now, and the most there ever were at once. */
@@ -31,7 +33,7 @@ export class FakeStore implements SegmentStore {
 
   private async answer<T> (fn: () => T): Promise<T> {
     if (this.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.delayMs))
-    if (this.failing) throw new Error('store down')
+    if (this.failing) throw this.failure
     return fn()
   }
 
