@@ -11,7 +11,8 @@ const SLACK_MS = 500
 const RECOVERY_BOUND_MS = 2000
 
 /**
- * 3. MariaDB stopped until the buffer of a small-step tag is used up: requests get 503
+ * 3. MariaDB stopped until the buffer of a small-step tag is used up (Leaf's double buffer,
+ * leaf.segment.buffer-seconds=0): requests get 503
  * SEGMENTS_NOT_READY within the wait timeout, /readyz says not ready, and service comes back
  * by itself within 2 s of MariaDB accepting connections again. That 503 counts only for a
  * request sent after the stop and answered before MariaDB's restart + 2 s; any other is a
@@ -23,7 +24,9 @@ export async function mariadbDrained (suite: Suite, report: Report): Promise<voi
   const leaf = await startLeaf(suite, 'segment', {
     name: unique('fault-s3'),
     segment: suite.db.url(),
-    args: [`--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`],
+    // Leaf's double buffer, so that a small step drains within seconds: the default horizon
+    // would hold a minute of this load (scenario 16 measures that).
+    args: [`--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`, '--leaf.segment.buffer-seconds=0'],
   })
   const clients = Array.from({ length: CLIENTS + 1 }, () => new HttpClient())
   const probe = clients[CLIENTS] as HttpClient
