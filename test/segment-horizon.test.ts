@@ -228,35 +228,81 @@ t.test('give-back: a used-up chain returns nothing; a store that does not answer
   t.match(result.giveBacks, [{ returned: 0n, reason: /no answer in time/ }])
 })
 
-t.test('hand-over: what the compare-and-set cannot return is parked under the identity, and its next start takes it first', async (t) => {
-  const { store, a, b } = await aThenB({ owner: 'A' }, { owner: 'B' }, false)
+t.test('hand-over: what the compare-and-set cannot return is parked under this life\'s id, and the next life takes it first', async (t) => {
+  const { store, a, b } = await aThenB({ handover: { claimFrom: undefined, parkAs: 'A1' } }, { handover: { claimFrom: undefined, parkAs: 'B1' } }, false)
   t.equal(await a.next('order'), 1) // a: [1, 11)
   t.equal(await b.next('order'), 11) // b: [11, 21): a's compare-and-set will fail
   const stopped = await a.shutdown(1000)
   t.same(stopped.giveBacks, [{ key: 'order', returned: 0n, parked: 9n, unused: 9n, reason: 'another instance reserved a segment since' }])
-  t.same(store.parked, [{ key: 'order', owner: 'A', first: 2n, end: 11n }])
+  t.same(store.parked, [{ key: 'order', owner: 'A1', first: 2n, end: 11n }])
 
-  const a2 = setup(store, { owner: 'A' }).generator
+  const a2 = setup(store, { handover: { claimFrom: 'A1', parkAs: 'A2' } }).generator
   await a2.init()
   const ids = await takeN(() => a2.next('order'), 12)
   t.same(ids, [2n, 3n, 4n, 5n, 6n, 7n, 8n, 9n, 10n, 21n, 22n, 23n], 'the parked IDs first (above every ID a issued), then a new segment')
   t.same(store.parked, [], 'taken, once')
-  t.same(store.claims.map((c) => c.owner), ['A', 'B', 'A'], 'one claim per first load of a tag')
-  store.parked.push({ key: 'order', owner: 'A', first: 5000n, end: 5005n })
-  const other = setup(store, { owner: 'C' }).generator
+  t.same(store.claims.map((c) => c.owner), ['A1'], 'one claim, by the life after the one that parked (a first life has nothing to claim)')
+  store.parked.push({ key: 'order', owner: 'A1', first: 5000n, end: 5005n })
+  const other = setup(store, { handover: { claimFrom: 'C1', parkAs: 'C2' } }).generator
   await other.init()
-  t.ok(BigInt(await other.next('order')) < 5000n, 'another identity takes nothing A parked')
+  t.ok(BigInt(await other.next('order')) < 5000n, 'another id takes nothing A1 parked')
   t.equal(store.parked.length, 1, 'and leaves it')
+  const again = setup(store, { handover: { claimFrom: 'A1', parkAs: 'A3' } }).generator
+  await again.init()
+  await again.next('order')
+  t.equal(store.parked.length, 0, 'a copy of A1\'s file claims once more: what was parked under A1 since, taken once')
 })
 
 t.test('hand-over: after a compare-and-set of the tail, the segments below a gap are parked', async (t) => {
-  const { store, a } = await aThenB({ owner: 'A' }, { owner: 'B' })
+  const { store, a } = await aThenB({ handover: { claimFrom: undefined, parkAs: 'A1' } }, { handover: { claimFrom: undefined, parkAs: 'B1' } })
   await takeN(() => a.next('order'), 1) // a preloads [21, 31)
   await settle()
   const { giveBacks } = await a.shutdown(1000)
   t.same(giveBacks, [{ key: 'order', returned: 10n, parked: 8n, unused: 18n }], 'nothing lost')
-  t.same(store.parked, [{ key: 'order', owner: 'A', first: 3n, end: 11n }])
+  t.same(store.parked, [{ key: 'order', owner: 'A1', first: 3n, end: 11n }])
   t.equal(store.rows.get('order')?.maxId, 21n)
+})
+
+t.test('give-back: a compare-and-set with no answer may have committed, so its run is neither returned nor parked (lost)', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  // The UPDATE commits, then the answer is lost (a query timeout, a connection reset).
+  const giveBack = store.giveBack.bind(store)
+  store.giveBack = async (key, end, firstUnused) => { await giveBack(key, end, firstUnused); throw new Error('PROTOCOL_CONNECTION_LOST') }
+  const a = setup(store, { handover: { claimFrom: undefined, parkAs: 'A1' } }).generator
+  await a.init()
+  await takeN(() => a.next('order'), 10) // [1, 11) used, the preload [11, 21) held
+  await settle()
+  const { giveBacks } = await a.shutdown(1000)
+  t.match(giveBacks, [{ returned: 0n, parked: 0n, unused: 10n, reason: /outcome is unknown/ }])
+  t.same(store.parked, [], 'nothing parked')
+  const b = setup(store, { handover: { claimFrom: 'A1', parkAs: 'A2' } }).generator
+  await b.init()
+  const ids = await takeN(() => b.next('order'), 10)
+  t.same(ids, [11n, 12n, 13n, 14n, 15n, 16n, 17n, 18n, 19n, 20n], 'the committed give-back: served once, from max_id')
+})
+
+t.test('a first load that lands after shutdown began does not turn serving back on', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  store.delayMs = 30
+  const { generator } = setup(store, { handover: { claimFrom: undefined, parkAs: 'A1' } })
+  await generator.init()
+  const waiting = Promise.resolve().then(() => generator.next('order')).catch((e: unknown) => e)
+  await settle(5) // the first load is in flight
+  const stopping = generator.shutdown(1000)
+  t.match(await waiting, { code: 'NOT_READY' }, 'the waiting caller is refused')
+  await settle(40) // the load lands during the give-back
+  await t.rejects(Promise.resolve().then(() => generator.next('order')), { code: 'NOT_READY' }, 'and nothing is served from it')
+  const { giveBacks } = await stopping
+  t.match(giveBacks, [{ key: 'order', returned: 10n }], 'its whole segment given back')
+})
+
+t.test('parked rows that are not a range of IDs are dropped, not served', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  store.parked.push({ key: 'order', owner: 'A1', first: 50n, end: 50n }, { key: 'order', owner: 'A1', first: 60n, end: 55n }, { key: 'order', owner: 'A1', first: 1n, end: 2n ** 60n })
+  const { generator } = setup(store, { handover: { claimFrom: 'A1', parkAs: 'A2' } })
+  await generator.init()
+  t.equal(await generator.next('order'), 1, 'a new segment from max_id')
+  t.equal(store.parked.length, 0, 'the rows were taken (and dropped)')
 })
 
 t.test('shutdown names the tags that served in the last minute, for the warm start', async (t) => {

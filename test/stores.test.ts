@@ -136,6 +136,10 @@ for (const c of cases) {
       t.equal(await store.giveBack('give', 14n, 5n), false, 'someone reserved since: nothing moves')
       t.equal(await maxIdOf(store, 'give'), 24n)
       t.equal(await store.giveBack('nope', 24n, 5n), false, 'an unknown tag')
+      await setMaxId('give', 2n ** 62n + 3n)
+      t.equal(await store.giveBack('give', 2n ** 62n + 2n, 2n ** 62n), false, 'exact past 2^53: one off does not compare equal')
+      t.equal(await store.giveBack('give', 2n ** 62n + 3n, 2n ** 62n + 1n), true)
+      t.equal(await maxIdOf(store, 'give'), 2n ** 62n + 1n)
     })
 
     t.test('parked ranges: kept per identity, taken once (the table made when missing), too old ones dropped', async (t) => {

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import type { Config } from '../config/load-config.js'
 import { driverError, isPermanentStoreError } from '../driver-errors.js'
 import { StartRefused } from '../errors.js'
@@ -5,7 +6,7 @@ import type { Logger } from '../logger.js'
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
 import type { SegmentStore } from '../segment/store.js'
 import { createStore, describeStore } from '../segment/stores/create-store.js'
-import { newWarmState, readWarmState, writeWarmState, type WarmState } from '../segment/warm-state.js'
+import { readWarmState, writeWarmState, type WarmState } from '../segment/warm-state.js'
 import { withTimeout } from '../timers.js'
 
 /** How long a graceful stop may spend giving unused IDs back (part of the 10 s drain). */
@@ -23,7 +24,7 @@ const REMEDIES: Record<string, string> = {
   ER_ACCESS_DENIED_NO_PASSWORD_ERROR: 'set leaf.jdbc.password',
   ER_BAD_DB_ERROR: 'create the database, or correct the one named in leaf.jdbc.url',
   ER_NO_SUCH_TABLE: 'create the table with sql/leaf_alloc.sql',
-  ER_DBACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on that database',
+  ER_DBACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on that database (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
   ER_TABLEACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc',
   ER_BAD_FIELD_ERROR: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.sql',
 }
@@ -43,7 +44,10 @@ export async function startSegmentMode (
   extra: Pick<SegmentGeneratorOptions, 'clock' | 'onLoad' | 'onGiveBack'> = {}
 ): Promise<SegmentMode> {
   const { segment } = config
-  const warm = segment.stateFile === undefined ? undefined : openWarmState(segment.stateFile, logger)
+  const { stateFile } = segment
+  const warm = stateFile === undefined ? undefined : openWarmState(stateFile, logger)
+  // A new id each life: what this stop parks, the next start takes (see SegmentGeneratorOptions.handover).
+  const parkAs = randomUUID()
   const where = describeStore(segment.store)
   const sqlite = segment.store.kind === 'sqlite'
   let store: SegmentStore
@@ -73,11 +77,11 @@ export async function startSegmentMode (
     refreshIntervalMs: segment.refreshIntervalMs,
     bufferSeconds: segment.bufferSeconds,
     maxBufferedSegments: segment.maxBufferedSegments,
-    owner: warm?.owner,
+    handover: stateFile === undefined ? undefined : { claimFrom: warm?.owner, parkAs },
     ...extra,
   })
   const ready = await generator.init()
-  logger.info({ store: where, ready, bufferSeconds: segment.bufferSeconds, stateFile: segment.stateFile ?? '(none)' }, 'segment mode enabled')
+  logger.info({ store: where, ready, bufferSeconds: segment.bufferSeconds, stateFile: stateFile ?? '(none)' }, 'segment mode enabled')
   if (warm !== undefined && warm.tags.length > 0) warmStart(generator, warm.tags, ready, logger)
   return {
     store,
@@ -90,12 +94,12 @@ export async function startSegmentMode (
         logger.info({ key: g.key, unused: String(g.unused), returned: String(g.returned), parked: String(g.parked), lost: String(lost), reason: g.reason },
           lost === 0n ? 'unused IDs given back' : 'unused IDs given back in part: the rest is lost')
       }
-      if (warm !== undefined && segment.stateFile !== undefined) {
+      if (stateFile !== undefined) {
         try {
-          writeWarmState(segment.stateFile, { owner: warm.owner, tags: warmTags })
-          logger.info({ file: segment.stateFile, tags: warmTags.length }, 'warm-start file written')
+          writeWarmState(stateFile, { owner: parkAs, tags: warmTags })
+          logger.info({ file: stateFile, tags: warmTags.length }, 'warm-start file written')
         } catch (err) {
-          logger.warn({ file: segment.stateFile, err: (err as Error).message }, 'warm-start file not written: the next start loads every tag on its first request, and takes nothing parked')
+          logger.warn({ file: stateFile, err: (err as Error).message }, 'warm-start file not written: the next start loads every tag on its first request, and takes nothing parked')
         }
       }
       await store.close()
@@ -103,12 +107,13 @@ export async function startSegmentMode (
   }
 }
 
+/** The file's state; undefined when there is none, or none readable (a warning says so). */
 function openWarmState (file: string, logger: Logger): WarmState | undefined {
   try {
     return readWarmState(file)
   } catch (err) {
     logger.warn({ file, err: (err as Error).message }, 'warm-start file unreadable: every tag loads on its first request, nothing parked is taken, and it is rewritten at the next graceful stop')
-    return newWarmState()
+    return undefined
   }
 }
 

@@ -20,6 +20,8 @@ export const RATE_SAMPLE_MS = 1000
 export const WARM_WINDOW_MS = 60_000
 /** Ranges parked at a stop are taken by the next start of the same identity within this long, else dropped. */
 export const PARKED_MAX_AGE_MS = 10 * 60_000
+/** A parked row larger than this is not one a stop wrote (it would not fit a Segment's step). */
+const MAX_SEGMENT = BigInt(Number.MAX_SAFE_INTEGER)
 
 export interface SegmentGeneratorOptions {
   store: SegmentStore
@@ -49,11 +51,14 @@ export interface SegmentGeneratorOptions {
   /** Told of the IDs given back at shutdown, per tag: to max_id (`table`) or parked for the next start (`successor`). */
   onGiveBack?: (key: string, ids: bigint, to: 'table' | 'successor') => void
   /**
-   * This instance's identity across restarts (its warm-start file's): what a stop cannot give
-   * back to max_id is parked under it, and each tag's first load takes what the last stop
-   * parked. Undefined: no hand-over.
+   * The hand-over between the lives of one instance (its warm-start file): each tag's first
+   * load takes what the last life parked under `claimFrom`, and what this life's stop cannot
+   * give back to max_id is parked under `parkAs`, a new id each life, which the stop writes to
+   * the file for the next. (One id for every life would let a life that overlaps the next,
+   * on a copied file, park after its successor claimed, for the life after that to serve
+   * below its predecessor.) Undefined: no hand-over.
    */
-  owner?: string
+  handover?: { claimFrom: string | undefined, parkAs: string }
   /** How often rates are sampled (ms); tests shorten it. */
   rateSampleMs?: number
 }
@@ -166,7 +171,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     maxBufferedSegments = 2,
     onGiveBack,
     rateSampleMs = RATE_SAMPLE_MS,
-    owner,
+    handover,
   } = options
   const buffers = new Map<string, SegmentBuffer>()
   // A database that stays down fails a load per tag per backoff, and the tag list every
@@ -396,12 +401,15 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       withTimeout(store.allocate(buf.key, adapted), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
     // A tag's first load takes what the last stop of this identity parked, once: those IDs
     // were reserved before and are above every ID that stop handed out.
-    if (owner !== undefined && !buf.claimed && !buf.initOk && buf.segments.length === 0) {
-      const parked = await withTimeout(store.claimParked(buf.key, owner, PARKED_MAX_AGE_MS), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
+    if (handover?.claimFrom !== undefined && !buf.claimed && !buf.initOk && buf.segments.length === 0) {
+      const claimed = await withTimeout(store.claimParked(buf.key, handover.claimFrom, PARKED_MAX_AGE_MS), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
       buf.claimed = true
-      if (parked !== undefined && parked.length > 0) {
+      const parked = (claimed ?? []).filter((r) => r.end > r.first && r.end - r.first <= MAX_SEGMENT)
+      if (parked.length < (claimed?.length ?? 0)) logger.warn({ key: buf.key, rows: claimed?.length }, 'parked rows that are not a range of IDs were dropped')
+      if (parked.length > 0) {
         buf.segments = parked.map((r) => new Segment(r.end, Number(r.end - r.first)))
-        buf.initOk = true
+        // A load that lands after shutdown() began must not turn serving back on.
+        buf.initOk = !stopping
         buf.rate.sample(buf.issued, monotonic())
         plan(buf)
         logger.info({ key: buf.key, ranges: parked.length, ids: String(buf.buffered) }, 'took over the IDs the last stop parked')
@@ -438,7 +446,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       buf.step = alloc.step
       buf.minStep = alloc.step
       buf.segments = [new Segment(alloc.maxId, buf.step)]
-      buf.initOk = true
+      buf.initOk = !stopping
       buf.rate.sample(buf.issued, monotonic())
       plan(buf)
       return
@@ -473,7 +481,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     while (i > 0 && (segs[i - 1] as Segment).max === (segs[i] as Segment).base && (segs[i - 1] as Segment).idle > 0) i--
     const first = segs[i] as Segment
     const firstUnused = first.base + BigInt(first.pos)
-    let keep = segs.length // segments from here on went back to max_id
+    let keep = segs.length // segments from here on are not parked
     if (firstUnused < last.max && timeLeft() > 0) {
       try {
         if (await withTimeout(store.giveBack(buf.key, last.max, firstUnused), timeLeft(), 'no answer in time')) {
@@ -483,16 +491,20 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
           reasons.push('another instance reserved a segment since')
         }
       } catch (err) {
-        reasons.push(`database: ${(err as Error).message}`)
+        // No answer is no knowing: the UPDATE may have committed (a timed-out query, a reset
+        // after the commit). Parking the run then would hand its IDs out twice, from the
+        // parked rows and from max_id: they are lost instead.
+        keep = i
+        reasons.push(`database: ${(err as Error).message} (the compare-and-set's outcome is unknown: its IDs are lost, not parked)`)
       }
     }
     const rest = unusedRanges(segs.slice(0, keep))
     if (rest.length > 0) {
-      if (owner === undefined) reasons.push('no warm-start file to park the rest under')
+      if (handover === undefined) reasons.push('no warm-start file to park the rest under')
       else if (timeLeft() <= 0) reasons.push('no time left to park the rest')
       else {
         try {
-          if (await withTimeout(store.park(buf.key, owner, rest), timeLeft(), 'no answer in time')) {
+          if (await withTimeout(store.park(buf.key, handover.parkAs, rest), timeLeft(), 'no answer in time')) {
             for (const r of rest) result.parked += r.end - r.first
           } else {
             reasons.push('no leaf_alloc_parked table (and no right to create it)')
@@ -617,7 +629,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       }
       // A load that lands now joins the chain and is given back with it. One still out when
       // the wait ends is safe too: if it reserved before the compare-and-set, max_id moved and
-      // the compare fails; if after, it reserves above the returned IDs, for nobody.
+      // the compare fails; if after, it reserves the returned IDs again, for nobody (lost).
       const inFlight = [...buffers.values()].flatMap((b) => b.loading === undefined ? [] : [b.loading])
       if (inFlight.length > 0) await settlesWithin(Promise.all(inFlight), Math.max(0, deadline - monotonic()))
       const giveBacks = await Promise.all([...buffers.values()].filter((b) => b.segments.length > 0).map(async (buf) => {

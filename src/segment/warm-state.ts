@@ -1,28 +1,27 @@
-// The warm-start file: this instance's identity across restarts, and the tags that served in
-// the last minute before its last graceful stop, so the next start loads them before it
-// turns ready. It holds no ranges: what a stop parks is in the database, under the identity,
-// and taken there by one start only, so a copied or restored file can cost a load, never an
-// ID twice.
+// The warm-start file: the id the last graceful stop parked its unused IDs under, and the
+// tags that served in the last minute before it, so the next start takes those IDs and loads
+// those tags before it turns ready. It holds no ranges: what a stop parks is in the database,
+// taken there by one start only, so a copied or restored file can cost a load, never an ID
+// twice.
 
-import { randomUUID } from 'node:crypto'
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 
 export interface WarmState {
-  /** The identity ranges are parked under (random, made at the first start). */
+  /** The id the last stop parked under (random, a new one each life). */
   owner: string
   tags: string[]
 }
 
 interface WarmFile extends WarmState { version: 1, savedAt: string }
 
-/** The file's state; a new identity and no tags when it is missing. Throws (with the reason) when it is not ours to read. */
-export function readWarmState (path: string): WarmState {
+/** The file's state; undefined when it is missing. Throws (with the reason) when it is not ours to read. */
+export function readWarmState (path: string): WarmState | undefined {
   let text: string
   try {
     text = readFileSync(path, 'utf8')
   } catch (err) {
-    if ((err as { code?: string }).code === 'ENOENT') return newWarmState()
+    if ((err as { code?: string }).code === 'ENOENT') return undefined
     throw err
   }
   const state = JSON.parse(text) as Partial<WarmFile>
@@ -31,11 +30,6 @@ export function readWarmState (path: string): WarmState {
     throw new Error('not a warm-start file of this version')
   }
   return { owner: state.owner, tags: state.tags }
-}
-
-/** A new identity with no tags. */
-export function newWarmState (): WarmState {
-  return { owner: randomUUID(), tags: [] }
 }
 
 /** Writes the file whole or not at all: a temporary file renamed over it. */

@@ -35,6 +35,11 @@ const CLAIM_PARKED =
   'DELETE FROM leaf_alloc_parked WHERE biz_tag = ? AND (owner = ? OR parked_at < NOW(3) - INTERVAL ? MICROSECOND); COMMIT'
 
 const ER_NO_SUCH_TABLE = 1146
+// A table the user may not read, write or delete from (a DBA made it with fewer grants):
+// the hand-over is off, as without the table, rather than every first load failing.
+const ER_DBACCESS_DENIED_ERROR = 1044
+const ER_TABLEACCESS_DENIED_ERROR = 1142
+const ER_COLUMNACCESS_DENIED_ERROR = 1143
 const ER_DUP_ENTRY = 1062
 /** `max_id + step` past BIGINT's range. */
 const ER_DATA_OUT_OF_RANGE = 1690
@@ -55,7 +60,12 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
     try {
       return await fn()
     } catch (err) {
-      if ((err as { errno?: number }).errno !== ER_NO_SUCH_TABLE) throw err
+      const errno = (err as { errno?: number }).errno
+      if (errno === ER_DBACCESS_DENIED_ERROR || errno === ER_TABLEACCESS_DENIED_ERROR || errno === ER_COLUMNACCESS_DENIED_ERROR) {
+        noParkedTable = true
+        return undefined
+      }
+      if (errno !== ER_NO_SUCH_TABLE) throw err
     }
     try {
       await run(MYSQL_PARKED_DDL)
