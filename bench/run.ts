@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { ROOT, runInfo } from '../scripts/run-info.js'
 import { answerLength, callgrindAvailable, COUNTED_REQUESTS, countRoutes } from './callgrind.js'
-import { clientLines, runClientBench } from './client.js'
+import { clientLines, runClientBenchInChild } from './client.js'
 import { runInProcess } from './in-process.js'
 import { publishable, RESULTS_FILE, writeFigures } from './publish.js'
 import { BATCH, BATCH_ROUTE, CEILING, judge, median, roundOf, SEGMENT_ROUTE, SNOWFLAKE_ROUTE, type BenchResults, type CountedRoute, type HttpRow, type Round } from './results.js'
@@ -205,8 +205,8 @@ for (const r of http) {
 }
 console.log(`\n  batch of ${BATCH}: ${fmt(batchToSingle, 0)}x the single-ID route's IDs per CPU second (median of per-round ratios)`)
 
-console.log('\n@leaf-ts/client (in process 3 s each; end to end against a server on the embedded store)')
-const client = await runClientBench(3, pinned)
+console.log('\n@leaf-ts/client (a process of its own: in process 3 s each; end to end against a server on the embedded store)')
+const client = runClientBenchInChild()
 for (const line of clientLines(client)) console.log(line)
 
 let callgrind: BenchResults['callgrind'] = null
