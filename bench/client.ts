@@ -300,9 +300,7 @@ export function clientTargetsMet (c: ClientBench): boolean {
 
 /**
  * The client's rows in a process of their own, as a caller runs them: the harness's own heap
- * and timers (autocannon's, the ceiling's) would otherwise share the event loop and the GC
- * with the client (run inside bench/run.ts, both nextId and its floor measured 30 to 40 µs at
- * p99.99; in a process of their own, 3 to 5 µs).
+ * and timers (autocannon's, the ceiling's) do not share the client's event loop and GC.
  */
 export function runClientBenchInChild (): ClientBench {
   const child = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/client.ts'), '--json'], { cwd: ROOT, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 })
