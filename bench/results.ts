@@ -181,7 +181,12 @@ export function judge (r: BenchResults): Verdict[] {
       met: c.e2e.requestsPerMillionIds <= CLIENT_TARGETS.requestsPerMillionIds && c.e2e.errors === 0,
       why: `${fmt(c.e2e.requestsPerMillionIds, 1)} requests per million IDs, ${fmt(c.e2e.errors)} errors`,
     })
-    verdicts.push({ row: CLIENT_LATENCY_ROW, target: `p99.99 ≤ ${CLIENT_TARGETS.p9999Us} µs`, met: c.latency.p9999Us <= CLIENT_TARGETS.p9999Us, why: `p99.99 ${fmt(c.latency.p9999Us, 2)} µs` })
+    verdicts.push({
+      row: CLIENT_LATENCY_ROW,
+      target: `p99.99 ≤ ${CLIENT_TARGETS.p9999Us} µs`,
+      met: c.latency.p9999Us <= CLIENT_TARGETS.p9999Us,
+      why: `p99.99 ${fmt(c.latency.p9999Us, 2)} µs, ${fmt(c.latency.waited)} calls waited for a fetch`,
+    })
   }
   return verdicts
 }

@@ -16,7 +16,7 @@ function client (): ClientBench {
     segmentGenerator: 60e6,
     awaitNextId: 20e6,
     e2e: { seconds: 10, callers: 50, ids: 9e7, idsPerSecond: 9e6, requests: 9000, requestsPerMillionIds: 100, errors: 0, serverCpuPerMillionIds: 0.02, singleRouteCpuPerMillionIds: 15, singleRouteFailed: 0 },
-    latency: { samples: 2e7, p50Us: 0.1, p999Us: 0.6, p9999Us: 2.4, maxUs: 3000, seconds: 5, floorP999Us: 0.5, floorP9999Us: 2.2 },
+    latency: { samples: 2e7, p50Us: 0.1, p999Us: 0.6, p9999Us: 2.4, maxUs: 3000, seconds: 5, floorP999Us: 0.5, floorP9999Us: 2.2, waited: 0 },
   }
 }
 
@@ -37,6 +37,9 @@ t.test('client rows meet their targets, and each miss fails its row', async (t) 
   failing.e2e.errors = 1
   t.same(rows(failing).filter((v) => v.met === false).map((v) => v.row), [CLIENT_E2E_ROW], 'an error fails the end-to-end row')
   t.match(renderFigures(withClient(client())), /`@leaf-ts\/client` `tryNextId`, warm buffer, in process \| 40,000,000 IDs\/s = 80\.0% of a bare bigint counter/)
-  t.match(renderFigures(withClient(client())), /p99\.99 2\.40 µs over 20,000,000 calls; the floor \(an await of a bare bigint counter, interleaved\) p99\.9 0\.50 µs, p99\.99 2\.20 µs/, 'the latency row shows its floor')
+  t.match(renderFigures(withClient(client())), /p99\.99 2\.40 µs over 20,000,000 calls; the floor \(an await of a bare bigint counter, interleaved\) p99\.9 0\.50 µs, p99\.99 2\.20 µs; 0 of them waited for a fetch/, 'the latency row shows its floor and the calls that waited')
+  const waiting = client()
+  waiting.latency.waited = 3
+  t.match(renderFigures(withClient(waiting)), /; 3 of them waited for a fetch \| p99\.99 ≤ 5 µs \| yes \|/, 'calls that waited are shown; the verdict is the issue\'s p99.99')
   t.notMatch(renderFigures(base), /@leaf-ts\/client/, 'a results file without the client renders without its rows')
 })

@@ -124,7 +124,34 @@ t.test('one fetch in flight per key, however many callers wait', async (t) => {
   await tick()
   t.equal(transport.calls.length, 2, 'half used: one refill in the background')
   t.equal(leaf.tryNextId('segment', 'k'), 51n, 'the current batch continues')
+  t.equal(await leaf.nextId('segment', 'k'), 52n)
+  t.equal(leaf.stats().keys['segment/k']?.waits, 50, 'the 50 callers that found it empty waited; calls served from the buffer do not count')
   t.same(await leaf.nextIds('segment', 'other', 3), [1n, 2n, 3n], 'another key has its own buffer and fetch')
+  t.equal(leaf.stats().keys['segment/other']?.waits, 1)
+})
+
+t.test('a key whose fetches come faster than the aim refills at a batch\'s first take, a cooler one at half', async (t) => {
+  const { transport, clock, leaf } = setup({ minBatch: 100, maxBatch: 100 })
+  const take = async (key: string, n: number) => {
+    for (let i = 0; i < n; i++) if (leaf.tryNextId('segment', key) === undefined) await leaf.nextId('segment', key)
+    await tick()
+  }
+  await take('hot', 50)
+  t.equal(transport.calls.length, 2, 'the first batch refills at half')
+  await take('hot', 50)
+  t.equal(transport.calls.length, 2, 'the second batch is held, not yet current')
+  await take('hot', 1)
+  t.equal(transport.calls.length, 3, 'fetches 0 ms apart, capped at maxBatch: the third starts at the second batch\'s first take')
+  t.equal(leaf.stats().keys['segment/hot']?.waits, 1, 'only the very first call waited')
+
+  await take('cool', 1)
+  clock.advance(1500) // past the 1 s aim, short of the 2 s that halves the batch
+  await take('cool', 99)
+  t.equal(transport.calls.length, 5, 'the cool key\'s refill (fetched 1.5 s after its first) is held')
+  await take('cool', 1)
+  t.equal(transport.calls.length, 5, 'no refill at the first take of a batch fetched at the aim\'s pace')
+  await take('cool', 49)
+  t.equal(transport.calls.length, 6, 'but at its half')
 })
 
 t.test('waiters are served in order, across batches', async (t) => {

@@ -59,6 +59,11 @@ export interface KeyStats {
   failedFetches: number
   /** IDs of snowflake batches dropped for their age. */
   droppedIds: number
+  /**
+   * Calls that found the buffer empty and waited for a fetch (nextId, nextIds, their variants).
+   * Once warm it stays put: a count that grows means the batch is too small for the traffic.
+   */
+  waits: number
   /** IDs in the buffer now (current and next batch). */
   buffered: number
 }
@@ -86,6 +91,13 @@ export class KeyBuffer {
   private left = 0
   /** The next fetch starts when `left` comes down to this; -1: none is due. */
   private refillAt = -1
+  /**
+   * The key's fetches came less than the sizing's aim apart: the next batch's refill starts at
+   * its first take rather than at half, so a batch capped at maxBatch (or still growing) has a
+   * whole batch's time for the answer. A snowflake key's aim is at most half its age limit,
+   * so the batch fetched early is used before it ages.
+   */
+  private hot = false
   private expiresAt = Infinity
   private readonly ageing: boolean
   /** The second buffer: fetched, not yet current. */
@@ -101,7 +113,7 @@ export class KeyBuffer {
   private closed: LeafClientError | undefined
   private size: number
   private readonly noteFailure = (err: LeafClientError): void => { this.lastError = err }
-  private readonly stats = { fetches: 0, failedFetches: 0, droppedIds: 0 }
+  private readonly stats = { fetches: 0, failedFetches: 0, droppedIds: 0, waits: 0 }
 
   constructor (private readonly o: KeyBufferOptions) {
     this.ageing = Number.isFinite(o.maxAgeMs)
@@ -157,7 +169,7 @@ export class KeyBuffer {
       this.rangeIndex = 0
       this.left = p.count
       this.expiresAt = p.fetchedAt + this.o.maxAgeMs
-      this.refillAt = this.inFlight ? -1 : Math.floor(p.count / 2)
+      this.refillAt = this.inFlight ? -1 : this.hot ? p.count - 1 : Math.floor(p.count / 2)
     }
   }
 
@@ -259,7 +271,7 @@ export class KeyBuffer {
     this.clearRun()
     this.left = batch.count
     this.expiresAt = batch.fetchedAt + this.o.maxAgeMs
-    this.refillAt = this.inFlight ? -1 : Math.floor(batch.count / 2)
+    this.refillAt = this.inFlight ? -1 : this.hot ? batch.count - 1 : Math.floor(batch.count / 2)
     return true
   }
 
@@ -314,6 +326,7 @@ export class KeyBuffer {
 
   private wait<T> (kind: Waiter['kind'], need: number, ids: bigint[] | undefined, filled = 0): Promise<T> {
     if (this.closed !== undefined) return Promise.reject(this.closed)
+    this.stats.waits++
     return new Promise<T>((resolve, reject) => {
       const w: Waiter = { kind, need, ids, filled, one: 0n, num: 0, done: false, deadline: this.o.clock.now() + this.o.timeoutMs, cancelTimer: noop, resolve: resolve as (v: unknown) => void, reject }
       w.cancelTimer = this.o.clock.timer(() => this.settle(w, this.timedOut()), this.o.timeoutMs)
@@ -384,7 +397,9 @@ export class KeyBuffer {
     this.refillAt = -1
     const { sizing, clock } = this.o
     const now = clock.now()
-    this.size = nextBatchSize(this.size, this.lastFetchAt === undefined ? undefined : now - this.lastFetchAt, sizing)
+    const since = this.lastFetchAt === undefined ? undefined : now - this.lastFetchAt
+    this.size = nextBatchSize(this.size, since, sizing)
+    this.hot = since !== undefined && since < sizing.targetIntervalMs
     this.lastFetchAt = now
     // A fetch for waiting callers lasts as long as the last of them waits; a refill nobody
     // waits for yet, a caller's timeout.
