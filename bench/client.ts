@@ -1,5 +1,5 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { spawnSync } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
@@ -8,7 +8,8 @@ import { createLeafClient, type IdRange, type Transport } from '@leaf-ts/client'
 import { ROOT } from '../scripts/run-info.js'
 import { createSegmentGenerator, type Id } from '../src/segment/segment-generator.js'
 import { FakeStore } from '../test/helpers/fake-store.js'
-import { measure } from './in-process.js'
+import { measure, measureAsync } from './in-process.js'
+import { startServer, cpuSeconds, type ServerProcess } from './server-process.js'
 
 // The client's rows (@leaf-ts/client, built, as a user imports it), each beside its ceiling
 // measured in the same run: tryNextId on a warm buffer beside a bare loop making the same
@@ -65,22 +66,6 @@ const CALLERS = 50
 const LATENCY_SECONDS = 5
 const BLOCK = 10_000
 
-async function measureAsync (seconds: number, fn: () => Promise<unknown>): Promise<number> {
-  const block = async () => { for (let i = 0; i < BLOCK; i++) await fn() }
-  const warmUntil = performance.now() + 300
-  while (performance.now() < warmUntil) await block()
-  let n = 0
-  const start = performance.now()
-  const end = start + seconds * 1000
-  let now = start
-  while (now < end) {
-    await block()
-    n += BLOCK
-    now = performance.now()
-  }
-  return n / ((now - start) / 1000)
-}
-
 /** Answers any batch from a counter at once: the buffer, not the network, is measured. */
 function memoryTransport (): Transport {
   let next = 1n
@@ -94,33 +79,10 @@ function memoryTransport (): Transport {
   }
 }
 
-export function cpuSeconds (pid: number): number {
-  let ns = 0
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0])
-    } catch {
-      // A thread that ended since the listing.
-    }
-  }
-  return ns / 1e9
-}
-
-function startLeaf (pinned: boolean, data: string): Promise<{ url: string, proc: ChildProcess }> {
-  const args = [join(ROOT, 'dist/server.js'), '--server.host=127.0.0.1', '--server.port=0',
+function startLeaf (pinned: boolean, data: string): Promise<ServerProcess> {
+  return startServer([join(ROOT, 'dist/server.js'), '--server.host=127.0.0.1', '--server.port=0',
     '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(data, 'leaf.db')}`,
-    '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`]
-  const command = pinned ? ['taskset', '-c', '0', process.execPath, ...args] : [process.execPath, ...args]
-  const proc = spawn(command[0] as string, command.slice(1), { cwd: data, stdio: ['ignore', 'pipe', 'inherit'], env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info' } })
-  return new Promise((resolve, reject) => {
-    let out = ''
-    proc.stdout?.on('data', (chunk: Buffer) => {
-      out += chunk
-      const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(out)
-      if (m !== null) resolve({ url: m[1] as string, proc })
-    })
-    proc.once('exit', (code) => reject(new Error(`server exited with ${code}: ${out}`)))
-  })
+    '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`], { pinned, cwd: data, env: { PATH: process.env.PATH ?? '' } })
 }
 
 const yieldToIo = () => new Promise((resolve) => setImmediate(resolve))
@@ -170,7 +132,9 @@ export async function runClientBench (seconds = 3, pinned = false): Promise<Clie
   let plain = 0
   const numberCounter = measure(seconds, () => { sink = plain++ })
   const tryNextNumber = measure(seconds, () => { sink = warm.tryNextNumber('segment', 'numbers') })
-  const awaitNextId = await measureAsync(seconds, () => warm.nextId('segment', 'bench'))
+  const awaitNextId = await measureAsync(seconds, async () => {
+    for (let i = 0; i < BLOCK; i++) await warm.nextId('segment', 'bench')
+  }, BLOCK)
   await warm.close()
   const segment = createSegmentGenerator({ store: new FakeStore({ bench: { step: 1_000_000_000 } }), logger: pino({ level: 'silent' }), waitTimeoutMs: 3000, refreshIntervalMs: 3_600_000 })
   await segment.init()

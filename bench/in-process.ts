@@ -45,17 +45,8 @@ export function measure (seconds: number, fn: () => unknown): number {
   return n / ((now - start) / 1000)
 }
 
-/**
- * As measure(), for generators that may answer with a Promise (a seconds layout waits for the
- * next second asynchronously): each is awaited and counted.
- */
-async function measureAwaiting (seconds: number, gen: SnowflakeGenerator): Promise<number> {
-  const block = async () => {
-    for (let i = 0; i < BLOCK; i++) {
-      const id = gen.next()
-      if (typeof id !== 'bigint') await id
-    }
-  }
+/** As measure(), for asynchronous work: `block` does `perBlock` of what is counted. */
+export async function measureAsync (seconds: number, block: () => Promise<void>, perBlock: number): Promise<number> {
   const warmUntil = performance.now() + 300
   while (performance.now() < warmUntil) await block()
   let n = 0
@@ -64,10 +55,23 @@ async function measureAwaiting (seconds: number, gen: SnowflakeGenerator): Promi
   let now = start
   while (now < end) {
     await block()
-    n += BLOCK
+    n += perBlock
     now = performance.now()
   }
   return n / ((now - start) / 1000)
+}
+
+/**
+ * For generators that may answer with a Promise (a seconds layout waits for the next second
+ * asynchronously): each is awaited and counted.
+ */
+function measureAwaiting (seconds: number, gen: SnowflakeGenerator): Promise<number> {
+  return measureAsync(seconds, async () => {
+    for (let i = 0; i < BLOCK; i++) {
+      const id = gen.next()
+      if (typeof id !== 'bigint') await id
+    }
+  }, BLOCK)
 }
 
 /**

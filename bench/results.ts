@@ -185,7 +185,7 @@ export function judge (r: BenchResults): Verdict[] {
       row: CLIENT_LATENCY_ROW,
       target: `p99.99 ≤ ${CLIENT_TARGETS.p9999Us} µs`,
       met: c.latency.p9999Us <= CLIENT_TARGETS.p9999Us,
-      why: `p99.99 ${fmt(c.latency.p9999Us, 2)} µs, ${fmt(c.latency.waited)} calls waited for a fetch`,
+      why: `p99.99 ${fmt(c.latency.p9999Us, 2)} µs, ${fmt(c.latency.waited)} call${c.latency.waited === 1 ? '' : 's'} waited for a fetch`,
     })
   }
   return verdicts

@@ -1,5 +1,5 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { spawnSync } from 'node:child_process'
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
@@ -7,6 +7,7 @@ import { ROOT, runInfo } from '../scripts/run-info.js'
 import { answerLength, callgrindAvailable, COUNTED_REQUESTS, countRoutes } from './callgrind.js'
 import { clientLines, runClientBenchInChild } from './client.js'
 import { runInProcess } from './in-process.js'
+import { cpuSeconds, startServer, type ServerProcess } from './server-process.js'
 import { publishable, RESULTS_FILE, writeFigures } from './publish.js'
 import { BATCH, BATCH_ROUTE, CEILING, judge, median, roundOf, SEGMENT_ROUTE, SNOWFLAKE_ROUTE, type BenchResults, type CountedRoute, type HttpRow, type Round } from './results.js'
 
@@ -24,54 +25,15 @@ const COUNTS = Number(process.env.BENCH_COUNTS ?? 3)
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 20_000)
 const BATCH_REQUESTS = Number(process.env.BENCH_BATCH_REQUESTS ?? 2_000)
 const CONNECTIONS = 10
-const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100)
 const cores = Number(spawnSync('nproc', { encoding: 'utf8' }).stdout.trim() || 1)
 const pinned = cores >= 2 && spawnSync('taskset', ['-V']).status === 0
 const publish = process.argv.includes('--publish')
 
 if (!(COUNTS >= 3)) throw new Error(`BENCH_COUNTS=${COUNTS}: the single-ID target is judged on at least 3 counts per route`)
 
-interface Server { url: string, proc: ChildProcess }
+type Server = ServerProcess
 
-function start (args: string[]): Promise<Server> {
-  const command = pinned ? ['taskset', '-c', '0', process.execPath, ...args] : [process.execPath, ...args]
-  const proc = spawn(command[0] as string, command.slice(1), { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, LOG_LEVEL: 'info' } })
-  return new Promise((resolve, reject) => {
-    let out = ''
-    proc.stdout?.on('data', (chunk: Buffer) => {
-      out += chunk
-      const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(out)
-      if (m !== null) resolve({ url: m[1] as string, proc })
-    })
-    proc.once('exit', (code) => reject(new Error(`server exited with ${code}: ${out}`)))
-  })
-}
-
-/**
- * CPU time of a process, all its threads, in seconds: the run time the scheduler accounted to
- * each thread (/proc/<pid>/task/<tid>/schedstat, in nanoseconds), so 20,000 requests are not
- * measured in 10 ms ticks. Falls back to utime + stime from /proc/<pid>/stat.
- */
-function cpuSeconds (pid: number): number {
-  let ns = 0
-  let threads = 0
-  try {
-    for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      try {
-        ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0])
-        threads++
-      } catch {
-        // A thread that ended since the listing: its time is gone from both readings.
-      }
-    }
-  } catch {
-    // No /proc/<pid>/task: fall back below.
-  }
-  if (threads > 0 && Number.isFinite(ns)) return ns / 1e9
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
-}
+const start = (args: string[]): Promise<Server> => startServer(args, { pinned, cwd: ROOT, env: process.env })
 
 async function load (server: Server, path: string, amount: number): Promise<Round> {
   const pid = server.proc.pid as number
