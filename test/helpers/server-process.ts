@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync, writeFileSync } from 'node:fs'
 import { Agent, request } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import type { Readable } from 'node:stream'
 import { fileURLToPath } from 'node:url'
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -39,6 +40,9 @@ export interface StartOptions {
   shippedConfig?: boolean
 }
 
+/** How long exited waits, after the process's exit, for the rest of its output. */
+const OUTPUT_GRACE_MS = 2000
+
 let emptyConfig: string | undefined
 /** An empty properties file: the built-in defaults. */
 export function emptyConfigFile (): string {
@@ -61,7 +65,15 @@ export function startServer ({ args = [], env = {}, cwd = ROOT, timeoutMs = 20_0
   })
   onSpawn?.(proc)
   const output: string[] = []
-  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)))
+  // 'exit' can come before the last lines are read from the pipes (Node's docs say so), and a
+  // check of the last log lines (a SIGTERM's 'worker-id lease released') then misses them: so
+  // exited waits for both pipes to end too, at most OUTPUT_GRACE_MS (a wrapper's child, as
+  // under faketime, may hold them open).
+  const ended = (stream: Readable) => stream.readableEnded ? Promise.resolve() : new Promise<void>((resolve) => { stream.once('end', resolve); stream.once('close', resolve) })
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => {
+    const grace = setTimeout(() => resolve(code), OUTPUT_GRACE_MS)
+    Promise.all([ended(proc.stdout), ended(proc.stderr)]).then(() => { clearTimeout(grace); resolve(code) }, () => {})
+  }))
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`server did not listen in time:\n${output.join('\n')}`)) }, timeoutMs)
     const onLine = (line: string) => {
