@@ -9,7 +9,8 @@ import { ROOT } from '../scripts/run-info.js'
 import { createSegmentGenerator, type Id } from '../src/segment/segment-generator.js'
 import { FakeStore } from '../test/helpers/fake-store.js'
 import { measure, measureAsync } from './in-process.js'
-import { startServer, cpuSeconds, type ServerProcess } from './server-process.js'
+import { startServer, type ServerProcess } from '../test/helpers/server-process.js'
+import { cpuSeconds } from './cpu-time.js'
 
 // The client's rows (@leaf-ts/client, built, as a user imports it), each beside its ceiling
 // measured in the same run: tryNextId on a warm buffer beside a bare loop making the same
@@ -79,10 +80,14 @@ function memoryTransport (): Transport {
   }
 }
 
+/** The server on the embedded store in `data`, both modes on, on core 0 when pinned. */
 function startLeaf (pinned: boolean, data: string): Promise<ServerProcess> {
-  return startServer([join(ROOT, 'dist/server.js'), '--server.host=127.0.0.1', '--server.port=0',
-    '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(data, 'leaf.db')}`,
-    '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`], { pinned, cwd: data, env: { PATH: process.env.PATH ?? '' } })
+  return startServer({
+    args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(data, 'leaf.db')}`, '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`],
+    cwd: data,
+    shippedConfig: true,
+    wrapper: pinned ? ['taskset', '-c', '0'] : [],
+  })
 }
 
 const yieldToIo = () => new Promise((resolve) => setImmediate(resolve))

@@ -7,7 +7,8 @@ import { ROOT, runInfo } from '../scripts/run-info.js'
 import { answerLength, callgrindAvailable, COUNTED_REQUESTS, countRoutes } from './callgrind.js'
 import { clientLines, runClientBenchInChild } from './client.js'
 import { runInProcess } from './in-process.js'
-import { cpuSeconds, startServer, type ServerProcess } from './server-process.js'
+import { startServer, type ServerProcess } from '../test/helpers/server-process.js'
+import { cpuSeconds } from './cpu-time.js'
 import { publishable, RESULTS_FILE, writeFigures } from './publish.js'
 import { BATCH, BATCH_ROUTE, CEILING, judge, median, roundOf, SEGMENT_ROUTE, SNOWFLAKE_ROUTE, type BenchResults, type CountedRoute, type HttpRow, type Round } from './results.js'
 
@@ -33,7 +34,8 @@ if (!(COUNTS >= 3)) throw new Error(`BENCH_COUNTS=${COUNTS}: the single-ID targe
 
 type Server = ServerProcess
 
-const start = (args: string[]): Promise<Server> => startServer(args, { pinned, cwd: ROOT, env: process.env })
+/** `[script, ...args]` on core 0 when pinned, with the repo's config/leaf.properties. */
+const start = ([script, ...args]: string[]): Promise<Server> => startServer({ script, args, wrapper: pinned ? ['taskset', '-c', '0'] : [] })
 
 async function load (server: Server, path: string, amount: number): Promise<Round> {
   const pid = server.proc.pid as number

@@ -132,26 +132,22 @@ t.test('one fetch in flight per key, however many callers wait', async (t) => {
 
 t.test('a key whose fetches come faster than the aim refills at a batch\'s first take, a cooler one at half', async (t) => {
   const { transport, clock, leaf } = setup({ minBatch: 100, maxBatch: 100 })
-  const take = async (key: string, n: number) => {
+  /** Takes `n` IDs of `key`, lets a due refill start, and checks how many fetches were made. */
+  const takeThenFetches = async (key: string, n: number, fetches: number, why: string) => {
     for (let i = 0; i < n; i++) if (leaf.tryNextId('segment', key) === undefined) await leaf.nextId('segment', key)
     await tick()
+    t.equal(transport.calls.length, fetches, why)
   }
-  await take('hot', 50)
-  t.equal(transport.calls.length, 2, 'the first batch refills at half')
-  await take('hot', 50)
-  t.equal(transport.calls.length, 2, 'the second batch is held, not yet current')
-  await take('hot', 1)
-  t.equal(transport.calls.length, 3, 'fetches 0 ms apart, capped at maxBatch: the third starts at the second batch\'s first take')
+  await takeThenFetches('hot', 50, 2, 'the first batch refills at half')
+  await takeThenFetches('hot', 50, 2, 'the second batch is held, not yet current')
+  await takeThenFetches('hot', 1, 3, 'fetches 0 ms apart, capped at maxBatch: the third starts at the second batch\'s first take')
   t.equal(leaf.stats().keys['segment/hot']?.waits, 1, 'only the very first call waited')
 
-  await take('cool', 1)
+  await takeThenFetches('cool', 1, 4, 'the cool key\'s first fetch')
   clock.advance(1500) // past the 1 s aim, short of the 2 s that halves the batch
-  await take('cool', 99)
-  t.equal(transport.calls.length, 5, 'the cool key\'s refill (fetched 1.5 s after its first) is held')
-  await take('cool', 1)
-  t.equal(transport.calls.length, 5, 'no refill at the first take of a batch fetched at the aim\'s pace')
-  await take('cool', 49)
-  t.equal(transport.calls.length, 6, 'but at its half')
+  await takeThenFetches('cool', 99, 5, 'the cool key\'s refill (fetched 1.5 s after its first) is held')
+  await takeThenFetches('cool', 1, 5, 'no refill at the first take of a batch fetched at the aim\'s pace')
+  await takeThenFetches('cool', 49, 6, 'but at its half')
 })
 
 t.test('waiters are served in order, across batches', async (t) => {
