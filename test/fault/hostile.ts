@@ -103,9 +103,9 @@ const METHODS = ['GET', 'GET', 'GET', 'GET', 'GET', 'GET', 'GET', 'GET', 'HEAD',
 const PATHS = ['/api/segment/get/', '/api/snowflake/get/', '/api/snowflake/decode/', '/decodeSnowflakeId?snowflakeId=',
   '/api/segment/tags/', '/api/segment/tags', '/api/cache', '/api/db', '/api/snowflake/status', '/cache', '/db',
   '/healthz', '/readyz', '/metrics', '/', '', '*', 'http://127.0.0.1/api/snowflake/get/', '/api/segment/get', '/API/SEGMENT/GET/']
-const CONTENT_TYPES = ['application/json', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x',
+export const CONTENT_TYPES = ['application/json', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x',
   'application/octet-stream', 'application/json; charset=utf-16', '', 'image/png', '*/*', 'application/json\u0000']
-const BODIES = ['{}', '{"key":"k","step":1}', '{"key":"', 'null', '[]', '{"__proto__":{"x":1}}', '{"constructor":{"prototype":{}}}',
+export const BODIES = ['{}', '{"key":"k","step":1}', '{"key":"', 'null', '[]', '{"__proto__":{"x":1}}', '{"constructor":{"prototype":{}}}',
   'key=k&step=1', '\u0000\u0001', '{"key":"' + 'k'.repeat(200) + '","step":-1}', '{"step":1e308}', '"' + 'x'.repeat(30_000) + '"']
 
 /**
@@ -168,11 +168,13 @@ export function hostileRequest (r: Random, port: number, tag: string, token: str
   }
   let body = ''
   let contentType: string | undefined
+  let badKey = false
   if (['POST', 'PUT', 'PATCH', 'DELETE'].includes(method) && r.chance(0.7)) {
     body = r.chance(0.03) ? 'x'.repeat(r.between(1024 * 1024, 1200 * 1024)) : r.pick(BODIES)
     const type = r.pick(CONTENT_TYPES)
     if (type !== '') headers.push(`Content-Type: ${type}`)
     contentType = type
+    badKey = badKeyField(body)
     if (r.chance(0.9)) {
       headers.push(`Content-Length: ${Buffer.byteLength(body, 'latin1')}`)
     } else {
@@ -190,11 +192,26 @@ export function hostileRequest (r: Random, port: number, tag: string, token: str
     version: version.trim(),
     oddHeaders,
     headLength: headBytes.length,
-    body: body === '' ? undefined : { bytes: Buffer.byteLength(body, 'latin1'), contentType },
+    body: body === '' ? undefined : { bytes: Buffer.byteLength(body, 'latin1'), contentType, badKey },
     authorized: authorization !== undefined && /^bearer +(.*)$/is.exec(authorization.trim())?.[1] === token,
     tag,
   })
   return { bytes: Buffer.concat([headBytes, Buffer.from(body, 'latin1')]), headLength: headBytes.length, method, target, idRoute, allowed, kind: kinds.join(', ') }
+}
+
+const NEW_TAG_FIELDS = ['key', 'step', 'maxId', 'description']
+
+/**
+ * Whether `body` is what `POST /api/segment/tags` reads as a new tag (a JSON object of its
+ * fields only) with a `key` that is not a string of 1 to 128 code points: 400 INVALID_KEY.
+ */
+export function badKeyField (body: string): boolean {
+  let parsed: unknown
+  try { parsed = JSON.parse(body) } catch { return false }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return false
+  if (Object.keys(parsed).some((k) => !NEW_TAG_FIELDS.includes(k))) return false
+  const key = (parsed as { key?: unknown }).key
+  return typeof key !== 'string' || key.length === 0 || Array.from(key).length > MAX_KEY_LENGTH
 }
 
 /** Header values a parser takes as they are: visible ASCII and spaces. */
@@ -223,7 +240,8 @@ export interface RequestFacts {
   /** A header a parser may refuse (control or high bytes, a bad name, conflicting framing). */
   oddHeaders: boolean
   headLength: number
-  body: { bytes: number, contentType: string | undefined } | undefined
+  /** `badKey`: the body is a JSON object of a new tag's fields whose `key` is missing, empty or too long. */
+  body: { bytes: number, contentType: string | undefined, badKey: boolean } | undefined
   /** `Authorization: Bearer <the token>` (the scheme in any case, RFC 7235). */
   authorized: boolean
   /** The segment tag that exists. */
@@ -317,7 +335,7 @@ function routeAnswers (f: RequestFacts, target: string): { allowed: Set<string>,
     add(f.authorized ? '200' : '401 UNAUTHORIZED')
     if (f.authorized && VIEWS_ON_DB.has(path)) add('503 STORE_UNAVAILABLE')
   } else if (path === '/api/segment/tags' && f.method === 'POST') {
-    if (f.authorized) add('201', '400 INVALID_BODY', '409 KEY_EXISTS', '503 STORE_UNAVAILABLE')
+    if (f.authorized) add('201', '400 INVALID_BODY', '409 KEY_EXISTS', '503 STORE_UNAVAILABLE', ...(f.body?.badKey === true ? ['400 INVALID_KEY'] : []))
     else add('401 UNAUTHORIZED')
   } else if (param('/api/segment/tags/') !== undefined && f.method === 'PATCH') {
     const key = decode(param('/api/segment/tags/') as string)
