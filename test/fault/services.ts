@@ -200,18 +200,17 @@ export class PrivateZooKeeper {
       '4lw.commands.whitelist=ruok,srvr,stat',
       '',
     ].join('\n'))
-    writeFileSync(join(this.dir, 'log4j.properties'), [
-      'log4j.rootLogger=WARN, CONSOLE',
-      'log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender',
-      'log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout',
-      'log4j.appender.CONSOLE.layout.ConversionPattern=%d %-5p %m%n',
-      '',
-    ].join('\n'))
     const log = createWriteStream(join(this.dir, `zookeeper-${++this.starts}.out`))
+    // ZooKeeper's own log, at INFO with times, into zookeeper-<n>.out (kept with the servers'
+    // logs): its connection and session lines (a refused or expired session, a closed
+    // connection) are what a failed ZooKeeper scenario is read against. Debian's classpath holds
+    // several SLF4J bindings and the first one found is the no-op one, so slf4j-simple goes first.
     const child = track(spawn('java', [
-      `-Dzookeeper.log.dir=${this.dir}`, `-Dlog4j.configuration=file:${join(this.dir, 'log4j.properties')}`,
+      `-Dzookeeper.log.dir=${this.dir}`,
+      '-Dorg.slf4j.simpleLogger.defaultLogLevel=info', '-Dorg.slf4j.simpleLogger.showDateTime=true',
+      '-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd\'T\'HH:mm:ss.SSSZ',
       '-Xmx256m', '-XX:+UseSerialGC', '-XX:TieredStopAtLevel=1',
-      '-cp', '/etc/zookeeper/conf:/usr/share/java/*',
+      '-cp', '/etc/zookeeper/conf:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/*',
       'org.apache.zookeeper.server.quorum.QuorumPeerMain', join(this.dir, 'zoo.cfg'),
     ], { stdio: ['ignore', 'pipe', 'pipe'] }))
     child.stdout?.pipe(log)
