@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net'
 import zookeeper, { type Client } from 'node-zookeeper-client'
 
 // Promise wrappers over node-zookeeper-client's callbacks, and its traps handled in one
@@ -13,8 +14,49 @@ export const { CreateMode } = zookeeper
 /** A client that keeps trying to connect, in the background, until it does or is closed. */
 export function createZookeeper (connectString: string, sessionTimeoutMs: number): Client {
   const client = zookeeper.createClient(connectString, { sessionTimeout: sessionTimeoutMs, spinDelay: 500, retries: 1 })
+  guardHandshake(client, sessionTimeoutMs)
   client.connect()
   return client
+}
+
+/** Clients closeZookeeper has closed: their handshake guard stops. */
+const closing = new WeakSet<Client>()
+
+/**
+ * node-zookeeper-client times a connection attempt only until TCP connects: a handshake that is
+ * never answered then waits forever, and the client with it. ZooKeeper 3.8.0 leaves exactly such
+ * a connection open when a connect request comes while it is still starting (its close throws a
+ * NullPointerException: "this.zkDb is null"), which a client retrying through a restart hits; a
+ * proxy that accepts and stalls does the same. So while a client is not connected, the socket of
+ * its attempt is ended every `timeoutMs` (the library's own connect timeout with one server), and
+ * the library tries again as after any lost connection. The socket is the library's
+ * `connectionManager.socket`, which its typings do not show; test/zookeeper-handshake.test.ts
+ * fails if that shape goes.
+ */
+function guardHandshake (client: Client, timeoutMs: number): void {
+  let timer: NodeJS.Timeout | undefined
+  let ended = false
+  const arm = () => {
+    clearTimeout(timer)
+    timer = setTimeout(() => {
+      if (ended || closing.has(client) || isConnected(client)) return
+      ;(client as unknown as { connectionManager?: { socket?: Socket } }).connectionManager?.socket?.destroy()
+      arm()
+    }, timeoutMs)
+    timer.unref()
+  }
+  client.on('state', (state: zookeeper.State) => {
+    if (state === zookeeper.State.SYNC_CONNECTED || state === zookeeper.State.CONNECTED_READ_ONLY) {
+      clearTimeout(timer)
+    } else if (state === zookeeper.State.EXPIRED || state === zookeeper.State.AUTH_FAILED) {
+      // The library stops trying by itself.
+      ended = true
+      clearTimeout(timer)
+    } else if (state === zookeeper.State.DISCONNECTED) {
+      arm()
+    }
+  })
+  arm()
 }
 
 export function isConnected (client: Client): boolean {
@@ -46,9 +88,10 @@ export async function connectZookeeper (connectString: string, sessionTimeoutMs:
  */
 export function closeZookeeper (client: Client, timeoutMs = 2000): Promise<void> {
   if (!isConnected(client)) {
-    client.once('connected', () => client.close())
+    client.once('connected', () => { closing.add(client); client.close() })
     return Promise.resolve()
   }
+  closing.add(client)
   return new Promise((resolve) => {
     const timer = setTimeout(resolve, timeoutMs)
     client.once('disconnected', () => { clearTimeout(timer); resolve() })
