@@ -1,6 +1,6 @@
 import t from 'tap'
 import { buildApp } from '../src/app.js'
-import { BODIES, CONTENT_TYPES, badKeyField, documentedAnswers } from './fault/hostile.js'
+import { BODIES, CONTENT_TYPES, PRINTABLE, badKeyField, documentedAnswers } from './fault/hostile.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 
@@ -20,7 +20,7 @@ t.test('the fault suite\'s oracle allows what tag management answers to each of 
   const seen = new Set<string>()
   for (const [method, url] of [['POST', '/api/segment/tags'], ['PATCH', '/api/segment/tags/order']] as const) {
     for (const body of BODIES) {
-      for (const contentType of CONTENT_TYPES.filter((c) => /^[\x20-\x7e]*$/.test(c))) {
+      for (const contentType of CONTENT_TYPES.filter((c) => PRINTABLE.test(c))) {
         const res = await app.inject({
           method,
           url,

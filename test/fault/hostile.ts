@@ -215,7 +215,7 @@ export function badKeyField (body: string): boolean {
 }
 
 /** Header values a parser takes as they are: visible ASCII and spaces. */
-const PRINTABLE = /^[\x20-\x7e]*$/
+export const PRINTABLE = /^[\x20-\x7e]*$/
 /** Extra headers that frame the body in ways a parser refuses. */
 const FRAMING = /Content-Length: -1|Content-Length: 5\r\nContent-Length: 6|Transfer-Encoding: gzip/
 /** Methods Node's parser knows (the rest, and lower case, are 400 before any route). */

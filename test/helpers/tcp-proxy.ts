@@ -7,7 +7,10 @@ import { connect, createServer, type Server, type Socket } from 'node:net'
  * new ones until `unblock()`: the service is unreachable though it runs. `blackhole()` silences
  * the connections open at the time: from then on they pass no byte, in either direction, and
  * never close (the peer's end or reset is not passed on either), as when a network path dies
- * without a FIN or RST; new connections work normally.
+ * without a FIN or RST; new connections work normally. `stall(n)` holds the next n connections
+ * silent from their start: what they send is read and dropped, nothing reaches the service, and
+ * they stay open until their peer ends them (or close()), as a server that accepts and never
+ * answers.
  */
 export interface TcpProxy {
   readonly port: number
@@ -19,6 +22,10 @@ export interface TcpProxy {
   unblock (): void
   /** Silences every connection open now (see above); returns how many. */
   blackhole (): number
+  /** Holds the next `count` new connections silent (see above). */
+  stall (count: number): void
+  /** For each stalled connection its peer has ended, how long (ms) it was held. */
+  readonly stalledEndedAfterMs: readonly number[]
   close (): Promise<void>
 }
 
@@ -32,6 +39,9 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
   const silenced = new Set<Socket>()
   let blocked = false
   let accepted = 0
+  let toStall = 0
+  let closing = false
+  const stalledEndedAfterMs: number[] = []
 
   const server: Server = createServer((client) => {
     if (blocked) {
@@ -39,6 +49,15 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
       return
     }
     accepted++
+    if (toStall > 0) {
+      toStall--
+      const at = performance.now()
+      silenced.add(client)
+      client.resume()
+      client.on('error', () => {})
+      client.once('close', () => { if (!closing) stalledEndedAfterMs.push(performance.now() - at) })
+      return
+    }
     const upstream = connect(targetPort, targetHost)
     open.add(client)
     open.add(upstream)
@@ -92,7 +111,12 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
       open.clear()
       return count
     },
+    stall (count) {
+      toStall = count
+    },
+    stalledEndedAfterMs,
     close () {
+      closing = true
       for (const socket of open) socket.destroy()
       for (const socket of silenced) socket.destroy()
       return new Promise((resolve) => server.close(() => resolve()))
