@@ -48,7 +48,7 @@ t.test('a db-lease instance shows its lease, and once it is lost answers WORKER_
   await app.leaf.snowflake?.lease.close()
   const ready = await app.inject('/readyz')
   t.equal(ready.statusCode, 503)
-  t.match(ready.json(), { modes: { snowflake: { ready: false, reason: /^worker-id lease lost \(the lease is closed\)/ } } })
+  t.match(ready.json(), { modes: { snowflake: { ready: false, reason: /^no snowflake ID from the worker-id lease now: the lease is closed/ } } })
   t.match((await app.inject('/metrics')).body, /\nleaf_ready 0\n/, 'leaf_ready follows /readyz')
   const refused = await app.inject('/api/snowflake/get/k2')
   t.equal(refused.statusCode, 503)

@@ -1,6 +1,7 @@
 import t, { type Test } from 'tap'
 import { buildApp } from '../src/app.js'
 import type { SegmentStore } from '../src/segment/store.js'
+import { createMysqlRunner } from '../src/segment/stores/mysql-pool.js'
 import { createMysqlStore } from '../src/segment/stores/mysql-store.js'
 import { testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
@@ -141,10 +142,59 @@ t.test('waiting for a pool connection is bounded; a connection that comes after 
   const waited = Math.round(performance.now() - started)
   t.match(waiter, { state: 'rejected', reason: { message: 'no MySQL connection free within 300 ms' } }, 'the waiter gave up')
   t.ok(waited >= 290 && waited < 900, `at the acquire timeout (${waited} ms)`)
-  t.match(await within(hung, 3000), { state: 'rejected', reason: { code: 'PROTOCOL_SEQUENCE_TIMEOUT' } }, 'the hung query failed at the query timeout')
+  t.match(await within(hung, 3000), { state: 'rejected', reason: { code: 'PROTOCOL_SEQUENCE_TIMEOUT', mayStillRun: false } }, 'the hung query failed at the query timeout, its thread killed')
   // The dead connection was destroyed; the pool then opened a new one for the waiter that had
   // given up. Leaked, it would leave this pool of 1 with nothing to give.
   t.match(await within(store.ping(), 3000), { state: 'resolved' }, 'the pool still serves')
-  t.equal(proxy.accepted, 2, 'one new connection, reused')
+  t.equal(proxy.accepted, 3, 'one connection to kill the hung one\'s thread, one new pool connection, reused')
   t.match(await within(store.allocate('order'), 3000), { state: 'resolved', value: { maxId: 2001n } })
+})
+
+/** A runner through a MySQL-aware proxy, with a table `t` to insert into. */
+async function heldRunner (t: Test, queryTimeoutMs: number) {
+  const db = await createTestDatabase()
+  const proxy = await createProxy(TEST_MYSQL_PORT, { targetHost: TEST_MYSQL_HOST, mysql: true })
+  const server = new URL(TEST_MYSQL)
+  const runner = createMysqlRunner({
+    host: '127.0.0.1',
+    port: proxy.port,
+    user: decodeURIComponent(server.username),
+    password: decodeURIComponent(server.password),
+    database: db.name,
+    connectTimeoutMs: 2000,
+    poolSize: 1,
+    queryTimeoutMs,
+  })
+  t.teardown(async () => {
+    await runner.close()
+    await proxy.close()
+    await db.drop()
+  })
+  await db.query('CREATE TABLE t (id INT PRIMARY KEY)')
+  const count = async () => Number((await db.query<{ n: number }[]>('SELECT COUNT(*) AS n FROM t'))[0]?.n)
+  return { runner, proxy, count }
+}
+
+t.test('a statement held past the query timeout: its server thread is killed, and it never runs', async (t) => {
+  const { runner, proxy, count } = await heldRunner(t, 300)
+  const held = proxy.holdStatements({ match: /^INSERT INTO t/, holdMs: 1500 })
+  const err = await runner.run('INSERT INTO t VALUES (1)').then(() => undefined, (e: unknown) => e)
+  t.match(err, { code: 'PROTOCOL_SEQUENCE_TIMEOUT', mayStillRun: false, message: /its server thread \d+ was killed: the statement ran before, or never will/ })
+  t.equal(held.length, 1, 'the proxy held it')
+  await held[0]?.delivered
+  t.ok(held[0]?.clientGoneFirst, 'delivered after the runner had given up on it')
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  t.equal(await count(), 0, 'delivered to a killed thread: it did not run')
+  t.same(await runner.run('SELECT 1 AS one'), [{ one: 1 }], 'the runner serves on')
+})
+
+t.test('a statement held past the query timeout whose kill cannot get through: the error says it may still run, and it does', async (t) => {
+  const { runner, proxy, count } = await heldRunner(t, 300)
+  const held = proxy.holdStatements({ match: /^INSERT INTO t/, holdMs: 1000 })
+  proxy.holdStatements({ match: /^KILL/, holdMs: 3000 })
+  const err = await runner.run('INSERT INTO t VALUES (1)').then(() => undefined, (e: unknown) => e)
+  t.match(err, { code: 'PROTOCOL_SEQUENCE_TIMEOUT', mayStillRun: true, message: /it may still run on the server: its thread \d+ could not be killed/ })
+  await held[0]?.delivered
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  t.equal(await count(), 1, 'it ran, late: what every statement of Leaf-TS is written to survive')
 })

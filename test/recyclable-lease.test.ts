@@ -9,13 +9,13 @@ import {
 import { createSnowflakeGenerator } from '../src/snowflake/snowflake-generator.js'
 import { LeaseRefused } from '../src/snowflake/worker-id/worker-lease.js'
 import { tempDir } from './helpers/config.js'
-import { silentLogger } from './helpers/logger.js'
+import { captureLogger, silentLogger } from './helpers/logger.js'
 
 // Unit tests of the lease protocol over an in-memory pool. The pool judges expiry by its own
 // clock (Date.now, as a store would); the lease's monotonic clock is injected, so a pause or a
 // slow answer is a jump of a number, not a sleep.
 
-interface Row { owner: string | null, expiresAt: number, issuedUntil: number, by: string | undefined }
+interface Row { owner: string | null, expiresAt: number, issuedUntil: number, by: string | undefined, generation?: number }
 
 /** An in-memory LeasePool with the real pools' rules (see db-lease-pool.ts, zookeeper-lease-pool.ts). */
 class FakePool implements LeasePool {
@@ -36,6 +36,14 @@ class FakePool implements LeasePool {
   closed = false
   /** How long a claim or renewal holds in the store; the TTL unless set. */
   grantMs: number | undefined
+  /**
+   * As the db-lease pool: held and expired rows carry a version (owner, generation, expiry), and
+   * an expired holder is taken over only by a claim that names the version it saw.
+   */
+  versioned = false
+  /** While set, releases get no answer (they reject after 5 ms) and are kept here, to be run late. */
+  holdReleases = false
+  readonly heldReleases: (() => void)[] = []
 
   constructor (public ttl: number, rows: Record<number, Partial<Row>> = {}) {
     for (const [id, row] of Object.entries(rows)) this.rows.set(Number(id), { owner: null, expiresAt: Date.now(), issuedUntil: 0, by: undefined, ...row })
@@ -48,16 +56,26 @@ class FakePool implements LeasePool {
     for (let i = 0; i < turns; i++) await new Promise((resolve) => setImmediate(resolve))
   }
 
+  private version (r: Row): string | undefined {
+    return this.versioned && r.owner !== null ? JSON.stringify([r.owner, r.generation ?? 0, r.expiresAt]) : undefined
+  }
+
   async list (min: number, max: number): Promise<PoolSlot[]> {
     await this.pause()
     const now = Date.now()
     return [...this.rows].filter(([id]) => id >= min && id <= max).map(([workerId, r]): PoolSlot =>
       r.owner === null
         ? { workerId, state: 'free', expiresInMs: r.expiresAt - now }
-        : { workerId, state: r.expiresAt >= now ? 'held' : 'expired', expiresInMs: r.expiresAt - now })
+        : { workerId, state: r.expiresAt >= now ? 'held' : 'expired', expiresInMs: r.expiresAt - now, version: this.version(r) })
   }
 
-  async claim (workerId: number, owner: string): Promise<Claimed | undefined> {
+  /** A holder renewing: its row's version changes. */
+  bump (workerId: number): void {
+    const row = this.rows.get(workerId) as Row
+    row.generation = (row.generation ?? 0) + 1
+  }
+
+  async claim (workerId: number, owner: string, _address?: string, from?: string): Promise<Claimed | undefined> {
     await this.pause()
     if (this.failClaims > 0) {
       this.failClaims--
@@ -68,8 +86,9 @@ class FakePool implements LeasePool {
     const now = Date.now()
     const row = this.rows.get(workerId) ?? { owner: null, expiresAt: now, issuedUntil: 0, by: undefined }
     this.rows.set(workerId, row)
-    if (row.owner !== null && row.owner !== owner && row.expiresAt >= now) return undefined
+    if (row.owner !== null && (row.expiresAt >= now || (this.versioned && from !== this.version(row)))) return undefined
     row.owner = owner
+    row.generation = (row.generation ?? 0) + 1
     row.expiresAt = now + (this.grantMs ?? this.ttl)
     return { issuedUntil: row.issuedUntil, by: row.by }
   }
@@ -85,13 +104,21 @@ class FakePool implements LeasePool {
     row.expiresAt = Date.now() + (this.grantMs ?? this.ttl)
     row.issuedUntil = Math.max(row.issuedUntil, issuedUntil)
     row.by = owner
+    row.generation = (row.generation ?? 0) + 1
     return true
   }
 
   async release (workerId: number, owner: string, issuedUntil: number, recordedBy: string | undefined): Promise<void> {
-    const row = this.rows.get(workerId)
-    if (row?.owner !== owner) return
-    Object.assign(row, { owner: null, expiresAt: Date.now(), issuedUntil, by: recordedBy })
+    const run = () => {
+      const row = this.rows.get(workerId)
+      if (row?.owner !== owner) return
+      // What the next claim reads: the db-lease pool's released_until of a clean release.
+      Object.assign(row, { owner: null, expiresAt: Date.now(), issuedUntil, by: recordedBy, generation: (row.generation ?? 0) + 1 })
+    }
+    if (!this.holdReleases) return run()
+    this.heldReleases.push(run)
+    await sleep(5)
+    throw new Error('no answer within the query timeout')
   }
 
   async close (): Promise<void> {
@@ -453,7 +480,8 @@ t.test('the store says the id is no longer ours: issuing stops, another id is cl
   pool.renewGate = undefined
   await beat
   t.equal(l.workerId, 1, 'id 0 is the thief\'s: id 1 leased instead')
-  t.same(o.seen.claims, ['claimed', 'conflict', 'reclaimed'])
+  // (id 0 is held by the thief: not even tried)
+  t.same(o.seen.claims, ['claimed', 'reclaimed'])
   t.same(o.seen.changes, [[1, now + 201]], 'told the new id and the first millisecond after its previous holder\'s')
   t.equal(unavailableAtRebind.length, 1)
   t.match(unavailableAtRebind[0], /no longer leased/, 'told while issuing was still stopped')
@@ -506,18 +534,24 @@ t.test('the wall clock jumps past the recorded issuedUntil: nothing past it unti
   let offset = 0
   const clock = () => Date.now() + offset
   const pool = new FakePool(30_000)
-  const l = await lease(t, options(pool, { clock }))
+  const { logger, lines } = captureLogger()
+  const l = await lease(t, options(pool, { clock, logger }))
+  const paused = () => lines.filter((x) => x.msg === 'snowflake issuing paused: the clock passed the last millisecond the worker-id lease recorded')
   const gen = createSnowflakeGenerator({ workerId: l.workerId, clock, guard: l, notBefore: l.notBefore })
   t.equal(gen.decode(await gen.next()).workerId, 0)
   const recorded = l.issuableUntil
   t.equal(pool.rows.get(0)?.issuedUntil, recorded, 'issuable up to what the store confirmed')
   offset = 60_000
   t.throws(() => gen.next(), { code: 'WORKER_LEASE_LOST', message: /The clock \(\d+\) passed the last millisecond this lease recorded/ })
-  t.equal(l.status().unavailable, undefined, 'not a loss: the id is still ours')
+  t.match(l.status().unavailable, /the clock \(\d+\) passed the last millisecond this lease recorded/, 'told at once, though not a loss: the id is still ours')
   const until = Date.now() + 2000
   while (l.issuableUntil === recorded && Date.now() < until) await sleep(5)
   t.ok(l.issuableUntil >= clock() + 27_000 - 1000, 'renewed without waiting for the heartbeat, from the new clock')
   t.equal(pool.rows.get(0)?.issuedUntil, l.issuableUntil)
+  t.equal(paused().length, 1, 'logged once, when issuing stopped')
+  t.match(paused()[0], { level: 40, issuedUntil: recorded })
+  t.equal(l.status().unavailable, undefined, 'the renewal ended the pause')
+  t.equal(lines.filter((x) => x.msg === 'snowflake issuing resumed: a renewal recorded a later issuedUntil').length, 1)
   const id = await gen.next()
   t.ok(gen.decode(id).timestamp > recorded, 'issuing again, past the old record')
 })
@@ -582,4 +616,85 @@ t.test('a store that fails every renewal: one log line per 30 s of the monotonic
   await l.heartbeat()
   t.equal(notRenewed().length, 2)
   t.equal(notRenewed()[1]?.repeated, 4, 'the next line counts the 4 not logged')
+})
+
+t.test('every claim has a token of its own: a hand-back answered late frees only its own claim, never the one after it', async (t) => {
+  // Issue 25's sequence: the previous holder ran 7 s ahead; the claimant hands id 0 back for
+  // drift, and that statement gets no answer, then lands.
+  const pool = new FakePool(30_000, { 0: { owner: null, issuedUntil: Date.now() + 7000, by: 'ahead' } })
+  pool.holdReleases = true
+  const o = options(pool, { min: 0, max: 0, maxClockDriftMs: 5000, heartbeatIntervalMs: 300 })
+  const starting = acquireRecyclableLease(o)
+  await sleep(300)
+  t.equal(pool.heldReleases.length, 1, 'the hand-back got no answer')
+  const first = pool.rows.get(0) as Row
+  t.ok(first.owner !== null && first.expiresAt > Date.now(), 'the id stays with the abandoned claim')
+  const abandoned = first.owner as string
+  t.same(pool.claims, [0], 'and is not claimed again while that claim may still be freed')
+  // The hand-back lands: the id is free, and claimed again under a new token.
+  pool.holdReleases = false
+  ;(pool.heldReleases.shift() as () => void)()
+  t.equal(pool.rows.get(0)?.owner, null)
+  pool.rows.get(0)!.issuedUntil = Date.now() - 1000
+  const l = await starting
+  t.teardown(() => l.close())
+  t.equal(l.workerId, 0)
+  const token = pool.rows.get(0)?.owner
+  t.ok(typeof token === 'string' && token !== abandoned, `a new token (${String(token)}, not ${abandoned})`)
+  // The same hand-back delivered once more: it names the abandoned claim, and changes nothing.
+  await pool.release(0, abandoned, 0, 'ahead')
+  t.equal(pool.rows.get(0)?.owner, token, 'the live claim keeps the id')
+  t.ok(checks(l))
+})
+
+t.test('a release of the served claim names its token: it cannot free a claim another instance made since', async (t) => {
+  const pool = new FakePool(30_000)
+  const l = await lease(t, options(pool, { min: 0, max: 0 }))
+  const mine = pool.rows.get(0)?.owner as string
+  // Our lease ran out in the store and another instance took the id: our release is a no-op.
+  Object.assign(pool.rows.get(0) as Row, { owner: 'other', expiresAt: Date.now() + 60_000, issuedUntil: 123 })
+  await l.close()
+  t.match(pool.rows.get(0), { owner: 'other', issuedUntil: 123 })
+  t.not(mine, 'other')
+})
+
+t.test('versioned store (a database clock): an expired holder whose row keeps changing is never taken over', async (t) => {
+  // The database's clock stepped ahead: its NOW(3) says the holder expired, though it renews.
+  const pool = new FakePool(600, { 0: { owner: 'live', expiresAt: Date.now() - 10_000 } })
+  pool.versioned = true
+  const renewing = setInterval(() => pool.bump(0), 100)
+  t.teardown(() => clearInterval(renewing))
+  const o = options(pool, { min: 0, max: 0, heartbeatIntervalMs: 200 })
+  const started = performance.now()
+  const err = await acquireRecyclableLease(o).then(() => undefined, (e: unknown) => e)
+  t.ok(err instanceof LeaseRefused, 'refused')
+  t.match((err as Error).message, /every worker id of fake:\/\/pool in \[0, 0\] \(1 ids\) is leased/)
+  t.same(pool.claims, [], 'never claimed: the holder was never seen standing still')
+  const waited = performance.now() - started
+  t.ok(waited >= 200 && waited < 600 + 60 + 100 + 200, `refused within the start's deadline, after one poll at least (${Math.round(waited)} ms)`)
+  t.equal(pool.rows.get(0)?.owner, 'live')
+})
+
+t.test('versioned store: an expired holder that stands still is taken over once seen unchanged for a whole TTL', async (t) => {
+  const pool = new FakePool(600, { 0: { owner: 'dead', expiresAt: Date.now() - 10_000, issuedUntil: Date.now() - 5000 } })
+  pool.versioned = true
+  const o = options(pool, { min: 0, max: 0, heartbeatIntervalMs: 200 })
+  const started = performance.now()
+  const l = await lease(t, o)
+  const waited = performance.now() - started
+  t.equal(l.workerId, 0)
+  t.ok(waited >= 600, `watched for the TTL first (${Math.round(waited)} ms)`)
+  t.ok(waited < 1500, `and no longer than a poll past it (${Math.round(waited)} ms)`)
+  t.same(pool.claims, [0], 'one claim, naming the version seen')
+  t.not(pool.rows.get(0)?.owner, 'dead')
+})
+
+t.test('versioned store: a claim naming a version the holder has since changed loses', async (t) => {
+  const pool = new FakePool(600, { 0: { owner: 'dead', expiresAt: Date.now() - 10_000 } })
+  pool.versioned = true
+  const [slot] = await pool.list(0, 0)
+  pool.bump(0)
+  t.equal(await pool.claim(0, 'me', 'x', slot?.version), undefined)
+  const [now] = await pool.list(0, 0)
+  t.ok(await pool.claim(0, 'me', 'x', now?.version) !== undefined, 'the current version wins')
 })

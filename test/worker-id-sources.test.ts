@@ -58,7 +58,17 @@ function recyclable (lease: WorkerLease): RecyclableLease {
   return lease
 }
 
-interface LeaseRow { pool: string, workerId: number, owner: string | null, address: string | null, issuedUntil: number, expiresAt: number, expiresIn: number }
+interface LeaseRow {
+  pool: string
+  workerId: number
+  owner: string | null
+  address: string | null
+  issuedUntil: number
+  releasedUntil: number | null
+  generation: number
+  expiresAt: number
+  expiresIn: number
+}
 
 /** The db-lease table of one test, read behind the pool's back. */
 interface LeaseDb {
@@ -82,7 +92,7 @@ async function leaseDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<LeaseDb> {
       },
       async rows () {
         const rows = await db.query<Record<string, unknown>[]>(
-          'SELECT pool, worker_id, owner, address, issued_until, ROUND(UNIX_TIMESTAMP(expires_at) * 1000) AS expires_at, ' +
+          'SELECT pool, worker_id, owner, address, issued_until, released_until, generation, ROUND(UNIX_TIMESTAMP(expires_at) * 1000) AS expires_at, ' +
           'TIMESTAMPDIFF(MICROSECOND, NOW(3), expires_at) DIV 1000 AS expires_in FROM leaf_worker_lease WHERE worker_id >= 0 ORDER BY pool, worker_id')
         return rows.map(toRow)
       },
@@ -98,7 +108,7 @@ async function leaseDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<LeaseDb> {
     },
     async rows () {
       return read((db) => db.prepare(
-        "SELECT pool, worker_id, owner, address, issued_until, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) AS expires_in " +
+        "SELECT pool, worker_id, owner, address, issued_until, released_until, generation, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) AS expires_in " +
         'FROM leaf_worker_lease WHERE worker_id >= 0 ORDER BY pool, worker_id').all() as Record<string, unknown>[]).map(toRow)
     },
   }
@@ -111,6 +121,8 @@ function toRow (r: Record<string, unknown>): LeaseRow {
     owner: r.owner === null ? null : String(r.owner),
     address: r.address === null ? null : String(r.address),
     issuedUntil: Number(r.issued_until),
+    releasedUntil: r.released_until === null ? null : Number(r.released_until),
+    generation: Number(r.generation),
     expiresAt: Number(r.expires_at),
     expiresIn: Number(r.expires_in),
   }
@@ -161,7 +173,7 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     t.equal(lease.workerId, 3, 'the lowest id of the range')
     t.same(claims, ['claimed'])
     const [row] = await db.rows()
-    t.match(row, { pool: name, workerId: 3, owner: /^[0-9a-f-]{36}$/, address: '10.1.2.3:8080' })
+    t.match(row, { pool: name, workerId: 3, owner: /^[0-9a-f-]{36}\.1$/, address: '10.1.2.3:8080', generation: 2 }, 'the claim\'s own token; claimed and renewed once')
     t.ok(row !== undefined && row.expiresIn > 2000 && row.expiresIn <= 3000, `leased for one TTL by the store's clock (${row?.expiresIn} ms left)`)
     // issuedUntil: the clock at the renewal plus the window (TTL 3000 - margin 300).
     t.ok(row !== undefined && row.issuedUntil >= before + 2700 && row.issuedUntil <= Date.now() + 2700, 'issued_until one window ahead')
@@ -178,13 +190,14 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     t.equal(renewed?.owner, row?.owner, 'still ours')
     t.ok((renewed?.expiresAt ?? 0) >= (row?.expiresAt ?? 0) + 250, 'the expiry moved on')
     t.ok((renewed?.issuedUntil ?? 0) >= (row?.issuedUntil ?? 0) + 250, 'issued_until raised')
+    t.equal(renewed?.generation, 3, 'each renewal counts')
     t.equal(lease.issuableUntil, renewed?.issuedUntil)
 
     const reached = Date.now() + 200
     lease.check(reached)
     await lease.close()
     const [released] = await db.rows()
-    t.match(released, { workerId: 3, owner: null, issuedUntil: reached }, 'released with the millisecond reached')
+    t.match(released, { workerId: 3, owner: null, releasedUntil: reached, issuedUntil: renewed?.issuedUntil }, 'released with the millisecond reached; issued_until never lowered')
     t.ok((released?.expiresIn ?? 1) <= 0)
   })
 
@@ -203,7 +216,7 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     await sleep(400)
     t.notOk(settled, 'the second waits while the first holds the only id')
     await first.close()
-    const firstReleased = (await db.rows())[0]?.issuedUntil ?? 0
+    const firstReleased = (await db.rows())[0]?.releasedUntil ?? 0
     t.ok(firstReleased >= reached, 'the first released with the millisecond it reached (its clock had passed the admitted one)')
     const second = recyclable(await pending)
     t.ok(Date.now() - started < 6000, `leased ${Date.now() - started} ms after asking`)
@@ -211,17 +224,21 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     t.equal(second.notBefore, firstReleased + 1, 'nothing at or before the first\'s last millisecond')
     t.ok(Date.now() > firstReleased)
     await second.close()
-    const released = (await db.rows())[0]?.issuedUntil ?? 0
+    const released = (await db.rows())[0]?.releasedUntil ?? 0
+    const bound = (await db.rows())[0]?.issuedUntil ?? 0
 
-    // A claim that never renews nor releases (its process died right after): it expires after its TTL.
+    // A claim that never renews nor releases (its process died right after): it is taken over once
+    // the database says it expired and the claimant has seen its row unchanged for its own TTL.
     const pool = await createDbLeasePool({ store: patient.segment.store, pool: name, ttlMs: 1500, connectTimeoutMs: 2000, queryTimeoutMs: 2000, layout: LEAF })
     t.teardown(() => pool.close())
     t.ok(await pool.claim(0, 'dead-claim', '10.9.9.9:1'), 'the dead claim took the id')
     const at = Date.now()
     const third = await acquire(t, patient)
-    t.ok(Date.now() - at >= 1300, `waited for the dead claim to expire (${Date.now() - at} ms)`)
+    t.ok(Date.now() - at >= 6000, `watched the dead claim for the claimant's TTL of 6 s (${Date.now() - at} ms)`)
     t.equal(third.workerId, 0)
-    t.equal(third.notBefore, released + 1, 'the dead claim recorded nothing: the last release counts')
+    // Taken from a holder that never released: the recorded bound counts (it covers the last release too).
+    t.equal(third.notBefore, bound + 1, 'nothing at or before the bound the renewals recorded')
+    t.ok(bound >= released)
   })
 }
 
@@ -282,7 +299,7 @@ t.test('zookeeper-lease: the claim is an ephemeral holder node, each renewal wri
   t.same(claims, ['claimed'])
   t.same(await zkc.children(`${base}/holders`), ['7'])
   const holder = await zkc.data(`${base}/holders/7`)
-  t.match(holder, { owner: /^[0-9a-f-]{36}$/ })
+  t.match(holder, { owner: /^[0-9a-f-]{36}\.1$/ }, 'the first claim\'s token')
   const issued = await zkc.data(`${base}/issued/7`)
   t.match(issued, { by: holder.owner, released: false })
   t.ok((issued.issuedUntil as number) >= before + 2700 && (issued.issuedUntil as number) <= Date.now() + 2700, 'issuedUntil one window ahead')

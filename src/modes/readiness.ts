@@ -58,7 +58,7 @@ function snowflakeReadiness (snowflake: SnowflakeMode): ModeReadiness {
     return {
       ready: false,
       reason: issuedUntil !== undefined
-        ? `worker-id lease lost (${unavailable}): no snowflake ID until it leases one again`
+        ? `no snowflake ID from the worker-id lease now: ${unavailable}`
         : 'another instance may hold this worker id: no snowflake ID until it is ours alone (details in the log and /api/snowflake/status)',
     }
   }

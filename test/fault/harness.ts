@@ -77,6 +77,8 @@ export interface LeafOptions {
   wrapper?: string[]
   /** false: not kept for cleanUpServers (the caller stops it and keeps its output). */
   keep?: boolean
+  /** How long to wait for it to listen (default 20 s). */
+  timeoutMs?: number
 }
 
 export interface Leaf extends ServerProcess {
@@ -100,7 +102,7 @@ export async function startLeaf (suite: Suite, label: string, o: LeafOptions): P
   }
   args.push(...o.args ?? [])
   // A working folder of its own: no config/leaf.properties is read, every key is given here.
-  const server = await startServer({ args, env: o.env, cwd: suite.dir, script: SERVER_SCRIPT, onSpawn: track, wrapper: o.wrapper })
+  const server = await startServer({ args, env: o.env, cwd: suite.dir, script: SERVER_SCRIPT, onSpawn: track, wrapper: o.wrapper, timeoutMs: o.timeoutMs })
   const leaf = Object.assign(server, { label, pid: server.proc.pid ?? 0 })
   if (o.keep !== false) started.push(leaf)
   return leaf

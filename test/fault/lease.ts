@@ -25,6 +25,10 @@ export interface LeaseOptions {
   storePort?: number
   wrapper?: string[]
   keep?: boolean
+  /** More keys (`--key=value`). */
+  args?: string[]
+  /** How long to wait for it to listen (default 20 s). */
+  timeoutMs?: number
 }
 
 /** A snowflake-only instance leasing its worker id from `o.source`. */
@@ -35,6 +39,7 @@ export function startLeaseLeaf (suite: Suite, label: string, o: LeaseOptions): P
     `--leaf.snowflake.worker-id.min=${o.min}`,
     `--leaf.snowflake.worker-id.max=${o.max}`,
     `--leaf.snowflake.lease.ttl-ms=${o.ttlMs}`,
+    ...o.args ?? [],
   ]
   if (o.source === 'db-lease') args.push(`--leaf.jdbc.url=${suite.db.url(o.storePort ?? suite.db.port)}`)
   return startLeaf(suite, label, {
@@ -43,6 +48,7 @@ export function startLeaseLeaf (suite: Suite, label: string, o: LeaseOptions): P
     args,
     wrapper: o.wrapper,
     keep: o.keep,
+    timeoutMs: o.timeoutMs,
   })
 }
 

@@ -11,6 +11,13 @@ import { connect, createServer, type Server, type Socket } from 'node:net'
  * silent from their start: what they send is read and dropped, nothing reaches the service, and
  * they stay open until their peer ends them (or close()), as a server that accepts and never
  * answers.
+ *
+ * `holdStatements(rule)` speaks just enough of the MySQL protocol to find statements: the next
+ * `count` COM_QUERY packets (client to server) whose SQL matches `rule.match` are held, with
+ * everything their connection sends after them, for `holdMs`, and then delivered to the server,
+ * even when the client has given up and closed the connection meanwhile: as a retransmitted
+ * segment or a congested link delivers bytes already sent. The server then runs the statement
+ * unless its connection was killed first. The connection's end is passed on after them.
  */
 export interface TcpProxy {
   readonly port: number
@@ -26,14 +33,37 @@ export interface TcpProxy {
   stall (count: number): void
   /** For each stalled connection its peer has ended, how long (ms) it was held. */
   readonly stalledEndedAfterMs: readonly number[]
+  /** Holds the next statements matching `rule` (see above); the returned list fills as they come. */
+  holdStatements (rule: HoldRule): HeldStatement[]
   close (): Promise<void>
 }
 
+export interface HoldRule {
+  match: RegExp
+  holdMs: number
+  /** How many matching statements to hold (default 1). */
+  count?: number
+}
+
+export interface HeldStatement {
+  sql: string
+  /** performance.now() when the proxy held it, and when it passed it on to the server. */
+  heldAt: number
+  deliveredAt: number | undefined
+  /** The client had closed its connection before the statement was delivered. */
+  clientGoneFirst: boolean
+  /** Resolves once it has been written to the server (or the server's side was gone). */
+  delivered: Promise<void>
+}
+
+const COM_QUERY = 0x03
+
 /**
  * `targetHost`: where the service runs (127.0.0.1 unless a test service elsewhere is given);
- * `port`: the proxy's own loopback port, 0 for any free one.
+ * `port`: the proxy's own loopback port, 0 for any free one; `mysql`: the service speaks the
+ * MySQL protocol, and holdStatements() may be used.
  */
-export async function createProxy (targetPort: number, { delayMs = 0, targetHost = '127.0.0.1', port = 0 } = {}): Promise<TcpProxy> {
+export async function createProxy (targetPort: number, { delayMs = 0, targetHost = '127.0.0.1', port = 0, mysql = false } = {}): Promise<TcpProxy> {
   const open = new Set<Socket>()
   // Sockets of silenced connections: kept open until close(), which destroys them.
   const silenced = new Set<Socket>()
@@ -42,6 +72,7 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
   let toStall = 0
   let closing = false
   const stalledEndedAfterMs: number[] = []
+  const rules: { rule: HoldRule, left: number, held: HeldStatement[] }[] = []
 
   const server: Server = createServer((client) => {
     if (blocked) {
@@ -61,14 +92,13 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
     const upstream = connect(targetPort, targetHost)
     open.add(client)
     open.add(upstream)
-    pipe(client, upstream)
+    if (mysql) pipeStatements(client, upstream)
+    else pipe(client, upstream)
     pipe(upstream, client)
-    const done = () => {
-      open.delete(client)
-      open.delete(upstream)
-    }
-    client.once('close', done)
-    upstream.once('close', done)
+    // Each side is forgotten when it closes: a held statement keeps the server's side open
+    // after the client's has gone, and close() must still end it.
+    client.once('close', () => open.delete(client))
+    upstream.once('close', () => open.delete(upstream))
   })
   // Delay each chunk by the delay in force when it arrived; an end or error is passed on after
   // the data before it.
@@ -83,6 +113,88 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
     from.on('end', () => later(() => { if (live() && !to.destroyed) to.end() }))
     from.on('error', () => later(() => { if (live()) to.destroy() }))
     from.on('close', (hadError) => later(() => { if (!live()) return; if (hadError) to.destroy(); else to.end() }))
+  }
+
+  /** The rule that holds this packet, if any (a command packet is a COM_QUERY with sequence id 0). */
+  function holding (packet: Buffer): { rule: HoldRule, held: HeldStatement[] } | undefined {
+    if (rules.length === 0 || packet.length < 5 || packet[3] !== 0 || packet[4] !== COM_QUERY) return undefined
+    const sql = packet.subarray(5).toString('utf8')
+    const r = rules.find((x) => x.left > 0 && x.rule.match.test(sql))
+    if (r === undefined) return undefined
+    r.left--
+    return r
+  }
+
+  // Client to server, packet by packet: a held statement and what follows it wait in `queue`.
+  function pipeStatements (from: Socket, to: Socket): void {
+    let pending: Buffer = Buffer.alloc(0)
+    let queue: Buffer[] | undefined
+    let ended = false
+    let fromGone = false
+    const live = () => !silenced.has(from)
+    const send = (chunk: Buffer) => {
+      const ms = proxy.delayMs
+      const write = () => { if (live() && !to.destroyed) to.write(chunk) }
+      if (ms > 0) setTimeout(write, ms)
+      else write()
+    }
+    const finish = (destroy: boolean) => {
+      if (!live()) return
+      if (destroy) to.destroy()
+      else to.end()
+    }
+    from.on('data', (chunk: Buffer) => {
+      pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk])
+      while (pending.length >= 4) {
+        const size = 4 + pending.readUIntLE(0, 3)
+        if (pending.length < size) break
+        const packet = pending.subarray(0, size)
+        pending = pending.subarray(size)
+        if (queue !== undefined) {
+          queue.push(packet)
+          continue
+        }
+        const rule = holding(packet)
+        if (rule === undefined) {
+          send(packet)
+          continue
+        }
+        queue = [packet]
+        let deliver = () => {}
+        const entry: HeldStatement = {
+          sql: packet.subarray(5).toString('utf8'),
+          heldAt: performance.now(),
+          deliveredAt: undefined,
+          clientGoneFirst: false,
+          delivered: new Promise<void>((resolve) => { deliver = resolve }),
+        }
+        rule.held.push(entry)
+        setTimeout(() => {
+          const held = queue ?? []
+          queue = undefined
+          entry.clientGoneFirst = fromGone
+          entry.deliveredAt = performance.now()
+          for (const p of held) if (live() && !to.destroyed) to.write(p)
+          if (pending.length > 0 && live() && !to.destroyed) to.write(pending)
+          pending = Buffer.alloc(0)
+          if (ended) finish(false)
+          deliver()
+        }, rule.rule.holdMs)
+      }
+    })
+    // A client that goes while a statement is held: its end follows the held bytes.
+    const gone = (destroy: boolean) => {
+      fromGone = true
+      if (queue !== undefined) {
+        ended = true
+        return
+      }
+      if (proxy.delayMs > 0) setTimeout(() => finish(destroy), proxy.delayMs)
+      else finish(destroy)
+    }
+    from.on('end', () => gone(false))
+    from.on('error', () => {})
+    from.on('close', (hadError) => { if (!fromGone) gone(hadError) })
   }
 
   await new Promise<void>((resolve, reject) => {
@@ -106,7 +218,7 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
       blocked = false
     },
     blackhole () {
-      const count = open.size / 2
+      const count = Math.ceil(open.size / 2)
       for (const socket of open) silenced.add(socket)
       open.clear()
       return count
@@ -115,6 +227,12 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
       toStall = count
     },
     stalledEndedAfterMs,
+    holdStatements (rule) {
+      if (!mysql) throw new Error('holdStatements() needs a proxy made with { mysql: true }')
+      const held: HeldStatement[] = []
+      rules.push({ rule, left: rule.count ?? 1, held })
+      return held
+    },
     close () {
       closing = true
       for (const socket of open) socket.destroy()

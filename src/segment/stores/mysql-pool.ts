@@ -4,6 +4,15 @@ import mysql, { type PoolConnection } from 'mysql2/promise'
 // One mysql2 pool with the bounds mysql2 lacks: a query timeout that takes its connection for
 // dead, a bounded wait for a free connection, and a close that never rejects. The segment
 // store and the db-lease worker-id pool each run their statements through one.
+//
+// A statement whose answer never came may still run: its bytes can reach the server after the
+// caller gave up (a retransmission, a congested link). So a statement that timed out, or whose
+// connection broke under it, has its server thread ended with `KILL CONNECTION <thread id>`
+// from a connection of its own. Not `KILL QUERY`: that stops only a statement the server is
+// running, and leaves the thread to run one that is still on its way. Once the kill is
+// confirmed, the statement has run or never will. Unconfirmed, it may run at any later time:
+// the error says which (`mayStillRun`), and every caller is written to be safe either way
+// (docs/worker-ids.md, docs/segment-mode.md).
 
 export interface MysqlOptions {
   host: string
@@ -18,6 +27,19 @@ export interface MysqlOptions {
   /** How long a call waits for a pool connection; default: connect timeout + query timeout. */
   acquireTimeoutMs?: number
 }
+
+/** An error of a statement that got no answer: whether it may still run on the server. */
+export interface UnansweredError extends Error {
+  /** false once its server thread was killed (it ran before, or never will). */
+  mayStillRun: boolean
+}
+
+export function mayStillRun (err: unknown): boolean {
+  return (err as Partial<UnansweredError> | undefined)?.mayStillRun === true
+}
+
+/** MySQL's ER_NO_SUCH_THREAD: the thread had ended already. */
+const ER_NO_SUCH_THREAD = 1094
 
 /** What the pool's events hand over: mysql2's own connection, whatever its typings say. */
 interface CoreConnection {
@@ -94,13 +116,19 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
     try {
       [result] = await conn.query({ sql, values, timeout: queryTimeoutMs }) as unknown as [T]
     } catch (err) {
+      const threadId = conn.threadId
       // destroy() only half-closes the socket, which on a dead path lingers until the kernel
       // gives up on the FIN: tear the socket down too.
       conn.destroy()
       ;(conn.connection as unknown as { stream?: Socket }).stream?.destroy()
-      if ((err as { code?: string }).code === 'PROTOCOL_SEQUENCE_TIMEOUT') {
+      const timedOut = (err as { code?: string }).code === 'PROTOCOL_SEQUENCE_TIMEOUT'
+      if (timedOut) {
         for (const c of idle) c.destroy()
         idle.clear()
+      }
+      // A server error is an answer: the statement ran (and failed). Without one, it may run yet.
+      if (threadId !== null && (timedOut || (err as { fatal?: boolean }).fatal === true)) {
+        throw await unanswered(err as Error, threadId)
       }
       throw err
     }
@@ -108,9 +136,54 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
     return result
   }
 
+  /** Ends the server thread of a statement that got no answer, and says in `err` whether that worked. */
+  async function unanswered (err: Error, threadId: number): Promise<UnansweredError> {
+    const killed = kill(threadId)
+    kills.add(killed)
+    const outcome = await killed
+    kills.delete(killed)
+    const e = err as UnansweredError
+    e.mayStillRun = outcome !== true
+    e.message += outcome === true
+      ? ` (its server thread ${threadId} was killed: the statement ran before, or never will)`
+      : ` (it may still run on the server: its thread ${threadId} could not be killed: ${outcome})`
+    return e
+  }
+
+  /** Pending kills: close() waits for them (each is bounded). */
+  const kills = new Set<Promise<true | string>>()
+
+  /** KILL CONNECTION over a connection of its own, within the query timeout: true, or why not. */
+  async function kill (threadId: number): Promise<true | string> {
+    let conn: mysql.Connection | undefined
+    let timer: NodeJS.Timeout | undefined
+    const timeout = new Promise<string>((resolve) => { timer = setTimeout(() => resolve(`no answer within ${queryTimeoutMs} ms`), queryTimeoutMs) })
+    const attempt = (async (): Promise<true | string> => {
+      try {
+        conn = await mysql.createConnection({
+          host: options.host, port: options.port, user: options.user, password: options.password, connectTimeout: queryTimeoutMs,
+        })
+        await conn.query({ sql: 'KILL CONNECTION ?', values: [threadId], timeout: queryTimeoutMs })
+        return true
+      } catch (e) {
+        if ((e as { errno?: number }).errno === ER_NO_SUCH_THREAD) return true
+        return (e as Error).message
+      }
+    })()
+    try {
+      return await Promise.race([attempt, timeout])
+    } finally {
+      clearTimeout(timer)
+      // Never left open: a kill that did not finish in time is abandoned with its connection.
+      attempt.finally(() => conn?.destroy()).catch(() => {})
+      if (conn !== undefined) conn.destroy()
+    }
+  }
+
   return {
     run,
     async close () {
+      await Promise.all([...kills])
       // A connection that already died (the server or the path gone) makes end() reject; at
       // close that loses nothing, and a shutdown during a database outage must still exit 0.
       await pool.end().catch(() => {})

@@ -8,18 +8,25 @@ import { CACHE_FILE, readWorkerCache, writeWorkerCache } from './cache-file.js'
 import { LeaseRefused, type LeaseStatus, type WorkerLease } from './worker-lease.js'
 
 // The lease protocol of the recyclable sources (db-lease, zookeeper-lease), over any store
-// that offers the LeasePool operations. docs/worker-ids.md argues each rule; in short:
+// that offers the LeasePool operations. docs/worker-ids.md argues each rule, for statements
+// that arrive late, twice or never; in short:
 //
 // - A claim is one conditional write in the store (LeasePool.claim): two claimants of one
-//   id cannot both win.
-// - The store judges expiry by its own clock. A renewal sent at monotonic time t makes the
-//   lease run at least until t + TTL (the store dates it when it runs, after t). The holder
-//   stops issuing at t + TTL - margin by its monotonic clock, checked before every new
-//   millisecond (check()): it has stopped before anyone can claim the id.
+//   id cannot both win. Every claim has a token of its own, and renewals and releases name
+//   it: a statement of an earlier claim, even one of this process, can never touch a later
+//   claim. A claim whose outcome is unknown is abandoned, never taken up again.
+// - A holder renews every heartbeat. A renewal sent at monotonic time t makes the lease run at
+//   least until t + TTL (the store dates it when it runs, after t). The holder stops issuing
+//   at t + TTL - margin by its monotonic clock, checked before every new millisecond
+//   (check()): it has stopped before anyone can claim the id.
+// - A claimant takes over a holder that stopped renewing only when the store says its lease
+//   expired and, where the store's expiry rests on a wall clock that may step (a database's
+//   NOW()), when it has itself seen the holder's row unchanged for a whole TTL on its own
+//   monotonic clock (PoolSlot.version).
 // - Every renewal records `issuedUntil`, the last millisecond the holder may issue before
 //   that fence, and the holder never issues past the last one the store confirmed. A new
 //   holder issues nothing at or before the recorded value.
-// - A clean stop stops issuing, then writes the millisecond it actually reached and frees
+// - A clean stop stops issuing, then records the millisecond it actually reached and frees
 //   the id: the next holder waits for that millisecond only.
 
 /** One worker id of a pool, as the store sees it now. */
@@ -29,16 +36,24 @@ export interface PoolSlot {
   state: 'free' | 'expired' | 'held'
   /** Held: ms until it expires; expired: ms since it did (negative); by the store's clock. */
   expiresInMs: number
+  /**
+   * The holder's claim and renewal count as the store shows them, where the store judges expiry
+   * by a wall clock that may step: a claimant takes over an expired holder only once it has
+   * seen this unchanged for a whole TTL on its own monotonic clock (and passes it to claim()).
+   */
+  version?: string
+  /** The TTL its holder asked for, where the store records it: it is watched that long at least. */
+  ttlMs?: number | undefined
 }
 
 export interface Claimed {
   /** The last millisecond the id's previous holders may have issued (0: none). */
   issuedUntil: number
-  /** The claim (owner) that recorded it, when the store keeps that. */
+  /** The claim (token) that recorded it, when the store keeps that. */
   by?: string | undefined
 }
 
-/** The store side of the lease protocol. `owner` names one claim of one instance. */
+/** The store side of the lease protocol. `owner` is the token of one claim. */
 export interface LeasePool {
   /** Where the pool lives, for logs and the status (never a password). */
   readonly where: string
@@ -50,14 +65,18 @@ export interface LeasePool {
   readonly expirySlackMs?: number
   /** The slots in [min, max] the store knows; an id not listed was never leased. */
   list (min: number, max: number): Promise<PoolSlot[]>
-  /** Takes `workerId` for `owner` when it is free, expired or already `owner`'s: one atomic write. */
-  claim (workerId: number, owner: string, address: string): Promise<Claimed | undefined>
+  /**
+   * Takes `workerId` for the claim `owner` when it is free, or when its holder is the one seen
+   * as `from` (a PoolSlot.version) and expired: one atomic write. Stores without versions take
+   * an expired id whatever `from` says (their expiry does not rest on a wall clock).
+   */
+  claim (workerId: number, owner: string, address: string, from?: string): Promise<Claimed | undefined>
   /** Extends `owner`'s lease and raises its issuedUntil; false when the id is no longer `owner`'s. */
   renew (workerId: number, owner: string, issuedUntil: number): Promise<boolean>
   /**
-   * Frees the id when it is `owner`'s, setting issuedUntil to the millisecond actually reached,
-   * as recorded by `recordedBy` (the claim that issued up to it: an id handed back unused keeps
-   * its previous holder's value and name).
+   * Frees the id when it is `owner`'s, recording the millisecond actually reached (issuedUntil;
+   * the recorded bound only rises) as recorded by `recordedBy` (the claim that issued up to it:
+   * an id handed back unused keeps its previous holder's value and name).
    */
   release (workerId: number, owner: string, issuedUntil: number, recordedBy: string | undefined): Promise<void>
   close (): Promise<void>
@@ -127,7 +146,21 @@ export class RecyclableLease implements WorkerLease {
   issuableUntil = -Infinity
   /** Told when a new claim changes the worker id or the first millisecond allowed. */
   onWorkerChange: ((workerId: number, notBefore: number) => void) | undefined
-  private readonly owner = randomUUID()
+  /** This process's part of every claim token: `<instance>.<n>`, n counting its claims. */
+  private readonly instance = randomUUID()
+  private claims = 0
+  /** The token of the claim served now (renewals and the release name it). */
+  private token = ''
+  /** Each id this process claimed: the previous holders' last millisecond as its claim read it. */
+  private readonly floors = new Map<number, number>()
+  /**
+   * Claims handed back without an answer: they are never served, and their hand-back is sent
+   * again at every pass until one is answered (it names their token alone, so it is harmless
+   * at any time, however often it lands), or until their lease has surely run out.
+   */
+  private readonly abandoned = new Map<string, { workerId: number, issuedUntil: number, by: string | undefined, until: number }>()
+  /** Each expired or held slot with a version: the version, and when this process first saw it (monotonic). */
+  private watched = new Map<number, { version: string, at: number }>()
   private readonly monotonic: () => number
   private readonly cacheFile: string
   /** Monotonic time by which issuing stops, unless a renewal confirms more. */
@@ -139,6 +172,8 @@ export class RecyclableLease implements WorkerLease {
   /** The newest millisecond this instance let the generator begin. */
   private admitted = 0
   private unavailable: string | undefined = 'no worker id claimed yet'
+  /** Why issuing waits for a renewal though the lease holds: the clock reached the recorded issuedUntil. */
+  private paused: string | undefined
   private timer: NodeJS.Timeout | undefined
   private fenceTimer: NodeJS.Timeout | undefined
   private beating = false
@@ -174,10 +209,34 @@ export class RecyclableLease implements WorkerLease {
 
   /** The clock passed the last recorded issuedUntil (it jumped ahead): nothing past it. */
   extend (ms: number): void {
-    if (this.unavailable === undefined) this.renewSoon()
-    throw new LeafError('WORKER_LEASE_LOST', this.unavailable !== undefined
-      ? `This instance lost its worker-id lease (${this.unavailable}); no snowflake ID until it leases one again.`
-      : `The clock (${ms}) passed the last millisecond this lease recorded (${this.recorded}); no snowflake ID until a renewal records more.`)
+    if (this.unavailable !== undefined) throw this.lostError()
+    this.renewSoon()
+    if (this.paused === undefined) {
+      // Told once, at the moment it happens: the log and /readyz say why IDs stopped.
+      this.paused = `the clock (${ms}) passed the last millisecond this lease recorded (${this.recorded}): no snowflake ID until a renewal records more`
+      this.o.logger.warn({ workerId: this.workerId, ms, issuedUntil: this.recorded }, 'snowflake issuing paused: the clock passed the last millisecond the worker-id lease recorded')
+    }
+    throw new LeafError('WORKER_LEASE_LOST', `The clock (${ms}) passed the last millisecond this lease recorded (${this.recorded}); no snowflake ID until a renewal records more.`)
+  }
+
+  /** A token for a new claim: no statement of another claim matches it. */
+  private newToken (): string {
+    return `${this.instance}.${++this.claims}`
+  }
+
+  private isOwn (token: string | undefined): boolean {
+    return token !== undefined && token.startsWith(`${this.instance}.`)
+  }
+
+  /** Notes when each holder's version was first seen; a version that changed starts again. */
+  private watch (slots: readonly PoolSlot[], at: number): void {
+    const seen = new Map<number, { version: string, at: number }>()
+    for (const s of slots) {
+      if (s.version === undefined) continue
+      const before = this.watched.get(s.workerId)
+      seen.set(s.workerId, before?.version === s.version ? before : { version: s.version, at })
+    }
+    this.watched = seen
   }
 
   private lostError (): LeafError {
@@ -196,7 +255,9 @@ export class RecyclableLease implements WorkerLease {
 
   /** At start: claims an id, waiting for an exhausted pool's oldest lease up to one TTL. */
   async claimAtStart (): Promise<void> {
-    const deadline = this.monotonic() + this.ttl + (this.o.pool.expirySlackMs ?? 0)
+    // One TTL for the soonest lease to run out (or, where versions are watched, to be seen
+    // standing still that long), the store's own slack, and a margin for the last poll.
+    const deadline = this.monotonic() + this.ttl + (this.o.pool.expirySlackMs ?? 0) + fenceMarginMs(this.ttl) + EXHAUSTED_POLL_MS
     while (true) {
       // A store that fails (a lock wait, a lost connection) is tried again until the deadline.
       const soonest = await this.claimOnce().catch((err: Error) => {
@@ -223,27 +284,37 @@ export class RecyclableLease implements WorkerLease {
           'stop an instance, or widen leaf.snowflake.worker-id.min/max')
       }
       this.throttle.warn('exhausted', undefined, 'every worker id is leased: waiting for the oldest lease to expire', { waitMs, pool: this.o.pool.where })
-      await sleep(waitMs)
+      // Looked at again at least every heartbeat: an id may be released before any lease runs out.
+      await sleep(Math.max(EXHAUSTED_POLL_MS, Math.min(waitMs, this.o.heartbeatIntervalMs)))
     }
   }
 
   /**
    * One pass over the pool: the id held last, then the lowest free id, then the one that
-   * expired longest ago. Resolves undefined once an id is ours, or the ms until the soonest
-   * lease expires when none could be taken.
+   * expired longest ago (where versions are watched: that has stood still for a whole TTL).
+   * Resolves undefined once an id is ours, or the ms until one might be when none could be taken.
    */
   private async claimOnce (): Promise<number | undefined> {
     const { min, max, pool } = this.o
+    await this.handBackAbandoned()
     const slots = await pool.list(min, max)
+    // When the list's answer was in: the versions it shows were current at or before this.
+    const listedAt = this.monotonic()
+    this.watch(slots, listedAt)
+    const ttl = this.ttl
+    const stillFor = (s: PoolSlot): number => s.version === undefined ? Infinity : listedAt - (this.watched.get(s.workerId)?.at ?? listedAt)
+    /** How long a holder must be seen standing still: its own TTL, or ours if longer. */
+    const watchFor = (s: PoolSlot): number => Math.max(ttl, s.ttlMs ?? 0)
+    const takeable = (s: PoolSlot | undefined): boolean => s === undefined || s.state === 'free' || (s.state === 'expired' && stillFor(s) >= watchFor(s))
     const known = new Map(slots.map((s) => [s.workerId, s]))
-    const expired = slots.filter((s) => s.state === 'expired').sort((a, b) => a.expiresInMs - b.expiresInMs).map((s) => s.workerId)
+    const expired = slots.filter((s) => s.state === 'expired' && takeable(s)).sort((a, b) => a.expiresInMs - b.expiresInMs).map((s) => s.workerId)
     const cached = readWorkerCache(this.o.cacheDir)
     const last = this.workerId >= 0 ? this.workerId : cached?.workerId
     this.driftRefused.clear()
     this.storeError = undefined
     // Generated as the pass goes: a range may hold millions of ids (22 worker bits), and the
     // pass seldom gets past the first.
-    const preferred = last !== undefined && last >= min && last <= max ? last : undefined
+    const preferred = last !== undefined && last >= min && last <= max && takeable(known.get(last)) ? last : undefined
     function * candidates (): Generator<number> {
       if (preferred !== undefined) yield preferred
       for (let id = min; id <= max; id++) {
@@ -253,11 +324,15 @@ export class RecyclableLease implements WorkerLease {
       for (const id of expired) if (id !== preferred) yield id
     }
     for (const id of candidates()) {
+      const token = this.newToken()
+      const slot = known.get(id)
       let claimed: Claimed | undefined
       try {
-        claimed = await pool.claim(id, this.owner, this.o.address)
+        claimed = await pool.claim(id, token, this.o.address, slot?.state === 'expired' ? slot.version : undefined)
       } catch (err) {
         // The store failed (a lock wait, SQLITE_BUSY, a lost connection): the pass ends here.
+        // The claim may still land: its token is never used again, so it holds the id for
+        // nobody until its lease runs out.
         this.o.onClaim?.('error')
         throw err
       }
@@ -265,22 +340,52 @@ export class RecyclableLease implements WorkerLease {
         this.o.onClaim?.('conflict')
         continue
       }
-      if (await this.handOver(id, claimed)) return undefined
+      if (await this.handOver(id, token, claimed)) return undefined
     }
-    const held = slots.filter((s) => s.state === 'held').map((s) => s.expiresInMs)
-    return held.length === 0 ? 0 : Math.min(...held)
+    // What may become free soonest: a lease running out, or a holder being watched.
+    const pending = slots.filter((s) => s.state === 'held' || (s.state === 'expired' && s.version !== undefined))
+      .map((s) => Math.max(s.expiresInMs, s.version === undefined ? 0 : watchFor(s) - stillFor(s)))
+    // A claim of ours still waits for its hand-back: looked at again soon, not after its expiry.
+    if (this.abandoned.size > 0) pending.push(0)
+    return pending.length === 0 ? 0 : Math.min(...pending)
+  }
+
+  /** Sends the hand-back of every abandoned claim again (see `abandoned`). */
+  private async handBackAbandoned (): Promise<void> {
+    for (const [token, a] of this.abandoned) {
+      if (this.monotonic() > a.until) {
+        this.abandoned.delete(token)
+        continue
+      }
+      try {
+        await this.o.pool.release(a.workerId, token, a.issuedUntil, a.by)
+        this.abandoned.delete(token)
+      } catch (err) {
+        this.throttle.warn('hand-back', err, 'a worker id handed back got no answer: sent again at the next pass', { workerId: a.workerId })
+      }
+    }
   }
 
   /**
-   * The id is ours in the store: wait for its previous holders' last millisecond (bounded by
-   * max-clock-drift-ms; beyond that the id goes back and the next one is tried), record our
-   * own issuedUntil, and serve.
+   * The id is ours in the store under `token`: wait for its previous holders' last millisecond
+   * (bounded by max-clock-drift-ms; beyond that the id goes back and the next one is tried),
+   * record our own issuedUntil, and serve.
    */
-  private async handOver (id: number, claimed: Claimed): Promise<boolean> {
-    // Recorded by this very lease (a ZooKeeper session that expired): what counts is the
-    // millisecond it actually reached, not the one it was allowed.
-    const last = claimed.by === this.owner ? Math.min(claimed.issuedUntil, this.admitted) : claimed.issuedUntil
+  private async handOver (id: number, token: string, claimed: Claimed): Promise<boolean> {
+    // Recorded by an earlier claim of this process (a ZooKeeper session that expired): what
+    // counts is the millisecond it actually reached, not the one it was allowed, and never less
+    // than what that claim read of the holders before it.
+    const last = this.isOwn(claimed.by)
+      ? Math.max(Math.min(claimed.issuedUntil, this.admitted), this.floors.get(id) ?? claimed.issuedUntil)
+      : claimed.issuedUntil
     claimed = { ...claimed, issuedUntil: last }
+    // A hand-back (below) whose answer never comes may run later: it names this claim's token
+    // alone, so it can free only this claim, which nothing takes up again.
+    const handBack = async (): Promise<void> => {
+      await this.o.pool.release(id, token, claimed.issuedUntil, claimed.by).catch(() => {
+        this.abandoned.set(token, { workerId: id, issuedUntil: claimed.issuedUntil, by: claimed.by, until: this.monotonic() + 2 * this.ttl })
+      })
+    }
     const waitMs = claimed.issuedUntil + 1 - this.o.clock()
     // (A holder records up to aheadMs past its clock by design: that is no drift.)
     if (waitMs > this.o.maxClockDriftMs + (this.o.aheadMs ?? 0)) {
@@ -288,7 +393,7 @@ export class RecyclableLease implements WorkerLease {
         { workerId: id, issuedUntil: claimed.issuedUntil, waitMs, maxClockDriftMs: this.o.maxClockDriftMs })
       this.o.onClaim?.('drift')
       this.driftRefused.add(id)
-      await this.o.pool.release(id, this.owner, claimed.issuedUntil, claimed.by).catch(() => {})
+      await handBack()
       return false
     }
     if (waitMs > 0) {
@@ -298,13 +403,14 @@ export class RecyclableLease implements WorkerLease {
       while (this.o.clock() <= claimed.issuedUntil) await sleep(1)
     }
     if (this.closed) {
-      await this.o.pool.release(id, this.owner, claimed.issuedUntil, claimed.by).catch(() => {})
+      await handBack()
       return true
     }
-    const previous = this.workerId
-    const previousNotBefore = this.notBefore
+    const previous = { workerId: this.workerId, notBefore: this.notBefore, token: this.token }
     this.workerId = id
+    this.token = token
     this.notBefore = claimed.issuedUntil + 1
+    this.floors.set(id, Math.max(this.floors.get(id) ?? 0, claimed.issuedUntil))
     this.taken = false
     // The generator switches to the new id before issuing may resume (still unavailable
     // here), and nothing recorded for another id counts for this one.
@@ -314,17 +420,18 @@ export class RecyclableLease implements WorkerLease {
     // before it. (The claim's own expiry may have passed during a long wait above; then the
     // renewal succeeds only if nobody claimed the id meanwhile.)
     if (!await this.renew()) {
-      await this.o.pool.release(id, this.owner, claimed.issuedUntil, claimed.by).catch(() => {})
+      await handBack()
       // Never served: the next claim counts as claimed or reclaimed against the id served before.
-      this.workerId = previous
-      this.notBefore = previousNotBefore
-      if (previous >= 0) this.onWorkerChange?.(previous, previousNotBefore)
+      this.workerId = previous.workerId
+      this.notBefore = previous.notBefore
+      this.token = previous.token
+      if (previous.workerId >= 0) this.onWorkerChange?.(previous.workerId, previous.notBefore)
       this.o.onClaim?.('error')
       return false
     }
-    this.o.onClaim?.(previous === -1 ? 'claimed' : 'reclaimed')
+    this.o.onClaim?.(previous.workerId === -1 ? 'claimed' : 'reclaimed')
     this.o.logger.info({ workerId: id, pool: this.o.pool.where, previousIssuedUntil: claimed.issuedUntil, issuedUntil: this.recorded },
-      previous === -1 ? 'worker id leased' : 'worker id leased again')
+      previous.workerId === -1 ? 'worker id leased' : 'worker id leased again')
     try {
       writeWorkerCache(this.o.cacheDir, { workerId: id, lastTimestamp: this.o.clock(), address: this.o.address })
     } catch (err) {
@@ -342,7 +449,9 @@ export class RecyclableLease implements WorkerLease {
     const until = Math.max(this.o.clock() + (this.o.aheadMs ?? 0), this.admitted) + this.window
     let ok: boolean
     try {
-      ok = await withTimeout(this.o.pool.renew(this.workerId, this.owner, until), this.window, `no answer from ${this.o.pool.where} within ${this.window} ms`)
+      // A renewal without an answer may still land later: it only extends this claim's lease
+      // and raises its issuedUntil, which nothing of this process counts on until confirmed.
+      ok = await withTimeout(this.o.pool.renew(this.workerId, this.token, until), this.window, `no answer from ${this.o.pool.where} within ${this.window} ms`)
     } catch (err) {
       this.throttle.warn('renew', err, 'worker-id lease not renewed: retried at the next heartbeat', { workerId: this.workerId })
       return false
@@ -371,6 +480,10 @@ export class RecyclableLease implements WorkerLease {
     }
     this.lastServed = this.workerId
     this.unavailable = undefined
+    if (this.paused !== undefined) {
+      this.paused = undefined
+      this.o.logger.info({ workerId: this.workerId, issuedUntil: this.recorded }, 'snowflake issuing resumed: a renewal recorded a later issuedUntil')
+    }
     this.issuableUntil = this.recorded
     this.armFenceTimer()
     return true
@@ -419,7 +532,7 @@ export class RecyclableLease implements WorkerLease {
       source: this.o.source,
       workerId: this.workerId,
       zookeeperConnected: this.o.pool.connected?.() ?? false,
-      unavailable: this.unavailable,
+      unavailable: this.unavailable ?? this.paused,
       lastHeartbeat: this.lastRenewal,
       foreverPath: undefined,
       temporaryPath: undefined,
@@ -443,7 +556,7 @@ export class RecyclableLease implements WorkerLease {
     if (this.workerId >= 0) {
       const reached = Math.max(this.o.clock(), this.admitted, this.notBefore - 1)
       try {
-        await withTimeout(this.o.pool.release(this.workerId, this.owner, reached, this.owner), Math.min(this.window, RELEASE_TIMEOUT_MS), 'release not answered')
+        await withTimeout(this.o.pool.release(this.workerId, this.token, reached, this.token), Math.min(this.window, RELEASE_TIMEOUT_MS), 'release not answered')
         this.o.logger.info({ workerId: this.workerId, issuedUntil: reached }, 'worker-id lease released')
       } catch (err) {
         this.o.logger.warn({ workerId: this.workerId, err: (err as Error).message }, 'worker-id lease not released: it expires after its TTL')

@@ -194,11 +194,18 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
     async claim (workerId, owner, address): Promise<Claimed | undefined> {
       const c = await current()
       return serial(c, async () => {
+        const data = JSON.stringify({ owner, address, at: Date.now() })
         try {
-          await call(c, zk.create(c, `${holders}/${workerId}`, JSON.stringify({ owner, address, at: Date.now() }), CreateMode.EPHEMERAL))
+          await call(c, zk.create(c, `${holders}/${workerId}`, data, CreateMode.EPHEMERAL))
         } catch (err) {
           if (!isNodeExists(err)) throw err
-          if (await ownHolder(c, workerId, owner) === undefined) return undefined
+          // A node of this very session is one of its earlier claims whose outcome this process
+          // never learnt (a create answered too late, a hand-back that failed): the lease serves
+          // no claim while it claims, and this session's operations run in order, so nothing
+          // else uses that node. It is taken over under the new claim's token.
+          const node = await call(c, zk.getWithStat(c, `${holders}/${workerId}`))
+          if (node === undefined || ownerOf(node.stat) !== sessionIdOf(c)) return undefined
+          await call(c, zk.setData(c, `${holders}/${workerId}`, data))
         }
         const record = parseIssued(await call(c, zk.getData(c, `${issued}/${workerId}`)).catch((err: unknown) => {
           if (isNoNode(err)) return undefined
