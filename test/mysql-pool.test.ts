@@ -153,7 +153,7 @@ t.test('waiting for a pool connection is bounded; a connection that comes after 
 /** A runner through a MySQL-aware proxy, with a table `t` to insert into. */
 async function heldRunner (t: Test, queryTimeoutMs: number) {
   const db = await createTestDatabase()
-  const proxy = await createProxy(TEST_MYSQL_PORT, { targetHost: TEST_MYSQL_HOST, mysql: true })
+  const proxy = await createProxy(TEST_MYSQL_PORT, { targetHost: TEST_MYSQL_HOST, protocol: 'mysql' })
   const server = new URL(TEST_MYSQL)
   const runner = createMysqlRunner({
     host: '127.0.0.1',

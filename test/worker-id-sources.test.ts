@@ -74,6 +74,8 @@ interface LeaseRow {
 interface LeaseDb {
   kind: 'mysql' | 'sqlite'
   url: string
+  /** A statement behind the pool's back. */
+  exec (sql: string, values?: unknown[]): Promise<void>
   tableExists (): Promise<boolean>
   rows (): Promise<LeaseRow[]>
 }
@@ -90,6 +92,9 @@ async function leaseDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<LeaseDb> {
       async tableExists () {
         return (await db.query<unknown[]>("SHOW TABLES LIKE 'leaf_worker_lease'")).length === 1
       },
+      async exec (sql, values) {
+        await db.query(sql, values)
+      },
       async rows () {
         const rows = await db.query<Record<string, unknown>[]>(
           'SELECT pool, worker_id, owner, address, issued_until, released_until, generation, ROUND(UNIX_TIMESTAMP(expires_at) * 1000) AS expires_at, ' +
@@ -103,6 +108,9 @@ async function leaseDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<LeaseDb> {
   return {
     kind,
     url: `sqlite:${path}`,
+    async exec (sql, values = []) {
+      withSqlite(path, (db) => { db.prepare(sql).run(...values) })
+    },
     async tableExists () {
       return existsSync(path) && read((db) => db.prepare("SELECT name FROM sqlite_master WHERE name = 'leaf_worker_lease'").all().length === 1)
     },
@@ -113,6 +121,14 @@ async function leaseDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<LeaseDb> {
     },
   }
 }
+
+// leaf_worker_lease as versions before the lease generations made it.
+const OLD_MYSQL_DDL = `CREATE TABLE leaf_worker_lease (
+  pool varchar(128) NOT NULL, worker_id int(11) NOT NULL, owner varchar(64) DEFAULT NULL, address varchar(255) DEFAULT NULL,
+  expires_at datetime(3) NOT NULL, issued_until bigint(20) NOT NULL DEFAULT '0',
+  update_time timestamp(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3), PRIMARY KEY (pool, worker_id)) ENGINE=InnoDB`
+const OLD_SQLITE_DDL = `CREATE TABLE leaf_worker_lease (pool VARCHAR(128) NOT NULL, worker_id INTEGER NOT NULL, owner VARCHAR(64) DEFAULT NULL,
+  address VARCHAR(255) DEFAULT NULL, expires_at INTEGER NOT NULL, issued_until INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (pool, worker_id))`
 
 function toRow (r: Record<string, unknown>): LeaseRow {
   return {
@@ -239,6 +255,67 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     // Taken from a holder that never released: the recorded bound counts (it covers the last release too).
     t.equal(third.notBefore, bound + 1, 'nothing at or before the bound the renewals recorded')
     t.ok(bound >= released)
+  })
+}
+
+for (const kind of ['mysql', 'sqlite'] as const) {
+  t.test(`db-lease on ${kind}: statements of an earlier claim, landing late, never touch a later one; issued_until only rises`, async (t) => {
+    const db = await leaseDb(t, kind)
+    const store = dbLeaseConfig(db, 'x').segment.store
+    const name = uniqueName()
+    const pool = await createDbLeasePool({ store, pool: name, ttlMs: 300, connectTimeoutMs: 2000, queryTimeoutMs: 2000, layout: LEAF })
+    t.teardown(() => pool.close())
+    t.same(await pool.claim(0, 'c1', 'a:1'), { issuedUntil: 0 }, 'a never-leased id: nothing to wait for')
+    t.ok(await pool.renew(0, 'c1', 5000))
+    // c1 stops renewing. Its lease runs out by NOW(3); a claim that does not name the holder it watched loses.
+    await sleep(400)
+    const [slot] = await pool.list(0, 0)
+    t.match(slot, { state: 'expired', ttlMs: 300 })
+    t.equal(await pool.claim(0, 'c2', 'a:2'), undefined, 'an expired holder is not taken over blind')
+    t.ok(await pool.renew(0, 'c1', 5000), 'c1 renews after all (it was alive): the version changed')
+    await sleep(400)
+    t.equal(await pool.claim(0, 'c2', 'a:2', slot?.version), undefined, 'a version seen before that renewal loses')
+    const [now] = await pool.list(0, 0)
+    t.same(await pool.claim(0, 'c2', 'a:2', now?.version), { issuedUntil: 5000 }, 'the current version wins, and waits for the recorded bound')
+    // c1's statements arrive late: none may touch c2's claim.
+    t.equal(await pool.renew(0, 'c1', 9000), false, 'a late renewal of c1')
+    await pool.release(0, 'c1', 100, 'c1')
+    const [row] = await db.rows()
+    t.match(row, { owner: 'c2', issuedUntil: 5000 }, 'a late release of c1 neither freed nor lowered anything')
+    // c2 renews, then releases at the millisecond it reached: the bound stays, the release is read.
+    t.ok(await pool.renew(0, 'c2', 8000))
+    await pool.release(0, 'c2', 6000, 'c2')
+    t.match((await db.rows())[0], { owner: null, issuedUntil: 8000, releasedUntil: 6000 })
+    t.same(await pool.claim(0, 'c3', 'a:3'), { issuedUntil: 6000 }, 'a clean release: the next holder waits for what c2 reached')
+    // The same release of c2, delivered once more, after c3's claim: nothing changes.
+    await pool.release(0, 'c2', 1, 'c2')
+    t.match((await db.rows())[0], { owner: 'c3', issuedUntil: 8000 })
+    await pool.release(0, 'c3', 7000, 'c3')
+    // A write by an earlier version of Leaf-TS after that release (it sets expires_at on every
+    // statement): the release is no longer the row's last word, and the recorded bound counts.
+    if (kind === 'mysql') {
+      await db.exec("UPDATE leaf_worker_lease SET owner = 'old', expires_at = NOW(3) WHERE pool = ? AND worker_id = 0", [name])
+      await db.exec('UPDATE leaf_worker_lease SET owner = NULL, issued_until = 7500, expires_at = NOW(3) + INTERVAL 1 MICROSECOND WHERE pool = ? AND worker_id = 0', [name])
+    } else {
+      await db.exec("UPDATE leaf_worker_lease SET owner = NULL, issued_until = 8500, expires_at = expires_at + 1 WHERE pool = ? AND worker_id = 0", [name])
+    }
+    const expected = kind === 'mysql' ? 7500 : 8500
+    t.same(await pool.claim(0, 'c4', 'a:4'), { issuedUntil: expected }, 'touched since the release: the recorded issued_until')
+  })
+
+  t.test(`db-lease on ${kind}: a table of an earlier version gets the new columns, and its rows are kept`, async (t) => {
+    const db = await leaseDb(t, kind)
+    const store = dbLeaseConfig(db, 'x').segment.store
+    const name = uniqueName()
+    await db.exec(kind === 'mysql' ? OLD_MYSQL_DDL : OLD_SQLITE_DDL)
+    await db.exec(kind === 'mysql'
+      ? "INSERT INTO leaf_worker_lease (pool, worker_id, owner, address, expires_at, issued_until) VALUES (?, 0, 'old-holder', 'a:1', NOW(3) + INTERVAL 60 SECOND, 4242)"
+      : "INSERT INTO leaf_worker_lease (pool, worker_id, owner, address, expires_at, issued_until) VALUES (?, 0, 'old-holder', 'a:1', CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + 60000, 4242)", [name])
+    const pool = await createDbLeasePool({ store, pool: name, ttlMs: 3000, connectTimeoutMs: 2000, queryTimeoutMs: 2000, layout: LEAF })
+    t.teardown(() => pool.close())
+    t.match((await db.rows())[0], { owner: 'old-holder', issuedUntil: 4242, generation: 0, releasedUntil: null })
+    t.match(await pool.list(0, 1), [{ workerId: 0, state: 'held' }])
+    t.same(await pool.claim(1, 'new', 'a:2'), { issuedUntil: 0 })
   })
 }
 

@@ -12,12 +12,13 @@ import { connect, createServer, type Server, type Socket } from 'node:net'
  * they stay open until their peer ends them (or close()), as a server that accepts and never
  * answers.
  *
- * `holdStatements(rule)` speaks just enough of the MySQL protocol to find statements: the next
- * `count` COM_QUERY packets (client to server) whose SQL matches `rule.match` are held, with
- * everything their connection sends after them, for `holdMs`, and then delivered to the server,
- * even when the client has given up and closed the connection meanwhile: as a retransmitted
- * segment or a congested link delivers bytes already sent. The server then runs the statement
- * unless its connection was killed first. The connection's end is passed on after them.
+ * `holdStatements(rule)` speaks just enough of the MySQL or ZooKeeper protocol to find requests:
+ * the next `count` requests (client to server) that `rule.match` matches (MySQL: a COM_QUERY's
+ * SQL; ZooKeeper: the operation's name, `multi`, `setData`, `ping`...) are held, with everything
+ * their connection sends after them, for `holdMs`, and then delivered to the server, even when
+ * the client has given up and closed the connection meanwhile: as a retransmitted segment or a
+ * congested link delivers bytes already sent. The server then runs the request unless its
+ * connection was ended first. The connection's end is passed on after them.
  */
 export interface TcpProxy {
   readonly port: number
@@ -46,24 +47,47 @@ export interface HoldRule {
 }
 
 export interface HeldStatement {
-  sql: string
+  /** The SQL, or the ZooKeeper operation's name. */
+  request: string
   /** performance.now() when the proxy held it, and when it passed it on to the server. */
   heldAt: number
   deliveredAt: number | undefined
   /** The client had closed its connection before the statement was delivered. */
   clientGoneFirst: boolean
+  /** The server had closed its side before: the bytes went nowhere. */
+  serverGoneFirst: boolean
   /** Resolves once it has been written to the server (or the server's side was gone). */
   delivered: Promise<void>
 }
 
 const COM_QUERY = 0x03
+/** ZooKeeper's operation codes (its OpCode class), for the ones a lease sends. */
+const ZOOKEEPER_OPS: Record<number, string> = {
+  1: 'create', 2: 'delete', 3: 'exists', 4: 'getData', 5: 'setData', 8: 'getChildren', 11: 'ping', 12: 'getChildren2', 13: 'check', 14: 'multi', [-11]: 'closeSession',
+}
+
+export type Protocol = 'mysql' | 'zookeeper'
+
+/** The length of the packet at the start of `buffer` (undefined: not all of its header is in), and what request it is. */
+const FRAMING: Record<Protocol, { size (buffer: Buffer): number | undefined, request (packet: Buffer, index: number): string | undefined }> = {
+  mysql: {
+    size: (b) => b.length < 4 ? undefined : 4 + b.readUIntLE(0, 3),
+    // A command packet has sequence id 0; the handshake's packets do not.
+    request: (p) => p.length >= 5 && p[3] === 0 && p[4] === COM_QUERY ? p.subarray(5).toString('utf8') : undefined,
+  },
+  zookeeper: {
+    size: (b) => b.length < 4 ? undefined : 4 + b.readInt32BE(0),
+    // The first packet of a connection is the ConnectRequest, which has no request header.
+    request: (p, index) => index === 0 || p.length < 12 ? undefined : ZOOKEEPER_OPS[p.readInt32BE(8)] ?? `op ${p.readInt32BE(8)}`,
+  },
+}
 
 /**
  * `targetHost`: where the service runs (127.0.0.1 unless a test service elsewhere is given);
- * `port`: the proxy's own loopback port, 0 for any free one; `mysql`: the service speaks the
- * MySQL protocol, and holdStatements() may be used.
+ * `port`: the proxy's own loopback port, 0 for any free one; `protocol`: what the service speaks,
+ * for holdStatements().
  */
-export async function createProxy (targetPort: number, { delayMs = 0, targetHost = '127.0.0.1', port = 0, mysql = false } = {}): Promise<TcpProxy> {
+export async function createProxy (targetPort: number, { delayMs = 0, targetHost = '127.0.0.1', port = 0, protocol = undefined as Protocol | undefined } = {}): Promise<TcpProxy> {
   const open = new Set<Socket>()
   // Sockets of silenced connections: kept open until close(), which destroys them.
   const silenced = new Set<Socket>()
@@ -92,7 +116,7 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
     const upstream = connect(targetPort, targetHost)
     open.add(client)
     open.add(upstream)
-    if (mysql) pipeStatements(client, upstream)
+    if (protocol !== undefined) pipeStatements(client, upstream, FRAMING[protocol])
     else pipe(client, upstream)
     pipe(upstream, client)
     // Each side is forgotten when it closes: a held statement keeps the server's side open
@@ -116,18 +140,18 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
   }
 
   /** The rule that holds this packet, if any (a command packet is a COM_QUERY with sequence id 0). */
-  function holding (packet: Buffer): { rule: HoldRule, held: HeldStatement[] } | undefined {
-    if (rules.length === 0 || packet.length < 5 || packet[3] !== 0 || packet[4] !== COM_QUERY) return undefined
-    const sql = packet.subarray(5).toString('utf8')
-    const r = rules.find((x) => x.left > 0 && x.rule.match.test(sql))
+  function holding (request: string | undefined): { rule: HoldRule, held: HeldStatement[] } | undefined {
+    if (rules.length === 0 || request === undefined) return undefined
+    const r = rules.find((x) => x.left > 0 && x.rule.match.test(request))
     if (r === undefined) return undefined
     r.left--
     return r
   }
 
   // Client to server, packet by packet: a held statement and what follows it wait in `queue`.
-  function pipeStatements (from: Socket, to: Socket): void {
+  function pipeStatements (from: Socket, to: Socket, framing: typeof FRAMING[Protocol]): void {
     let pending: Buffer = Buffer.alloc(0)
+    let index = 0
     let queue: Buffer[] | undefined
     let ended = false
     let fromGone = false
@@ -145,16 +169,17 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
     }
     from.on('data', (chunk: Buffer) => {
       pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk])
-      while (pending.length >= 4) {
-        const size = 4 + pending.readUIntLE(0, 3)
-        if (pending.length < size) break
+      while (true) {
+        const size = framing.size(pending)
+        if (size === undefined || pending.length < size) break
         const packet = pending.subarray(0, size)
         pending = pending.subarray(size)
         if (queue !== undefined) {
           queue.push(packet)
           continue
         }
-        const rule = holding(packet)
+        const request = framing.request(packet, index++)
+        const rule = holding(request)
         if (rule === undefined) {
           send(packet)
           continue
@@ -162,10 +187,11 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
         queue = [packet]
         let deliver = () => {}
         const entry: HeldStatement = {
-          sql: packet.subarray(5).toString('utf8'),
+          request: request ?? '',
           heldAt: performance.now(),
           deliveredAt: undefined,
           clientGoneFirst: false,
+          serverGoneFirst: false,
           delivered: new Promise<void>((resolve) => { deliver = resolve }),
         }
         rule.held.push(entry)
@@ -173,6 +199,7 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
           const held = queue ?? []
           queue = undefined
           entry.clientGoneFirst = fromGone
+          entry.serverGoneFirst = to.destroyed
           entry.deliveredAt = performance.now()
           for (const p of held) if (live() && !to.destroyed) to.write(p)
           if (pending.length > 0 && live() && !to.destroyed) to.write(pending)
@@ -228,7 +255,7 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
     },
     stalledEndedAfterMs,
     holdStatements (rule) {
-      if (!mysql) throw new Error('holdStatements() needs a proxy made with { mysql: true }')
+      if (protocol === undefined) throw new Error('holdStatements() needs a proxy made with a protocol')
       const held: HeldStatement[] = []
       rules.push({ rule, left: rule.count ?? 1, held })
       return held

@@ -89,7 +89,7 @@ function load (report: Report, leaf: Leaf, stream: string): { stop (): Promise<b
 }
 
 async function run (suite: Suite, report: Report, v: Variant): Promise<Figures> {
-  const proxy = await createProxy(suite.db.port, { mysql: true })
+  const proxy = await createProxy(suite.db.port, { protocol: 'mysql' })
   const name = unique('fault-s20')
   const common = { source: 'db-lease' as const, name, ttlMs: v.ttlMs, heartbeatMs: v.heartbeatMs, min: 0, max: 0, storePort: proxy.port }
   const shared = cacheDirOf(suite, name, 'A')
