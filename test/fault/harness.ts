@@ -4,7 +4,7 @@ import { connectZookeeper, zk, type Client } from '../../src/snowflake/worker-id
 import { ROOT, SERVER_JS, startServer, type ServerProcess } from '../helpers/server-process.js'
 import { IdLedger, parseIds } from './ledger.js'
 import { fmtMs } from './render.js'
-import type { Answer, HttpClient } from './load.js'
+import { HttpClient, runLoad, type Answer } from './load.js'
 import { track, type PrivateMariaDb, type PrivateZooKeeper } from './services.js'
 
 export { fmtMs }
@@ -328,5 +328,45 @@ export class Timeline {
       if (ms > gap.ms) gap = { ms, from: points[i - 1] as number }
     }
     return gap
+  }
+}
+
+export interface SteadyLoadOptions {
+  mode: Mode
+  key: string
+  /** The stream's name in the ledger (each client adds `-c<n>`). */
+  stream: string
+  clients?: number
+  /** An answer slower than this is a failure. */
+  boundMs: number
+  /** An answer this accepts is expected, not a failure (a 503 while the store is away). */
+  expected?: (a: Answer) => boolean
+}
+
+/** Unpaced load on one instance (every fourth request a batch of 20) until stopped: its IDs, also in the ledger. */
+export function steadyLoad (report: Report, leaf: Leaf, o: SteadyLoadOptions): { stop (): Promise<bigint[]> } {
+  const count = o.clients ?? 3
+  const clients = Array.from({ length: count }, () => new HttpClient())
+  const ids: bigint[] = []
+  const state = { stop: false }
+  const done = runLoad({
+    clients: count,
+    maxRequests: 500_000,
+    maxMs: 120_000,
+    stop: () => state.stop,
+    async step (c, n) {
+      const r = await takeIds(report, clients[c] as HttpClient, leaf.url, o.mode, o.key, n % 4 === 3 ? 20 : undefined, `${o.stream}-c${c}`, o.expected)
+      if (r.answer.ms > o.boundMs) report.failure(`${o.stream}: an answer took ${fmtMs(r.answer.ms)} (bound ${fmtMs(o.boundMs)})`)
+      if (r.ids !== undefined) ids.push(...r.ids)
+      await new Promise((resolve) => setTimeout(resolve, 1))
+    },
+  })
+  return {
+    async stop () {
+      state.stop = true
+      await done
+      for (const client of clients) client.close()
+      return ids
+    },
   }
 }

@@ -17,6 +17,7 @@ import { leaseClockAhead } from './scenarios/s15-lease-clock-ahead.js'
 import { horizonOutage } from './scenarios/s16-horizon-outage.js'
 import { rollingRestart } from './scenarios/s17-rolling-restart.js'
 import { crashHolding } from './scenarios/s18-crash-holding.js'
+import { lateStatements } from './scenarios/s19-late-statements.js'
 import { lateHandBack } from './scenarios/s20-late-hand-back.js'
 
 export interface Scenario {
@@ -47,5 +48,6 @@ export const SCENARIOS: Scenario[] = [
   { id: 16, title: 'MariaDB down under a 30 s buffer horizon', run: horizonOutage, timeoutMs: 300_000 },
   { id: 17, title: 'rolling restart: 3 instances x 10 rounds, SIGTERM', run: rollingRestart, timeoutMs: 600_000 },
   { id: 18, title: 'SIGKILL of an instance holding a chain of segments', run: crashHolding },
+  { id: 19, title: 'each lease and segment write held past its timeout, then delivered', run: lateStatements, timeoutMs: 300_000 },
   { id: 20, title: 'a hand-back delivered 9 s late, after its timeout (issue 25\'s sequence)', run: lateHandBack, timeoutMs: 300_000 },
 ]

@@ -1,5 +1,6 @@
 import type { Socket } from 'node:net'
 import mysql, { type PoolConnection } from 'mysql2/promise'
+import type { UnansweredError } from '../../driver-errors.js'
 
 // One mysql2 pool with the bounds mysql2 lacks: a query timeout that takes its connection for
 // dead, a bounded wait for a free connection, and a close that never rejects. The segment
@@ -26,16 +27,6 @@ export interface MysqlOptions {
   queryTimeoutMs: number
   /** How long a call waits for a pool connection; default: connect timeout + query timeout. */
   acquireTimeoutMs?: number
-}
-
-/** An error of a statement that got no answer: whether it may still run on the server. */
-export interface UnansweredError extends Error {
-  /** false once its server thread was killed (it ran before, or never will). */
-  mayStillRun: boolean
-}
-
-export function mayStillRun (err: unknown): boolean {
-  return (err as Partial<UnansweredError> | undefined)?.mayStillRun === true
 }
 
 /** MySQL's ER_NO_SUCH_THREAD: the thread had ended already. */

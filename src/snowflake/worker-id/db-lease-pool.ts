@@ -80,9 +80,10 @@ const MYSQL_RENEW =
   'UPDATE leaf_worker_lease SET expires_at = NOW(3) + INTERVAL ? MICROSECOND, issued_until = GREATEST(issued_until, ?), generation = generation + 1, lease_ms = ? ' +
   'WHERE pool = ? AND worker_id = ? AND owner = ?'
 // NOW(3) is one value within a statement: released_at equals expires_at until the row's next write.
+// A released_until of NULL (a claim that never answered) sends the next holder to issued_until.
 const MYSQL_RELEASE =
   'UPDATE leaf_worker_lease SET owner = NULL, expires_at = NOW(3), released_at = NOW(3), released_until = ?, ' +
-  'issued_until = GREATEST(issued_until, ?), generation = generation + 1 WHERE pool = ? AND worker_id = ? AND owner = ?'
+  'issued_until = GREATEST(issued_until, COALESCE(?, 0)), generation = generation + 1 WHERE pool = ? AND worker_id = ? AND owner = ?'
 const MYSQL_LIST =
   'SELECT worker_id, owner, generation, lease_ms, CAST(expires_at AS CHAR) AS expires, TIMESTAMPDIFF(MICROSECOND, NOW(3), expires_at) DIV 1000 AS expires_in ' +
   'FROM leaf_worker_lease WHERE pool = ? AND worker_id BETWEEN ? AND ?'
@@ -209,7 +210,7 @@ async function createMysqlLeasePool (o: DbLeasePoolOptions): Promise<LeasePool> 
       return result.affectedRows === 1
     },
     async release (workerId, owner, issuedUntil) {
-      await run(MYSQL_RELEASE, [issuedUntil, issuedUntil, o.pool, workerId, owner])
+      await run(MYSQL_RELEASE, [issuedUntil ?? null, issuedUntil ?? null, o.pool, workerId, owner])
     },
     close,
   }
@@ -235,7 +236,7 @@ function createSqliteLeasePool (o: DbLeasePoolOptions, path: string): LeasePool 
     WHERE pool = ? AND worker_id = ? AND owner = ?`)
   // One NOW per statement here too: SQLite reads the clock once per statement ('now' is stable within it).
   const release = db.prepare(`UPDATE leaf_worker_lease SET owner = NULL, expires_at = ${NOW}, released_at = ${NOW}, released_until = ?,
-    issued_until = MAX(issued_until, ?), generation = generation + 1 WHERE pool = ? AND worker_id = ? AND owner = ?`)
+    issued_until = MAX(issued_until, COALESCE(?, 0)), generation = generation + 1 WHERE pool = ? AND worker_id = ? AND owner = ?`)
   const list = db.prepare<[number, string, number, number], { worker_id: number, owner: string | null, generation: number, lease_ms: number | null, expires_at: number, expires_in: number }>(
     'SELECT worker_id, owner, generation, lease_ms, expires_at, expires_at - ? AS expires_in FROM leaf_worker_lease WHERE pool = ? AND worker_id BETWEEN ? AND ?')
   const now = db.prepare(`SELECT ${NOW} AS now`).pluck()
@@ -275,7 +276,7 @@ function createSqliteLeasePool (o: DbLeasePoolOptions, path: string): LeasePool 
       return renew.run(o.ttlMs, issuedUntil, o.ttlMs, o.pool, workerId, owner).changes === 1
     },
     async release (workerId, owner, issuedUntil) {
-      release.run(issuedUntil, issuedUntil, o.pool, workerId, owner)
+      release.run(issuedUntil ?? null, issuedUntil ?? null, o.pool, workerId, owner)
     },
     async close () {
       db.close()

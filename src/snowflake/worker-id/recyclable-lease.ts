@@ -3,6 +3,7 @@ import { join } from 'node:path'
 import { LeafError } from '../../errors.js'
 import type { Logger } from '../../logger.js'
 import { createLogThrottle, type LogThrottle } from '../../log-throttle.js'
+import { mayStillRun } from '../../driver-errors.js'
 import { sleep, withTimeout } from '../../timers.js'
 import { CACHE_FILE, readWorkerCache, writeWorkerCache } from './cache-file.js'
 import { LeaseRefused, type LeaseStatus, type WorkerLease } from './worker-lease.js'
@@ -76,9 +77,11 @@ export interface LeasePool {
   /**
    * Frees the id when it is `owner`'s, recording the millisecond actually reached (issuedUntil;
    * the recorded bound only rises) as recorded by `recordedBy` (the claim that issued up to it:
-   * an id handed back unused keeps its previous holder's value and name).
+   * an id handed back unused keeps its previous holder's value and name). `undefined`: a claim
+   * whose answer never came, so the previous holders' millisecond is unknown: the next holder
+   * waits for the recorded bound.
    */
-  release (workerId: number, owner: string, issuedUntil: number, recordedBy: string | undefined): Promise<void>
+  release (workerId: number, owner: string, issuedUntil: number | undefined, recordedBy: string | undefined): Promise<void>
   close (): Promise<void>
 }
 
@@ -154,11 +157,13 @@ export class RecyclableLease implements WorkerLease {
   /** Each id this process claimed: the previous holders' last millisecond as its claim read it. */
   private readonly floors = new Map<number, number>()
   /**
-   * Claims handed back without an answer: they are never served, and their hand-back is sent
-   * again at every pass until one is answered (it names their token alone, so it is harmless
-   * at any time, however often it lands), or until their lease has surely run out.
+   * Claims this process gave up on: handed back without an answer, or without an answer
+   * themselves. They are never served. Their hand-back names their token alone, so it is
+   * harmless whenever and however often it lands, and it is sent again at the next passes:
+   * until one is answered, for a claim known to have run (`settled`); for a claim that may
+   * still run later, every heartbeat until its lease would have run out anyway.
    */
-  private readonly abandoned = new Map<string, { workerId: number, issuedUntil: number, by: string | undefined, until: number }>()
+  private readonly abandoned = new Map<string, { workerId: number, issuedUntil: number | undefined, by: string | undefined, until: number, settled: boolean }>()
   /** Each expired or held slot with a version: the version, and when this process first saw it (monotonic). */
   private watched = new Map<number, { version: string, at: number }>()
   private readonly monotonic: () => number
@@ -331,8 +336,9 @@ export class RecyclableLease implements WorkerLease {
         claimed = await pool.claim(id, token, this.o.address, slot?.state === 'expired' ? slot.version : undefined)
       } catch (err) {
         // The store failed (a lock wait, SQLITE_BUSY, a lost connection): the pass ends here.
-        // The claim may still land: its token is never used again, so it holds the id for
-        // nobody until its lease runs out.
+        // The claim may still land: its token is never used again, and it is handed back at
+        // the next passes (knowing nothing of the id's previous holders).
+        this.abandoned.set(token, { workerId: id, issuedUntil: undefined, by: undefined, until: this.monotonic() + 2 * this.ttl, settled: !mayStillRun(err) })
         this.o.onClaim?.('error')
         throw err
       }
@@ -346,7 +352,7 @@ export class RecyclableLease implements WorkerLease {
     const pending = slots.filter((s) => s.state === 'held' || (s.state === 'expired' && s.version !== undefined))
       .map((s) => Math.max(s.expiresInMs, s.version === undefined ? 0 : watchFor(s) - stillFor(s)))
     // A claim of ours still waits for its hand-back: looked at again soon, not after its expiry.
-    if (this.abandoned.size > 0) pending.push(0)
+    for (const a of this.abandoned.values()) pending.push(a.settled ? 0 : this.o.heartbeatIntervalMs)
     return pending.length === 0 ? 0 : Math.min(...pending)
   }
 
@@ -359,7 +365,7 @@ export class RecyclableLease implements WorkerLease {
       }
       try {
         await this.o.pool.release(a.workerId, token, a.issuedUntil, a.by)
-        this.abandoned.delete(token)
+        if (a.settled) this.abandoned.delete(token)
       } catch (err) {
         this.throttle.warn('hand-back', err, 'a worker id handed back got no answer: sent again at the next pass', { workerId: a.workerId })
       }
@@ -383,7 +389,7 @@ export class RecyclableLease implements WorkerLease {
     // alone, so it can free only this claim, which nothing takes up again.
     const handBack = async (): Promise<void> => {
       await this.o.pool.release(id, token, claimed.issuedUntil, claimed.by).catch(() => {
-        this.abandoned.set(token, { workerId: id, issuedUntil: claimed.issuedUntil, by: claimed.by, until: this.monotonic() + 2 * this.ttl })
+        this.abandoned.set(token, { workerId: id, issuedUntil: claimed.issuedUntil, by: claimed.by, until: this.monotonic() + 2 * this.ttl, settled: true })
       })
     }
     const waitMs = claimed.issuedUntil + 1 - this.o.clock()

@@ -218,7 +218,9 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
       return writeIssued(workerId, owner, (current) => ({ issuedUntil: Math.max(current.issuedUntil, issuedUntil), by: owner, released: false }), false)
     },
     async release (workerId, owner, issuedUntil, recordedBy) {
-      await writeIssued(workerId, owner, () => ({ issuedUntil, by: recordedBy, released: true }), true)
+      await writeIssued(workerId, owner, (current) => issuedUntil === undefined
+        ? { ...current, released: true }
+        : { issuedUntil, by: recordedBy, released: true }, true)
     },
     async close () {
       closed = true

@@ -1,5 +1,4 @@
-import { alive, fmtMs, takeIds, unique, type Leaf, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { alive, fmtMs, steadyLoad, unique, type Leaf, type Report, type Suite } from '../harness.js'
 import { LEASED_MSG, cacheDirOf, decodeAll, logLines, serverPid, startLeaseLeaf } from '../lease.js'
 import { sleep, waitUntil } from '../services.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'
@@ -61,31 +60,9 @@ export async function lateHandBack (suite: Suite, report: Report): Promise<void>
   report.recover = figures.map((f) => `D ${f.dListeningAfterBStopMs === undefined ? 'never' : fmtMs(f.dListeningAfterBStopMs)} after B`).join(', ')
 }
 
-/** Load on one instance until stopped: its IDs, in the ledger and returned. */
+/** Snowflake load on one instance until stopped. */
 function load (report: Report, leaf: Leaf, stream: string): { stop (): Promise<bigint[]> } {
-  const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
-  const ids: bigint[] = []
-  const state = { stop: false }
-  const done = runLoad({
-    clients: CLIENTS,
-    maxRequests: 200_000,
-    maxMs: 90_000,
-    stop: () => state.stop,
-    async step (c, n) {
-      const r = await takeIds(report, clients[c] as HttpClient, leaf.url, 'snowflake', 'k', n % 4 === 3 ? 20 : undefined, `${stream}-c${c}`)
-      if (r.answer.ms > ANSWER_BOUND_MS) report.failure(`${stream}: an answer took ${fmtMs(r.answer.ms)} (bound ${fmtMs(ANSWER_BOUND_MS)})`)
-      if (r.ids !== undefined) ids.push(...r.ids)
-      await sleep(1)
-    },
-  })
-  return {
-    async stop () {
-      state.stop = true
-      await done
-      for (const client of clients) client.close()
-      return ids
-    },
-  }
+  return steadyLoad(report, leaf, { mode: 'snowflake', key: 'k', stream, clients: CLIENTS, boundMs: ANSWER_BOUND_MS })
 }
 
 async function run (suite: Suite, report: Report, v: Variant): Promise<Figures> {
