@@ -297,7 +297,7 @@ for (const kind of ['mysql', 'sqlite'] as const) {
       await db.exec("UPDATE leaf_worker_lease SET owner = 'old', expires_at = NOW(3) WHERE pool = ? AND worker_id = 0", [name])
       await db.exec('UPDATE leaf_worker_lease SET owner = NULL, issued_until = 7500, expires_at = NOW(3) + INTERVAL 1 MICROSECOND WHERE pool = ? AND worker_id = 0', [name])
     } else {
-      await db.exec("UPDATE leaf_worker_lease SET owner = NULL, issued_until = 8500, expires_at = expires_at + 1 WHERE pool = ? AND worker_id = 0", [name])
+      await db.exec('UPDATE leaf_worker_lease SET owner = NULL, issued_until = 8500, expires_at = expires_at + 1 WHERE pool = ? AND worker_id = 0', [name])
     }
     const expected = kind === 'mysql' ? 7500 : 8500
     t.same(await pool.claim(0, 'c4', 'a:4'), { issuedUntil: expected }, 'touched since the release: the recorded issued_until')
