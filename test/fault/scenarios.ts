@@ -19,6 +19,7 @@ import { rollingRestart } from './scenarios/s17-rolling-restart.js'
 import { crashHolding } from './scenarios/s18-crash-holding.js'
 import { lateStatements } from './scenarios/s19-late-statements.js'
 import { lateHandBack } from './scenarios/s20-late-hand-back.js'
+import { databaseClockStep } from './scenarios/s21-database-clock-step.js'
 
 export interface Scenario {
   id: number
@@ -50,4 +51,5 @@ export const SCENARIOS: Scenario[] = [
   { id: 18, title: 'SIGKILL of an instance holding a chain of segments', run: crashHolding },
   { id: 19, title: 'each lease and segment write held past its timeout, then delivered', run: lateStatements, timeoutMs: 300_000 },
   { id: 20, title: 'a hand-back delivered 9 s late, after its timeout (issue 25\'s sequence)', run: lateHandBack, timeoutMs: 300_000 },
+  { id: 21, title: 'the database host\'s clock steps 12 s ahead under a db-lease holder', run: databaseClockStep },
 ]

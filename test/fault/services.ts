@@ -64,7 +64,8 @@ export class PrivateMariaDb {
   /** performance.now() of the first successful ping of the latest start. */
   upAt = 0
 
-  constructor (readonly dir: string, readonly port: number) {
+  /** `env`: the server's environment beyond the suite's own (a preloaded libfaketime, say). */
+  constructor (readonly dir: string, readonly port: number, private readonly env: Record<string, string> = {}) {
     this.dataDir = join(dir, 'data')
   }
 
@@ -103,7 +104,7 @@ export class PrivateMariaDb {
       '--bind-address=127.0.0.1', `--socket=${join(this.dir, 'mysqld.sock')}`,
       `--pid-file=${join(this.dir, 'mysqld.pid')}`, `--log-error=${join(this.dir, 'error.log')}`,
       '--skip-name-resolve', '--innodb-buffer-pool-size=64M', '--max-connections=500',
-    ], { stdio: 'ignore' }))
+    ], { stdio: 'ignore', env: { ...process.env, ...this.env } }))
     this.child = child
     child.once('exit', () => { if (this.child === child) this.child = undefined })
     const up = await waitUntil(async () => {
@@ -240,4 +241,18 @@ export class PrivateZooKeeper {
       socket.on('close', () => resolve(/Mode: /.test(out)))
     })
   }
+}
+
+const LIBFAKETIME = ['/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1', '/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1', '/usr/lib/faketime/libfaketimeMT.so.1']
+
+/**
+ * The environment that runs a process under Debian's libfaketime with its clock offset read
+ * from `file` (e.g. `+12s`), re-read every second: writing the file steps that process's clock.
+ * Its monotonic clock is left alone.
+ */
+export function steppableClock (file: string, offset = '+0'): Record<string, string> {
+  const lib = LIBFAKETIME.find((path) => existsSync(path))
+  if (lib === undefined) throw new Error(`libfaketime not found (${LIBFAKETIME.join(', ')}): scripts/test-services.sh installs it with the faketime package`)
+  writeFileSync(file, `${offset}\n`)
+  return { LD_PRELOAD: lib, FAKETIME_TIMESTAMP_FILE: file, FAKETIME_CACHE_DURATION: '1', FAKETIME_DONT_FAKE_MONOTONIC: '1' }
 }
