@@ -1,6 +1,5 @@
 import { spawnSync } from 'node:child_process'
 import { mkdirSync, writeFileSync } from 'node:fs'
-import { createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { tempDir } from './helpers/config.js'
@@ -8,6 +7,7 @@ import { TEST_MYSQL, TEST_MYSQL_HOST, TEST_MYSQL_PORT, createTestDatabase } from
 import { ROOT, SERVER_JS, emptyConfigFile, get, startServer } from './helpers/server-process.js'
 import { withSqlite } from './helpers/sqlite.js'
 import { createProxy } from './helpers/tcp-proxy.js'
+import { freePort } from './helpers/ports.js'
 
 // The first hour: how `node dist/server.js` starts, or refuses to, as an operator sees it.
 
@@ -132,14 +132,3 @@ t.test('no mode enabled: the server starts, warns naming the keys, /readyz 503 "
   t.same(JSON.parse(ready.body), { status: 'not ready', reason: 'no mode enabled', modes: {} })
   t.match((await get(`${server.url}/metrics`)).body, /\nleaf_ready 0\n/)
 })
-
-function freePort (): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo
-      server.close(() => resolve(port))
-    })
-  })
-}

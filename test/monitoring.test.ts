@@ -1,6 +1,5 @@
 import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
 import { stringify as toYaml } from 'yaml'
@@ -9,6 +8,7 @@ import { withSqlite } from './helpers/sqlite.js'
 import { ALERTS_FILE, alertRules, asPromql, dashboardQueries, readDashboard, selectors } from './helpers/monitoring.js'
 import { ROOT, get, startServer } from './helpers/server-process.js'
 import { TEST_ZK, uniqueName } from './helpers/zookeeper.js'
+import { freePort } from './helpers/ports.js'
 
 // The alerting rules and the dashboard against the real thing: dist/server.js (segment mode on
 // SQLite, snowflake mode with the zookeeper-lease source on the test ZooKeeper) scraped every
@@ -27,16 +27,6 @@ const ADMIN = { authorization: `Bearer ${TOKEN}` }
 
 interface Sample { metric: Record<string, string>, value: [number, string] }
 interface QueryAnswer { status: string, error?: string, data?: { resultType: string, result: Sample[] } }
-
-function freePort (): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port')))
-    })
-  })
-}
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 

@@ -1,7 +1,6 @@
 import { spawnSync } from 'node:child_process'
 import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { builtinModules } from 'node:module'
-import { createServer } from 'node:net'
 import { basename, dirname, join, posix } from 'node:path'
 import mysql from 'mysql2/promise'
 import semver from 'semver'
@@ -17,6 +16,7 @@ import { TEST_MYSQL } from './helpers/mysql.js'
 import { DASHBOARD_FILE, asPromql, dashboardPanels, dashboardQueries, readDashboard, selectors } from './helpers/monitoring.js'
 import { ROOT, SERVER_JS, get, startServer } from './helpers/server-process.js'
 import { TEST_ZK, inspector, uniqueName } from './helpers/zookeeper.js'
+import { freePort } from './helpers/ports.js'
 
 // The image (Dockerfile), the stack (docker-compose.yml) and Prometheus' config checked for
 // what a schema cannot see, then leaf1's exact environment run against the local services.
@@ -468,7 +468,7 @@ t.test('leaf1\'s environment, on the local MariaDB and ZooKeeper: both routes, h
     env: { PATH: process.env.PATH, SERVER_PORT: String(port) }, encoding: 'utf8', timeout: 10_000,
   }).status
   t.equal(healthcheckRun(server.port), 0, 'the image\'s HEALTHCHECK passes')
-  t.equal(healthcheckRun(await closedPort()), 1, 'and fails where nothing answers')
+  t.equal(healthcheckRun(await freePort()), 1, 'and fails where nothing answers')
   const metrics = await get(`${server.url}/metrics`)
   t.equal(metrics.status, 200, 'Prometheus can scrape /metrics')
   t.match(metrics.body, /^# (HELP|TYPE) /m)
@@ -476,14 +476,3 @@ t.test('leaf1\'s environment, on the local MariaDB and ZooKeeper: both routes, h
   t.equal(await server.stop('SIGTERM'), 0, 'SIGTERM drains and exits 0')
   t.same(await zkc.children(`/snowflake/${name}/temporary`), [], 'the ephemeral node is removed at once')
 })
-
-/** A loopback port nothing listens on. */
-function closedPort (): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port')))
-    })
-  })
-}

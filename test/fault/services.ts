@@ -1,6 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
-import { connect, createServer } from 'node:net'
+import { connect } from 'node:net'
 import { join } from 'node:path'
 import mysql, { type Pool } from 'mysql2/promise'
 import { ROOT } from '../helpers/server-process.js'
@@ -28,17 +28,7 @@ export function sleep (ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
-/** A loopback port nobody listens on right now. */
-export function freePort (): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port')))
-    })
-  })
-}
+export { freePort } from '../helpers/ports.js'
 
 /** Polls `check` every `everyMs` until it returns true; false when `timeoutMs` passed first. */
 export async function waitUntil (check: () => boolean | Promise<boolean>, timeoutMs: number, everyMs = 50): Promise<boolean> {
