@@ -7,8 +7,10 @@ const TTL_MS = 2000
 const HEARTBEAT_MS = 500
 const X = 3
 /** The old holder's clock, ahead of everyone else's (faketime's offset). */
-const AHEAD = '+2s'
-const AHEAD_MS = 2000
+// 4 s: a db-lease claimant watches the dead holder's row for a TTL (2 s) before it takes the id
+// over, and the old holder's issuedUntil must still lie ahead of the clock by then.
+const AHEAD = '+4s'
+const AHEAD_MS = 4000
 const CLIENTS = 4
 const RATE = 400
 const OLD_SERVES_MS = 2000
@@ -29,7 +31,7 @@ interface Figures {
 
 /**
  * 15. A holder whose clock runs ahead, per recyclable source. The old holder runs under
- * `faketime -f +2s` (pool X..X) and serves under load, then is SIGKILLed. Once the store shows
+ * `faketime -f +4s` (pool X..X) and serves under load, then is SIGKILLed. Once the store shows
  * X free, a new instance (right clock, pool X..X) leases X: it must wait for the old holder's
  * recorded issuedUntil, so that none of its IDs is at or before the old holder's last
  * millisecond. Passes when the new holder's first IDs come after the old holder's last
