@@ -1,7 +1,8 @@
 import t, { type Test } from 'tap'
 import { buildApp } from '../src/app.js'
 import type { SegmentStore } from '../src/segment/store.js'
-import { createMysqlRunner } from '../src/segment/stores/mysql-pool.js'
+import { compareServers, createMysqlRunner, identityOf } from '../src/segment/stores/mysql-pool.js'
+import mysql from 'mysql2/promise'
 import { createMysqlStore } from '../src/segment/stores/mysql-store.js'
 import { testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
@@ -197,4 +198,31 @@ t.test('a statement held past the query timeout whose kill cannot get through: t
   await held[0]?.delivered
   await new Promise((resolve) => setTimeout(resolve, 300))
   t.equal(await count(), 1, 'it ran, late: what every statement of Leaf-TS is written to survive')
+})
+
+t.test('a kill is sent only to the server process the statement ran on: two reads of one MariaDB match, a later start or another port does not', async (t) => {
+  const server = new URL(TEST_MYSQL)
+  const read = async () => {
+    const conn = await mysql.createConnection({ host: TEST_MYSQL_HOST, port: TEST_MYSQL_PORT, user: decodeURIComponent(server.username), password: decodeURIComponent(server.password), multipleStatements: true })
+    try {
+      const sentAt = performance.now()
+      const [results] = await conn.query("SELECT @@hostname AS host, @@port AS port; SHOW GLOBAL STATUS LIKE 'Uptime'") as unknown as [unknown[]]
+      return identityOf(results, sentAt, performance.now())
+    } finally {
+      await conn.end()
+    }
+  }
+  const first = await read()
+  await new Promise((resolve) => setTimeout(resolve, 1200))
+  const second = await read()
+  t.ok(first !== undefined && second !== undefined, 'the server said who it is')
+  if (first === undefined || second === undefined) return
+  t.equal(first.port, TEST_MYSQL_PORT)
+  t.ok(first.startedTo - first.startedFrom < 3, `a start window of at most a few seconds (${(first.startedTo - first.startedFrom).toFixed(2)} s)`)
+  t.equal(compareServers(first, second), 'same', 'one process, read twice 1.2 s apart')
+  const restarted = { ...second, startedFrom: first.startedTo + 0.001, startedTo: first.startedTo + 1 }
+  t.equal(compareServers(first, restarted), 'restarted', 'started after the first read\'s window: the process the thread lived in is gone')
+  t.equal(compareServers(first, { ...second, port: second.port + 1 }), 'other', 'another port: another server')
+  t.equal(compareServers(first, { ...second, host: `${second.host}-2` }), 'other', 'another host (a balancer sent the kill elsewhere)')
+  t.equal(identityOf([[{ host: 'h', port: 1 }], []], 0, 1), undefined, 'no Uptime: unknown')
 })

@@ -33,6 +33,9 @@ class FakePool implements LeasePool {
   failClaims = 0
   /** This many claims are applied, but their answer is lost (they reject). */
   claimsLandButFail = 0
+  /** This many claims are held in the network: they reject as unanswered (may still run) and run when heldClaims are called. */
+  holdClaims = 0
+  readonly heldClaims: (() => void)[] = []
   /** Each call yields this many times to the event loop first, at random: races interleave. */
   jitter = 0
   closed = false
@@ -84,6 +87,11 @@ class FakePool implements LeasePool {
       throw new Error('lock wait timeout')
     }
     this.claims.push(workerId)
+    if (this.holdClaims > 0) {
+      this.holdClaims--
+      this.heldClaims.push(() => { this.claim(workerId, owner, _address, from).catch(() => {}) })
+      throw Object.assign(new Error('no answer within the query timeout'), { mayStillRun: true })
+    }
     if (this.losing.has(workerId)) return undefined
     const now = Date.now()
     const row = this.rows.get(workerId) ?? { owner: null, expiresAt: now, issuedUntil: 0, by: undefined }
@@ -718,4 +726,48 @@ t.test('a claim that landed but got no answer is handed back at the next pass, l
   t.same(pool.claims, [0, 0], 'claimed, handed back, claimed again')
   t.same(o.seen.claims, ['error', 'claimed'])
   t.ok(l.notBefore > previous, `still waits for the previous holder's millisecond (notBefore ${l.notBefore}, previous ${previous})`)
+})
+
+t.test('a claim held in the network that lands while the lease serves another id is handed back at the next heartbeat, not left to run out', async (t) => {
+  const pool = new FakePool(30_000)
+  const l = await lease(t, options(pool, { min: 0, max: 2 }))
+  t.equal(l.workerId, 0)
+  // Another instance takes id 0: the next heartbeat claims again, and that claim of id 1 is held.
+  Object.assign(pool.rows.get(0) as Row, { owner: 'other', expiresAt: Date.now() + 60_000 })
+  pool.holdClaims = 1
+  await l.heartbeat()
+  t.same(pool.claims, [0, 1], 'id 1 claimed, no answer')
+  // The id it was claiming is lost to a race at the next pass: the lease serves id 2.
+  pool.losing.add(1)
+  await l.heartbeat()
+  t.equal(l.workerId, 2)
+  pool.losing.delete(1)
+  // Now the held claim lands: id 1 is held for a token nobody serves.
+  ;(pool.heldClaims.shift() as () => void)()
+  await sleep(5)
+  const late = pool.rows.get(1)?.owner
+  t.ok(typeof late === 'string' && late !== pool.rows.get(2)?.owner, `the late claim holds id 1 (${String(late)})`)
+  await l.heartbeat()
+  t.equal(pool.rows.get(1)?.owner, null, 'handed back by the next heartbeat')
+  t.equal(l.workerId, 2, 'serving on')
+  t.ok(checks(l))
+})
+
+t.test('a close while a claim pass waits for the previous holder\'s millisecond ends the wait and hands that claim back before the pool closes', async (t) => {
+  const pool = new FakePool(30_000)
+  const l = await acquireRecyclableLease(options(pool, { min: 0, max: 1 }))
+  t.equal(l.workerId, 0)
+  Object.assign(pool.rows.get(0) as Row, { owner: 'other', expiresAt: Date.now() + 60_000 })
+  const previous = Date.now() + 3000
+  pool.rows.set(1, { owner: null, expiresAt: Date.now(), issuedUntil: previous, by: 'before' })
+  const beat = l.heartbeat()
+  while (!pool.claims.includes(1)) await sleep(5)
+  t.ok(pool.rows.get(1)?.owner?.includes('.'), 'id 1 claimed: the pass waits for its previous holder')
+  const started = performance.now()
+  await l.close()
+  const took = performance.now() - started
+  t.equal(pool.rows.get(1)?.owner, null, 'handed back by the time close() resolved')
+  t.ok(took < 1000, `without waiting out the previous holder (${Math.round(took)} ms)`)
+  await beat
+  t.match(pool.rows.get(1), { issuedUntil: previous, by: 'before' }, 'the previous holder\'s record kept')
 })

@@ -57,8 +57,9 @@ export async function startSegmentMode (
   } catch (err) {
     throw refusal(where, err, sqlite) ?? err
   }
-  // Bounded past the pool's own bound (a connection, then a query) in case a driver is not.
-  const pingTimeoutMs = segment.connectTimeoutMs + segment.queryTimeoutMs + 1000
+  // Bounded past the pool's own bound (a connection, then a query and the kill of an
+  // unanswered one: segment/stores/mysql-pool.ts) in case a driver is not.
+  const pingTimeoutMs = segment.connectTimeoutMs + 2 * segment.queryTimeoutMs + 1000
   const pingError = await withTimeout(store.ping(), pingTimeoutMs, `no answer within ${pingTimeoutMs} ms`).then(() => undefined, (err: unknown) => err)
   const refused = pingError === undefined ? undefined : refusal(where, pingError, sqlite)
   if (refused !== undefined) {

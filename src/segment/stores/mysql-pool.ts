@@ -14,6 +14,12 @@ import type { UnansweredError } from '../../driver-errors.js'
 // confirmed, the statement has run or never will. Unconfirmed, it may run at any later time:
 // the error says which (`mayStillRun`), and every caller is written to be safe either way
 // (docs/worker-ids.md, docs/segment-mode.md).
+//
+// A thread id names a thread of one server process only. So each connection notes which
+// server it reached (ServerIdentity), and the kill is sent only when its own connection reached
+// that same process: after a restart the id may belong to someone else's new connection (and
+// the old thread ended with its server), and behind a load balancer it may name a thread of
+// another node.
 
 export interface MysqlOptions {
   host: string
@@ -32,9 +38,37 @@ export interface MysqlOptions {
 /** MySQL's ER_NO_SUCH_THREAD: the thread had ended already. */
 const ER_NO_SUCH_THREAD = 1094
 
+/** Which server process a connection reached: its host and port, and when it started. */
+export interface ServerIdentity {
+  host: string
+  port: number
+  /** The start lies in [from, to], in seconds on this process's monotonic clock. */
+  startedFrom: number
+  startedTo: number
+}
+
+/** Read on every new connection, and again by a kill before it is sent. */
+const IDENTITY_SQL = "SELECT @@hostname AS host, @@port AS port; SHOW GLOBAL STATUS LIKE 'Uptime'"
+
+/** The identity from IDENTITY_SQL's two result sets, read between `sentAt` and `answeredAt` (ms, monotonic). */
+export function identityOf (results: unknown[], sentAt: number, answeredAt: number): ServerIdentity | undefined {
+  const server = (results[0] as { host?: unknown, port?: unknown }[] | undefined)?.[0]
+  const uptime = Number((results[1] as { Value?: unknown }[] | undefined)?.[0]?.Value)
+  if (server === undefined || !Number.isFinite(uptime)) return undefined
+  // Uptime counts whole seconds, read at some moment between sending and the answer.
+  return { host: String(server.host), port: Number(server.port), startedFrom: sentAt / 1000 - uptime - 1.5, startedTo: answeredAt / 1000 - uptime + 0.5 }
+}
+
+/** Whether `now` is the server process `then` was: one host and port, and start windows that overlap. */
+export function compareServers (then: ServerIdentity, now: ServerIdentity): 'same' | 'restarted' | 'other' {
+  if (then.host !== now.host || then.port !== now.port) return 'other'
+  return now.startedFrom > then.startedTo ? 'restarted' : 'same'
+}
+
 /** What the pool's events hand over: mysql2's own connection, whatever its typings say. */
 interface CoreConnection {
   destroy (): void
+  query (sql: string, callback: (err: unknown, results: unknown) => void): unknown
   once (event: 'end', listener: () => void): unknown
   on (event: 'error', listener: () => void): unknown
 }
@@ -61,10 +95,16 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
   // but each would take a query timeout of its own to show it (the kernel gives up on them
   // only after ~15 minutes): close them all, and let the next calls open fresh ones.
   const idle = new Set<CoreConnection>()
+  /** The server each pool connection reached, once its first round trip answered. */
+  const identities = new WeakMap<object, ServerIdentity>()
   pool.on('connection', (conn) => {
-    // TIMESTAMP columns come back in the session's zone: make it the one mysql2 reads them in.
-    conn.query("SET time_zone = '+00:00'")
     const core = conn as unknown as CoreConnection
+    // TIMESTAMP columns come back in the session's zone: make it the one mysql2 reads them in.
+    const sentAt = performance.now()
+    core.query(`SET time_zone = '+00:00'; ${IDENTITY_SQL}`, (err: unknown, results: unknown) => {
+      const identity = err === null && Array.isArray(results) ? identityOf(results.slice(1), sentAt, performance.now()) : undefined
+      if (identity !== undefined) identities.set(core, identity)
+    })
     const forget = () => idle.delete(core)
     core.once('end', forget)
     core.on('error', forget)
@@ -108,6 +148,7 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
       [result] = await conn.query({ sql, values, timeout: queryTimeoutMs }) as unknown as [T]
     } catch (err) {
       const threadId = conn.threadId
+      const identity = identities.get(conn.connection)
       // destroy() only half-closes the socket, which on a dead path lingers until the kernel
       // gives up on the FIN: tear the socket down too.
       conn.destroy()
@@ -119,7 +160,7 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
       }
       // A server error is an answer: the statement ran (and failed). Without one, it may run yet.
       if (threadId !== null && (timedOut || (err as { fatal?: boolean }).fatal === true)) {
-        throw await unanswered(err as Error, threadId)
+        throw await unanswered(err as Error, threadId, identity)
       }
       throw err
     }
@@ -128,36 +169,50 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
   }
 
   /** Ends the server thread of a statement that got no answer, and says in `err` whether that worked. */
-  async function unanswered (err: Error, threadId: number): Promise<UnansweredError> {
-    const killed = kill(threadId)
+  async function unanswered (err: Error, threadId: number, identity: ServerIdentity | undefined): Promise<UnansweredError> {
+    const killed = kill(threadId, identity)
     kills.add(killed)
     const outcome = await killed
     kills.delete(killed)
     const e = err as UnansweredError
-    e.mayStillRun = outcome !== true
-    e.message += outcome === true
+    e.mayStillRun = outcome !== 'killed' && outcome !== 'restarted'
+    e.message += outcome === 'killed'
       ? ` (its server thread ${threadId} was killed: the statement ran before, or never will)`
-      : ` (it may still run on the server: its thread ${threadId} could not be killed: ${outcome})`
+      : outcome === 'restarted'
+        ? ` (its server restarted since, ending thread ${threadId}: the statement ran before, or never will)`
+        : ` (it may still run on the server: its thread ${threadId} could not be killed: ${outcome})`
     return e
   }
 
   /** Pending kills: close() waits for them (each is bounded). */
-  const kills = new Set<Promise<true | string>>()
+  const kills = new Set<Promise<string>>()
 
-  /** KILL CONNECTION over a connection of its own, within the query timeout: true, or why not. */
-  async function kill (threadId: number): Promise<true | string> {
+  /**
+   * KILL CONNECTION over a connection of its own, within the query timeout, once that
+   * connection is seen to reach the very server process `identity` names: 'killed', or
+   * 'restarted' (that process is gone), or why not.
+   */
+  async function kill (threadId: number, identity: ServerIdentity | undefined): Promise<string> {
     let conn: mysql.Connection | undefined
     let timer: NodeJS.Timeout | undefined
     const timeout = new Promise<string>((resolve) => { timer = setTimeout(() => resolve(`no answer within ${queryTimeoutMs} ms`), queryTimeoutMs) })
-    const attempt = (async (): Promise<true | string> => {
+    const attempt = (async (): Promise<string> => {
+      if (identity === undefined) return 'the server it ran on is unknown (its connection never answered)'
       try {
         conn = await mysql.createConnection({
-          host: options.host, port: options.port, user: options.user, password: options.password, connectTimeout: queryTimeoutMs,
+          host: options.host, port: options.port, user: options.user, password: options.password, connectTimeout: queryTimeoutMs, multipleStatements: true,
         })
+        const sentAt = performance.now()
+        const [results] = await conn.query({ sql: IDENTITY_SQL, timeout: queryTimeoutMs }) as unknown as [unknown[]]
+        const now = identityOf(results, sentAt, performance.now())
+        if (now === undefined) return 'the server did not say who it is'
+        const same = compareServers(identity, now)
+        if (same === 'other') return `the kill reached another server (${now.host}:${now.port}, not ${identity.host}:${identity.port})`
+        if (same === 'restarted') return 'restarted'
         await conn.query({ sql: 'KILL CONNECTION ?', values: [threadId], timeout: queryTimeoutMs })
-        return true
+        return 'killed'
       } catch (e) {
-        if ((e as { errno?: number }).errno === ER_NO_SUCH_THREAD) return true
+        if ((e as { errno?: number }).errno === ER_NO_SUCH_THREAD) return 'killed'
         return (e as Error).message
       }
     })()

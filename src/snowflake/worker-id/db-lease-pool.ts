@@ -223,7 +223,15 @@ function createSqliteLeasePool (o: DbLeasePoolOptions, path: string): LeasePool 
   db.pragma('journal_mode = WAL')
   db.exec(SQLITE_LEASE_DDL)
   const columns = new Set((db.pragma(`table_info(${LEASE_TABLE})`) as { name: string }[]).map((c) => c.name))
-  for (const [name, , type] of ADDED_COLUMNS) if (!columns.has(name)) db.exec(`ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${name} ${type}`)
+  for (const [name, , type] of ADDED_COLUMNS) {
+    if (columns.has(name)) continue
+    try {
+      db.exec(`ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${name} ${type}`)
+    } catch (err) {
+      // Another instance starting on the same file added it first.
+      if (!/duplicate column name/.test((err as Error).message)) throw err
+    }
+  }
   // The host's clock in ms, read by SQLite itself.
   const NOW = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
   const insert = db.prepare(`INSERT OR IGNORE INTO leaf_worker_lease (pool, worker_id, expires_at) VALUES (?, ?, ${NOW})`)

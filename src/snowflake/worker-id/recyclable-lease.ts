@@ -4,7 +4,7 @@ import { LeafError } from '../../errors.js'
 import type { Logger } from '../../logger.js'
 import { createLogThrottle, type LogThrottle } from '../../log-throttle.js'
 import { mayStillRun } from '../../driver-errors.js'
-import { sleep, withTimeout } from '../../timers.js'
+import { settlesWithin, sleep, withTimeout } from '../../timers.js'
 import { CACHE_FILE, readWorkerCache, writeWorkerCache } from './cache-file.js'
 import { LeaseRefused, type LeaseStatus, type WorkerLease } from './worker-lease.js'
 
@@ -180,6 +180,8 @@ export class RecyclableLease implements WorkerLease {
   /** Why issuing waits for a renewal though the lease holds: the clock reached the recorded issuedUntil. */
   private paused: string | undefined
   private timer: NodeJS.Timeout | undefined
+  /** The claim pass under way, if any: close() lets it hand its claim back before the pool closes. */
+  private pass: Promise<unknown> | undefined
   private fenceTimer: NodeJS.Timeout | undefined
   private beating = false
   private closed = false
@@ -300,6 +302,16 @@ export class RecyclableLease implements WorkerLease {
    * Resolves undefined once an id is ours, or the ms until one might be when none could be taken.
    */
   private async claimOnce (): Promise<number | undefined> {
+    const pass = this.claimPass()
+    this.pass = pass
+    try {
+      return await pass
+    } finally {
+      if (this.pass === pass) this.pass = undefined
+    }
+  }
+
+  private async claimPass (): Promise<number | undefined> {
     const { min, max, pool } = this.o
     await this.handBackAbandoned()
     const slots = await pool.list(min, max)
@@ -404,15 +416,15 @@ export class RecyclableLease implements WorkerLease {
     }
     if (waitMs > 0) {
       this.o.logger.info({ workerId: id, issuedUntil: claimed.issuedUntil, waitMs }, 'waiting for the previous holder\'s last millisecond')
-      await sleep(waitMs)
-      // A timer may fire a little early by the wall clock.
-      while (this.o.clock() <= claimed.issuedUntil) await sleep(1)
+      // In steps: a close() meanwhile ends the wait, and the id goes back below. (A timer may
+      // also fire a little early by the wall clock.)
+      while (!this.closed && this.o.clock() <= claimed.issuedUntil) await sleep(Math.min(100, Math.max(1, claimed.issuedUntil + 1 - this.o.clock())))
     }
     if (this.closed) {
       await handBack()
       return true
     }
-    const previous = { workerId: this.workerId, notBefore: this.notBefore, token: this.token }
+    const previous = { workerId: this.workerId, notBefore: this.notBefore, token: this.token, taken: this.taken }
     this.workerId = id
     this.token = token
     this.notBefore = claimed.issuedUntil + 1
@@ -431,6 +443,7 @@ export class RecyclableLease implements WorkerLease {
       this.workerId = previous.workerId
       this.notBefore = previous.notBefore
       this.token = previous.token
+      this.taken = previous.taken
       if (previous.workerId >= 0) this.onWorkerChange?.(previous.workerId, previous.notBefore)
       this.o.onClaim?.('error')
       return false
@@ -519,8 +532,11 @@ export class RecyclableLease implements WorkerLease {
     this.beating = true
     try {
       if (!this.taken) {
-        if (await this.renew()) return
-        if (!this.taken) return
+        const renewed = await this.renew()
+        // Hand-backs still owed are sent while serving too: a claim that lands late is freed
+        // at the next heartbeat, not left to run out.
+        if (this.abandoned.size > 0) await this.handBackAbandoned()
+        if (renewed || !this.taken) return
       }
       // Another instance holds our id now: lease any id again.
       const soonest = await this.claimOnce().catch((err: unknown) => {
@@ -568,6 +584,10 @@ export class RecyclableLease implements WorkerLease {
         this.o.logger.warn({ workerId: this.workerId, err: (err as Error).message }, 'worker-id lease not released: it expires after its TTL')
       }
     }
+    // A claim pass under way sees `closed` and hands its claim back; the hand-backs still owed
+    // go out once more. Both bounded: what gets no answer runs out with its lease.
+    if (this.pass !== undefined) await settlesWithin(this.pass, RELEASE_TIMEOUT_MS)
+    if (this.abandoned.size > 0) await settlesWithin(this.handBackAbandoned(), RELEASE_TIMEOUT_MS)
     await this.o.pool.close()
   }
 }
