@@ -226,3 +226,20 @@ t.test('a kill is sent only to the server process the statement ran on: two read
   t.equal(compareServers(first, { ...second, host: `${second.host}-2` }), 'other', 'another host (a balancer sent the kill elsewhere)')
   t.equal(identityOf([[{ host: 'h', port: 1 }], []], 0, 1), undefined, 'no Uptime: unknown')
 })
+
+t.test('a statement queued behind a connection\'s first round trip that never answers: bounded by the query timeout, never sent, no kill', async (t) => {
+  const { runner, proxy, count } = await heldRunner(t, 300)
+  const setup = proxy.holdStatements({ match: /^SET time_zone/, holdMs: 1500 })
+  const kills = proxy.holdStatements({ match: /^KILL/, holdMs: 100 })
+  const started = performance.now()
+  const err = await runner.run('INSERT INTO t VALUES (1)').then(() => undefined, (e: unknown) => e)
+  const took = performance.now() - started
+  t.match(err, { mayStillRun: false, message: /never sent: its connection's first round trip got no answer/ })
+  t.ok(took < 1000, `failed within the query timeout and a margin (${Math.round(took)} ms)`)
+  t.equal(setup.length, 1, 'the connection\'s first round trip was held')
+  t.equal(kills.length, 0, 'no KILL sent')
+  await setup[0]?.delivered
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  t.equal(await count(), 0, 'the INSERT never ran')
+  t.same(await runner.run('SELECT 1 AS one'), [{ one: 1 }], 'the runner serves on')
+})

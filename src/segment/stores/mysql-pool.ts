@@ -68,7 +68,6 @@ export function compareServers (then: ServerIdentity, now: ServerIdentity): 'sam
 /** What the pool's events hand over: mysql2's own connection, whatever its typings say. */
 interface CoreConnection {
   destroy (): void
-  query (sql: string, callback: (err: unknown, results: unknown) => void): unknown
   once (event: 'end', listener: () => void): unknown
   on (event: 'error', listener: () => void): unknown
 }
@@ -95,16 +94,13 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
   // but each would take a query timeout of its own to show it (the kernel gives up on them
   // only after ~15 minutes): close them all, and let the next calls open fresh ones.
   const idle = new Set<CoreConnection>()
-  /** The server each pool connection reached, once its first round trip answered. */
-  const identities = new WeakMap<object, ServerIdentity>()
+  /**
+   * The server each pool connection reached, noted by its first round trip (null: the server
+   * did not say). run() sends that round trip before the connection's first statement.
+   */
+  const identities = new WeakMap<object, ServerIdentity | null>()
   pool.on('connection', (conn) => {
     const core = conn as unknown as CoreConnection
-    // TIMESTAMP columns come back in the session's zone: make it the one mysql2 reads them in.
-    const sentAt = performance.now()
-    core.query(`SET time_zone = '+00:00'; ${IDENTITY_SQL}`, (err: unknown, results: unknown) => {
-      const identity = err === null && Array.isArray(results) ? identityOf(results.slice(1), sentAt, performance.now()) : undefined
-      if (identity !== undefined) identities.set(core, identity)
-    })
     const forget = () => idle.delete(core)
     core.once('end', forget)
     core.on('error', forget)
@@ -144,11 +140,22 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
   async function run<T> (sql: string, values: unknown[] = []): Promise<T> {
     const conn = await acquire()
     let result: T
+    let sent = false
     try {
-      [result] = await conn.query({ sql, values, timeout: queryTimeoutMs }) as unknown as [T]
+      if (!identities.has(conn.connection)) {
+        // TIMESTAMP columns come back in the session's zone: make it the one mysql2 reads them
+        // in; and note the server (see kill()). A statement of its own, bounded like any: one
+        // queued behind a statement mysql2 gave up on would wait for its answer unbounded.
+        const sentAt = performance.now()
+        const [setup] = await conn.query({ sql: `SET time_zone = '+00:00'; ${IDENTITY_SQL}`, timeout: queryTimeoutMs }) as unknown as [unknown[]]
+        identities.set(conn.connection, identityOf(setup.slice(1), sentAt, performance.now()) ?? null)
+      }
+      sent = true
+      ;[result] = await conn.query({ sql, values, timeout: queryTimeoutMs }) as unknown as [T]
     } catch (err) {
       const threadId = conn.threadId
-      const identity = identities.get(conn.connection)
+      // Not sent: the connection's first round trip got no answer.
+      const identity = sent ? identities.get(conn.connection) : undefined
       // destroy() only half-closes the socket, which on a dead path lingers until the kernel
       // gives up on the FIN: tear the socket down too.
       conn.destroy()
@@ -169,20 +176,25 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
   }
 
   /** Ends the server thread of a statement that got no answer, and says in `err` whether that worked. */
-  async function unanswered (err: Error, threadId: number, identity: ServerIdentity | undefined): Promise<UnansweredError> {
+  async function unanswered (err: Error, threadId: number, identity: ServerIdentity | null | undefined): Promise<UnansweredError> {
     const killed = kill(threadId, identity)
     kills.add(killed)
     const outcome = await killed
     kills.delete(killed)
     const e = err as UnansweredError
-    e.mayStillRun = outcome !== 'killed' && outcome !== 'restarted'
+    e.mayStillRun = !SETTLED.has(outcome)
     e.message += outcome === 'killed'
       ? ` (its server thread ${threadId} was killed: the statement ran before, or never will)`
       : outcome === 'restarted'
         ? ` (its server restarted since, ending thread ${threadId}: the statement ran before, or never will)`
-        : ` (it may still run on the server: its thread ${threadId} could not be killed: ${outcome})`
+        : outcome === 'unsent'
+          ? ' (never sent: its connection\'s first round trip got no answer)'
+          : ` (it may still run on the server: its thread ${threadId} could not be killed: ${outcome})`
     return e
   }
+
+  /** What kill() answers when the statement ran before or never will. */
+  const SETTLED = new Set(['killed', 'restarted', 'unsent'])
 
   /** Pending kills: close() waits for them (each is bounded). */
   const kills = new Set<Promise<string>>()
@@ -192,12 +204,13 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
    * connection is seen to reach the very server process `identity` names: 'killed', or
    * 'restarted' (that process is gone), or why not.
    */
-  async function kill (threadId: number, identity: ServerIdentity | undefined): Promise<string> {
+  async function kill (threadId: number, identity: ServerIdentity | null | undefined): Promise<string> {
     let conn: mysql.Connection | undefined
     let timer: NodeJS.Timeout | undefined
     const timeout = new Promise<string>((resolve) => { timer = setTimeout(() => resolve(`no answer within ${queryTimeoutMs} ms`), queryTimeoutMs) })
     const attempt = (async (): Promise<string> => {
-      if (identity === undefined) return 'the server it ran on is unknown (its connection never answered)'
+      if (identity === undefined) return 'unsent'
+      if (identity === null) return 'the server it ran on did not say who it is'
       try {
         conn = await mysql.createConnection({
           host: options.host, port: options.port, user: options.user, password: options.password, connectTimeout: queryTimeoutMs, multipleStatements: true,
