@@ -748,6 +748,7 @@ t.test('a claim held in the network that lands while the lease serves another id
   const late = pool.rows.get(1)?.owner
   t.ok(typeof late === 'string' && late !== pool.rows.get(2)?.owner, `the late claim holds id 1 (${String(late)})`)
   await l.heartbeat()
+  await sleep(5)
   t.equal(pool.rows.get(1)?.owner, null, 'handed back by the next heartbeat')
   t.equal(l.workerId, 2, 'serving on')
   t.ok(checks(l))
@@ -770,4 +771,26 @@ t.test('a close while a claim pass waits for the previous holder\'s millisecond 
   t.ok(took < 1000, `without waiting out the previous holder (${Math.round(took)} ms)`)
   await beat
   t.match(pool.rows.get(1), { issuedUntil: previous, by: 'before' }, 'the previous holder\'s record kept')
+})
+
+t.test('a close while a heartbeat sends hand-backs owed after its renewal found the id taken: the heartbeat claims nothing after it', async (t) => {
+  const pool = new FakePool(30_000)
+  // The first claim (id 0) lands without an answer, and its hand-backs get none either: owed.
+  pool.claimsLandButFail = 1
+  pool.holdReleases = true
+  const l = await acquireRecyclableLease(options(pool, { min: 0, max: 2 }))
+  t.equal(l.workerId, 1, 'serving on id 1; id 0 held by the abandoned claim')
+  // Another instance takes id 1; the renewal's answer (not ours) waits for the gate.
+  Object.assign(pool.rows.get(1) as Row, { owner: 'other', expiresAt: Date.now() + 60_000 })
+  let open = (): void => {}
+  pool.renewGate = new Promise((resolve) => { open = resolve })
+  const claimsBefore = pool.claims.length
+  const beat = l.heartbeat()
+  open()
+  await new Promise((resolve) => setImmediate(resolve))
+  await l.close()
+  await beat
+  await sleep(20)
+  t.same(pool.claims.slice(claimsBefore), [], 'no claim after close: id 2 was never claimed')
+  t.equal(pool.rows.get(2), undefined)
 })

@@ -57,9 +57,9 @@ export async function startSegmentMode (
   } catch (err) {
     throw refusal(where, err, sqlite) ?? err
   }
-  // Bounded past the pool's own bound (a connection, then a query and the kill of an
+  // Bounded past the pool's own bound (a connection, its setup, the query and the kill of an
   // unanswered one: segment/stores/mysql-pool.ts) in case a driver is not.
-  const pingTimeoutMs = segment.connectTimeoutMs + 2 * segment.queryTimeoutMs + 1000
+  const pingTimeoutMs = segment.connectTimeoutMs + 3 * segment.queryTimeoutMs + 1000
   const pingError = await withTimeout(store.ping(), pingTimeoutMs, `no answer within ${pingTimeoutMs} ms`).then(() => undefined, (err: unknown) => err)
   const refused = pingError === undefined ? undefined : refusal(where, pingError, sqlite)
   if (refused !== undefined) {

@@ -38,31 +38,42 @@ export interface MysqlOptions {
 /** MySQL's ER_NO_SUCH_THREAD: the thread had ended already. */
 const ER_NO_SUCH_THREAD = 1094
 
-/** Which server process a connection reached: its host and port, and when it started. */
+/** Which server process a connection reached. */
 export interface ServerIdentity {
   host: string
   port: number
-  /** The start lies in [from, to], in seconds on this process's monotonic clock. */
-  startedFrom: number
-  startedTo: number
+  /**
+   * When the process started, in seconds by the server's own clock: UNIX_TIMESTAMP() less
+   * Uptime, both read off its wall clock, so a step of that clock moves neither.
+   */
+  started: number
+  /** The id of the connection that read this: ids only grow within one server process. */
+  connectionId: number
 }
 
 /** Read on every new connection, and again by a kill before it is sent. */
-const IDENTITY_SQL = "SELECT @@hostname AS host, @@port AS port; SHOW GLOBAL STATUS LIKE 'Uptime'"
+const IDENTITY_SQL = "SELECT @@hostname AS host, @@port AS port, UNIX_TIMESTAMP() AS now, CONNECTION_ID() AS id; SHOW GLOBAL STATUS LIKE 'Uptime'"
 
-/** The identity from IDENTITY_SQL's two result sets, read between `sentAt` and `answeredAt` (ms, monotonic). */
-export function identityOf (results: unknown[], sentAt: number, answeredAt: number): ServerIdentity | undefined {
-  const server = (results[0] as { host?: unknown, port?: unknown }[] | undefined)?.[0]
+/** The identity from IDENTITY_SQL's two result sets; undefined when the server did not say. */
+export function identityOf (results: unknown[]): ServerIdentity | undefined {
+  const server = (results[0] as { host?: unknown, port?: unknown, now?: unknown, id?: unknown }[] | undefined)?.[0]
   const uptime = Number((results[1] as { Value?: unknown }[] | undefined)?.[0]?.Value)
-  if (server === undefined || !Number.isFinite(uptime)) return undefined
-  // Uptime counts whole seconds, read at some moment between sending and the answer.
-  return { host: String(server.host), port: Number(server.port), startedFrom: sentAt / 1000 - uptime - 1.5, startedTo: answeredAt / 1000 - uptime + 0.5 }
+  if (server === undefined || !Number.isFinite(uptime) || !Number.isFinite(Number(server.now))) return undefined
+  return { host: String(server.host), port: Number(server.port), started: Number(server.now) - uptime, connectionId: Number(server.id) }
 }
 
-/** Whether `now` is the server process `then` was: one host and port, and start windows that overlap. */
-export function compareServers (then: ServerIdentity, now: ServerIdentity): 'same' | 'restarted' | 'other' {
+/**
+ * Whether `now` (read over a connection of its own) is the server process that ran thread
+ * `threadId`, whose connection read `then`: 'same'; 'restarted' (that process is gone); 'other'
+ * (another server, or an older one); 'unclear' (a later start, with ids past `threadId`).
+ */
+export function compareServers (then: ServerIdentity, now: ServerIdentity, threadId: number): 'same' | 'restarted' | 'other' | 'unclear' {
   if (then.host !== now.host || then.port !== now.port) return 'other'
-  return now.startedFrom > then.startedTo ? 'restarted' : 'same'
+  // The two reads of a start may straddle a second.
+  if (Math.abs(now.started - then.started) <= 1) return now.connectionId > threadId ? 'same' : 'other'
+  if (now.started < then.started) return 'other'
+  // A later start on the same host and port: a restart, if its ids are still below ours.
+  return now.connectionId < threadId ? 'restarted' : 'unclear'
 }
 
 /** What the pool's events hand over: mysql2's own connection, whatever its typings say. */
@@ -146,9 +157,7 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
         // TIMESTAMP columns come back in the session's zone: make it the one mysql2 reads them
         // in; and note the server (see kill()). A statement of its own, bounded like any: one
         // queued behind a statement mysql2 gave up on would wait for its answer unbounded.
-        const sentAt = performance.now()
-        const [setup] = await conn.query({ sql: `SET time_zone = '+00:00'; ${IDENTITY_SQL}`, timeout: queryTimeoutMs }) as unknown as [unknown[]]
-        identities.set(conn.connection, identityOf(setup.slice(1), sentAt, performance.now()) ?? null)
+        await setUp(conn)
       }
       sent = true
       ;[result] = await conn.query({ sql, values, timeout: queryTimeoutMs }) as unknown as [T]
@@ -193,6 +202,21 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
     return e
   }
 
+  /** A connection's first round trip: the time zone, and the server's identity where it tells. */
+  async function setUp (conn: PoolConnection): Promise<void> {
+    try {
+      const [setup] = await conn.query({ sql: `SET time_zone = '+00:00'; ${IDENTITY_SQL}`, timeout: queryTimeoutMs }) as unknown as [unknown[]]
+      identities.set(conn.connection, identityOf(setup.slice(1)) ?? null)
+    } catch (err) {
+      // A server that answers the identity part with an error (a proxy without SHOW GLOBAL
+      // STATUS, say): the time zone alone, and no kills on this connection.
+      const e = err as { errno?: unknown, fatal?: unknown }
+      if (typeof e.errno !== 'number' || e.fatal === true) throw err
+      await conn.query({ sql: "SET time_zone = '+00:00'", timeout: queryTimeoutMs })
+      identities.set(conn.connection, null)
+    }
+  }
+
   /** What kill() answers when the statement ran before or never will. */
   const SETTLED = new Set(['killed', 'restarted', 'unsent'])
 
@@ -215,12 +239,12 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
         conn = await mysql.createConnection({
           host: options.host, port: options.port, user: options.user, password: options.password, connectTimeout: queryTimeoutMs, multipleStatements: true,
         })
-        const sentAt = performance.now()
         const [results] = await conn.query({ sql: IDENTITY_SQL, timeout: queryTimeoutMs }) as unknown as [unknown[]]
-        const now = identityOf(results, sentAt, performance.now())
+        const now = identityOf(results)
         if (now === undefined) return 'the server did not say who it is'
-        const same = compareServers(identity, now)
-        if (same === 'other') return `the kill reached another server (${now.host}:${now.port}, not ${identity.host}:${identity.port})`
+        const same = compareServers(identity, now, threadId)
+        if (same === 'other') return `the kill reached another server (${now.host}:${now.port} started at ${now.started}, not ${identity.host}:${identity.port} started at ${identity.started})`
+        if (same === 'unclear') return `its server restarted, or another answered (started at ${now.started}, not ${identity.started}), and its thread ids are past ${threadId}`
         if (same === 'restarted') return 'restarted'
         await conn.query({ sql: 'KILL CONNECTION ?', values: [threadId], timeout: queryTimeoutMs })
         return 'killed'

@@ -180,8 +180,10 @@ export class RecyclableLease implements WorkerLease {
   /** Why issuing waits for a renewal though the lease holds: the clock reached the recorded issuedUntil. */
   private paused: string | undefined
   private timer: NodeJS.Timeout | undefined
-  /** The claim pass under way, if any: close() lets it hand its claim back before the pool closes. */
-  private pass: Promise<unknown> | undefined
+  /** The heartbeat under way, if any: close() lets its claim pass hand its claim back before the pool closes. */
+  private beat: Promise<void> | undefined
+  /** The round of hand-backs under way, if any (sendHandBacks). */
+  private handingBack: Promise<void> | undefined
   private fenceTimer: NodeJS.Timeout | undefined
   private beating = false
   private closed = false
@@ -302,18 +304,8 @@ export class RecyclableLease implements WorkerLease {
    * Resolves undefined once an id is ours, or the ms until one might be when none could be taken.
    */
   private async claimOnce (): Promise<number | undefined> {
-    const pass = this.claimPass()
-    this.pass = pass
-    try {
-      return await pass
-    } finally {
-      if (this.pass === pass) this.pass = undefined
-    }
-  }
-
-  private async claimPass (): Promise<number | undefined> {
     const { min, max, pool } = this.o
-    await this.handBackAbandoned()
+    await this.sendHandBacks()
     const slots = await pool.list(min, max)
     // When the list's answer was in: the versions it shows were current at or before this.
     const listedAt = this.monotonic()
@@ -341,6 +333,8 @@ export class RecyclableLease implements WorkerLease {
       for (const id of expired) if (id !== preferred) yield id
     }
     for (const id of candidates()) {
+      // Closed meanwhile (a heartbeat's pass): nothing more is claimed.
+      if (this.closed) break
       const token = this.newToken()
       const slot = known.get(id)
       let claimed: Claimed | undefined
@@ -366,6 +360,12 @@ export class RecyclableLease implements WorkerLease {
     // A claim of ours still waits for its hand-back: looked at again soon, not after its expiry.
     for (const a of this.abandoned.values()) pending.push(a.settled ? 0 : this.o.heartbeatIntervalMs)
     return pending.length === 0 ? 0 : Math.min(...pending)
+  }
+
+  /** Sends the hand-backs still owed, one round at a time: a round under way is the one returned. */
+  private sendHandBacks (): Promise<void> {
+    this.handingBack ??= this.handBackAbandoned().finally(() => { this.handingBack = undefined })
+    return this.handingBack
   }
 
   /** Sends the hand-back of every abandoned claim again (see `abandoned`). */
@@ -530,23 +530,30 @@ export class RecyclableLease implements WorkerLease {
   async heartbeat (): Promise<void> {
     if (this.closed || this.beating) return
     this.beating = true
+    this.beat = this.beatOnce()
     try {
-      if (!this.taken) {
-        const renewed = await this.renew()
-        // Hand-backs still owed are sent while serving too: a claim that lands late is freed
-        // at the next heartbeat, not left to run out.
-        if (this.abandoned.size > 0) await this.handBackAbandoned()
-        if (renewed || !this.taken) return
-      }
-      // Another instance holds our id now: lease any id again.
-      const soonest = await this.claimOnce().catch((err: unknown) => {
-        this.throttle.warn('claim', err, 'worker-id claim failed: retried at the next heartbeat', { pool: this.o.pool.where })
-        return -1
-      })
-      if (soonest !== undefined && soonest >= 0) this.throttle.warn('exhausted', undefined, 'no worker id free to lease again: retried at the next heartbeat', { pool: this.o.pool.where })
+      await this.beat
     } finally {
       this.beating = false
+      this.beat = undefined
     }
+  }
+
+  private async beatOnce (): Promise<void> {
+    if (!this.taken) {
+      const renewed = await this.renew()
+      // Hand-backs still owed are sent while serving too, beside the renewals (never in their
+      // way): a claim that lands late is freed at the next heartbeat, not left to run out.
+      if (this.abandoned.size > 0) this.sendHandBacks().catch(() => {})
+      if (renewed || !this.taken) return
+    }
+    if (this.closed) return
+    // Another instance holds our id now: lease any id again.
+    const soonest = await this.claimOnce().catch((err: unknown) => {
+      this.throttle.warn('claim', err, 'worker-id claim failed: retried at the next heartbeat', { pool: this.o.pool.where })
+      return -1
+    })
+    if (soonest !== undefined && soonest >= 0 && !this.closed) this.throttle.warn('exhausted', undefined, 'no worker id free to lease again: retried at the next heartbeat', { pool: this.o.pool.where })
   }
 
   status (): LeaseStatus {
@@ -584,10 +591,10 @@ export class RecyclableLease implements WorkerLease {
         this.o.logger.warn({ workerId: this.workerId, err: (err as Error).message }, 'worker-id lease not released: it expires after its TTL')
       }
     }
-    // A claim pass under way sees `closed` and hands its claim back; the hand-backs still owed
-    // go out once more. Both bounded: what gets no answer runs out with its lease.
-    if (this.pass !== undefined) await settlesWithin(this.pass, RELEASE_TIMEOUT_MS)
-    if (this.abandoned.size > 0) await settlesWithin(this.handBackAbandoned(), RELEASE_TIMEOUT_MS)
+    // A heartbeat under way sees `closed` (its claim pass hands its claim back); the hand-backs
+    // still owed go out once more. Both bounded: what gets no answer runs out with its lease.
+    if (this.beat !== undefined) await settlesWithin(this.beat, RELEASE_TIMEOUT_MS)
+    if (this.abandoned.size > 0 || this.handingBack !== undefined) await settlesWithin(this.sendHandBacks(), RELEASE_TIMEOUT_MS)
     await this.o.pool.close()
   }
 }
