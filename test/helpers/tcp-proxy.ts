@@ -36,6 +36,8 @@ export interface TcpProxy {
   readonly stalledEndedAfterMs: readonly number[]
   /** Holds the next statements matching `rule` (see above); the returned list fills as they come. */
   holdStatements (rule: HoldRule): HeldStatement[]
+  /** New connections go to `port` from now on; open ones keep theirs. */
+  retarget (port: number): void
   close (): Promise<void>
 }
 
@@ -97,6 +99,7 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
   let closing = false
   const stalledEndedAfterMs: number[] = []
   const rules: { rule: HoldRule, left: number, held: HeldStatement[] }[] = []
+  let target = targetPort
 
   const server: Server = createServer((client) => {
     if (blocked) {
@@ -113,7 +116,7 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
       client.once('close', () => { if (!closing) stalledEndedAfterMs.push(performance.now() - at) })
       return
     }
-    const upstream = connect(targetPort, targetHost)
+    const upstream = connect(target, targetHost)
     open.add(client)
     open.add(upstream)
     if (protocol !== undefined) pipeStatements(client, upstream, FRAMING[protocol])
@@ -243,6 +246,9 @@ export async function createProxy (targetPort: number, { delayMs = 0, targetHost
     },
     unblock () {
       blocked = false
+    },
+    retarget (port) {
+      target = port
     },
     blackhole () {
       const count = Math.ceil(open.size / 2)
