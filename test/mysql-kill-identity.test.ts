@@ -16,6 +16,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 const other = new PrivateMariaDb(join(tempDir('leaf-kill-identity-'), 'mariadb'), await freePort())
 await other.init()
+const firstStart = Date.now()
 t.teardown(() => other.stop('SIGKILL'))
 
 /**
@@ -50,6 +51,10 @@ t.test('a kill whose connection reaches another server is not sent: the error sa
 t.test('a kill after the server restarted is not sent: the thread ended with the old process, and the statement is settled', async (t) => {
   // Thread ids well past those a fresh server gives its first connections.
   for (let i = 0; i < 30; i++) await other.ping()
+  // Starts are read in whole seconds, and two reads of one may straddle a second; a start within
+  // a second of the last reads as the same start (and, with ids below the thread's, as another
+  // server: no kill, may still run). The restart below comes well past that.
+  await sleep(Math.max(0, firstStart + 3000 - Date.now()))
   const proxy = await createProxy(other.port, { protocol: 'mysql' })
   const { outcome, kills } = await heldStatement(t, proxy, 8000, 30_000)
   // The server dies and comes back; the proxy passes its end on only after the statement's
