@@ -277,7 +277,7 @@ t.test('MySQL creates Leaf\'s table from sql/ on first start, for the replicas\'
   for (const name of REPLICAS) {
     const env = environment(name)
     t.same(parseJdbcUrl(env.LEAF_JDBC_URL ?? '', env.LEAF_JDBC_USERNAME ?? '', env.LEAF_JDBC_PASSWORD ?? ''), {
-      kind: 'mysql', host: 'mysql', port: 3306, database: db.MYSQL_DATABASE, user: db.MYSQL_USER, password: db.MYSQL_PASSWORD,
+      kind: 'mysql', hosts: [{ host: 'mysql', port: 3306 }], database: db.MYSQL_DATABASE, user: db.MYSQL_USER, password: db.MYSQL_PASSWORD,
     }, `${name} reaches the database the init scripts ran against`)
   }
 })
@@ -291,7 +291,7 @@ t.test('every variable the replicas get is a configuration key; both modes on; d
     t.same(Object.keys(env).filter((k) => !known.has(k)), [], `${name}: no unknown variable`)
     const { config } = loadConfig({ cwd: ROOT, env })
     t.match(config, {
-      segment: { enabled: true, store: { kind: 'mysql', host: 'mysql' } },
+      segment: { enabled: true, store: { kind: 'mysql', hosts: [{ host: 'mysql' }] } },
       snowflake: { enabled: true, zkAddress: 'zookeeper:2181' },
     }, `${name}: both modes, on the stack's MySQL and ZooKeeper`)
     identities.add(`${config.snowflake.ip}:${config.snowflake.port}`)
@@ -439,8 +439,8 @@ t.test('leaf1\'s environment, on the local MariaDB and ZooKeeper: both routes, h
   // What /docker-entrypoint-initdb.d does on the first start (the script is idempotent).
   const store = parseJdbcUrl(localEnv.LEAF_JDBC_URL, localEnv.LEAF_JDBC_USERNAME, localEnv.LEAF_JDBC_PASSWORD)
   if (store.kind !== 'mysql') throw new Error('not a MySQL URL')
-  const { host, port, user, password, database } = store
-  const conn = await mysql.createConnection({ host, port, user, password, database, multipleStatements: true })
+  const { hosts: [db], user, password, database } = store
+  const conn = await mysql.createConnection({ host: db?.host, port: db?.port, user, password, database, multipleStatements: true })
   await conn.query(read('sql/leaf_alloc.sql'))
   await conn.end()
 

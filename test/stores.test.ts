@@ -17,6 +17,11 @@ import { createTestDatabase } from './helpers/mysql.js'
 const MYSQL_OPTIONS = { connectTimeoutMs: 2000, poolSize: 4, queryTimeoutMs: 2000 }
 const BEYOND_2_53 = 2n ** 53n - 10n
 
+/** An allocation without the store's identity (stores that can tell add it). */
+function rangeOf (a: Allocation | undefined): Omit<Allocation, 'store'> | undefined {
+  return a === undefined ? undefined : { key: a.key, maxId: a.maxId, step: a.step }
+}
+
 interface StoreCase {
   name: string
   open (): Promise<{ store: SegmentStore, setMaxId (key: string, maxId: bigint): Promise<void>, insert (key: string, step: number): Promise<void> }>
@@ -72,10 +77,29 @@ for (const c of cases) {
       await t.resolves(store.ping())
     })
 
+    t.test('raiseMaxId puts max_id at least at a value, never lower; identity names who answers, as each allocation does', async (t) => {
+      await insert('raise', 10)
+      await setMaxId('raise', 500n)
+      t.equal(await store.raiseMaxId('raise', 400n), true, 'the tag exists')
+      t.equal((await store.getTag('raise'))?.maxId, 500n, 'never lowered')
+      t.equal(await store.raiseMaxId('raise', 900n), true)
+      t.equal((await store.getTag('raise'))?.maxId, 900n, 'raised')
+      t.equal(await store.raiseMaxId('no-such-tag', 900n), false)
+      const identity = await store.identity()
+      const alloc = await store.allocate('raise')
+      if (c.name === 'SQLite') {
+        t.equal(identity, undefined, 'a file cannot tell')
+        t.equal(alloc?.store, undefined)
+      } else {
+        t.match(identity, /^.+:\d+ server_id \d+$/, 'where the server listens, and its server_id')
+        t.equal(alloc?.store, identity, 'the allocation names the same server')
+      }
+    })
+
     t.test('allocate moves max_id by the table step, or by an adapted one while the table step is the one it came from', async (t) => {
-      t.same(await store.allocate('order'), { key: 'order', maxId: 2001n, step: 2000 })
-      t.same(await store.allocate('order', { step: 500, tableStep: 2000 }), { key: 'order', maxId: 2501n, step: 2000 })
-      t.same(await store.allocate('order', { step: 500, tableStep: 10 }), { key: 'order', maxId: 4501n, step: 2000 }, 'the table step changed since: the table step')
+      t.same(rangeOf(await store.allocate('order')), { key: 'order', maxId: 2001n, step: 2000 })
+      t.same(rangeOf(await store.allocate('order', { step: 500, tableStep: 2000 })), { key: 'order', maxId: 2501n, step: 2000 })
+      t.same(rangeOf(await store.allocate('order', { step: 500, tableStep: 10 })), { key: 'order', maxId: 4501n, step: 2000 }, 'the table step changed since: the table step')
       t.equal(await store.allocate('missing'), undefined)
     })
 
@@ -131,7 +155,7 @@ for (const c of cases) {
       t.equal(mine?.maxId, 11n)
       t.equal(await store.giveBack('give', 11n, 4n), true, 'max_id is still our end: IDs 4..10 return')
       t.equal(await maxIdOf(store, 'give'), 4n)
-      t.same(await store.allocate('give'), { key: 'give', maxId: 14n, step: 10 }, 'the next reservation starts at the first returned ID')
+      t.same(rangeOf(await store.allocate('give')), { key: 'give', maxId: 14n, step: 10 }, 'the next reservation starts at the first returned ID')
       await store.allocate('give') // another instance: [14, 24)
       t.equal(await store.giveBack('give', 14n, 5n), false, 'someone reserved since: nothing moves')
       t.equal(await maxIdOf(store, 'give'), 24n)
@@ -173,7 +197,7 @@ for (const c of cases) {
       await t.rejects(store.allocate('top', { step: 20, tableStep: 10 }), IdSpaceEnded)
       const row = (await store.getAllRows()).find((r) => r.key === 'top')
       t.equal(row?.maxId, 2n ** 63n - 5n, 'max_id untouched')
-      t.same(await store.allocate('order'), { key: 'order', maxId: 6501n, step: 2000 }, 'the store still works afterwards')
+      t.same(rangeOf(await store.allocate('order')), { key: 'order', maxId: 6501n, step: 2000 }, 'the store still works afterwards')
     })
   })
 }

@@ -24,6 +24,8 @@ export interface Config {
     queryTimeoutMs: number
     waitTimeoutMs: number
     refreshIntervalMs: number
+    /** leaf.segment.failover-hold-ms, resolved: max-id-guard.ts. */
+    failoverHoldMs: number
     bufferSeconds: number
     maxBufferedSegments: number
     /** The warm-start file's path; undefined: no warm start. */
@@ -145,6 +147,7 @@ function toConfig (p: ParsedConfig, now: number): Config {
       queryTimeoutMs: p['leaf.jdbc.query-timeout-ms'],
       waitTimeoutMs: p['leaf.segment.wait-timeout-ms'],
       refreshIntervalMs: p['leaf.segment.refresh-interval-ms'],
+      failoverHoldMs: p['leaf.segment.failover-hold-ms'] ?? 2 * p['leaf.segment.refresh-interval-ms'],
       bufferSeconds: p['leaf.segment.buffer-seconds'],
       maxBufferedSegments: p['leaf.segment.max-buffered-segments'],
       stateFile: stateFile(p),

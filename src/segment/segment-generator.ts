@@ -5,6 +5,7 @@ import { PRELOAD_USED_FRACTION, Segment, SegmentBuffer, type Id } from './segmen
 import { IdSpaceEnded, type Allocation, type SegmentStore, type UnusedRange } from './store.js'
 import { settlesWithin, sleep, withTimeout } from '../timers.js'
 import { createLogThrottle } from '../log-throttle.js'
+import { AllocationHeld, type MaxIdGuard } from './max-id-guard.js'
 
 export type { Id } from './segment-buffer.js'
 
@@ -61,6 +62,8 @@ export interface SegmentGeneratorOptions {
   handover?: { claimFrom: string | undefined, parkAs: string }
   /** How often rates are sampled (ms); tests shorten it. */
   rateSampleMs?: number
+  /** Refuses ranges from a store that went back (a failover); undefined: every range is served. */
+  guard?: MaxIdGuard
 }
 
 /** What shutdown() did for one tag. */
@@ -172,6 +175,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     onGiveBack,
     rateSampleMs = RATE_SAMPLE_MS,
     handover,
+    guard,
   } = options
   const buffers = new Map<string, SegmentBuffer>()
   // A database that stays down fails a load per tag per backoff, and the tag list every
@@ -416,6 +420,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         return
       }
     }
+    const epoch = guard === undefined ? 0 : await guard.beforeAllocate()
     if (!buf.initOk || buf.updateTimestamp === 0) {
       alloc = await allocate()
     } else {
@@ -441,6 +446,10 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       logger.warn({ key: buf.key }, 'tag no longer in leaf_alloc: dropped')
       return
     }
+    const reserved = nextStep ?? alloc.step
+    if (guard !== undefined && !await guard.admit(buf.key, alloc.maxId - BigInt(reserved), alloc.maxId, alloc.store, epoch)) {
+      throw new AllocationHeld(`the range below ${alloc.maxId} of "${buf.key}" is not served: the store failed over (see /readyz)`)
+    }
     // (A tag whose serving shutdown() stopped has initOk off but keeps its chain: append.)
     if (!buf.initOk && buf.segments.length === 0) {
       buf.step = alloc.step
@@ -453,7 +462,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     }
     // The second load (table step) starts the step clock; later ones use the adapted step.
     buf.updateTimestamp = clock()
-    buf.step = nextStep ?? alloc.step
+    buf.step = reserved
     buf.minStep = alloc.step
     buf.segments.push(new Segment(alloc.maxId, buf.step))
     plan(buf)
@@ -486,6 +495,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       try {
         if (await withTimeout(store.giveBack(buf.key, last.max, firstUnused), timeLeft(), 'no answer in time')) {
           result.returned = last.max - firstUnused
+          guard?.gaveBack(buf.key, last.max, firstUnused)
           keep = i
         } else {
           reasons.push('another instance reserved a segment since')
@@ -536,6 +546,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     }
     if (added.length > 0 || removed.length > 0) logger.info({ added, removed }, 'segment tags refreshed')
     initialized = true
+    // Every refresh looks at who answers too: a peer that allocates nothing still sees a failover.
+    await guard?.checkStore()
   }
 
   function scheduleRefresh (delayMs: number): void {

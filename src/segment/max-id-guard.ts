@@ -1,0 +1,173 @@
+import type { Logger } from '../logger.js'
+import type { SegmentStore } from './store.js'
+
+// A `max_id` that went backwards. An async replica promoted after its primary died lacks the
+// allocations it never received: its rows are behind ranges instances already served, and
+// the next allocation would hand one out again. No store can tell; the instances can:
+// - each keeps, per tag, the highest max_id it ever received (its mark), in memory and in
+//   the warm-start file, and the identity of the store that answered (stores/mysql-pool.ts:
+//   a server, or a Galera cluster);
+// - an allocation whose range starts below the tag's mark, or that a store of another
+//   identity answered, is never served. The instance then pushes every mark it holds into
+//   the table (`max_id = GREATEST(max_id, mark)`), and holds all allocations for `holdMs`
+//   (leaf.segment.failover-hold-ms), serving the buffer it holds meanwhile;
+// - every refresh of the tag list reads the store's identity too, so an instance that
+//   allocates nothing still sees the change within a refresh interval, and pushes its
+//   marks. The hold, two refresh intervals by default, outlasts that: when it ends, every
+//   live peer has pushed, and the rows are above every range a live instance served.
+// docs/production.md walks through the interleavings, and what stays open: ranges served only
+// by instances that were dead during the failover.
+
+export interface Regression {
+  cause: 'store changed' | 'max_id went back'
+  /** The tag whose allocation showed it; none when a refresh saw the store change. */
+  key?: string
+  from?: string
+  to?: string
+  /** IDs between the range's start and the tag's mark (max_id went back). */
+  gap?: bigint
+  at: Date
+}
+
+/** What the warm-start file keeps of the guard. */
+export interface GuardState {
+  store?: string
+  /** Tag -> highest max_id received, as a decimal string. */
+  marks: Record<string, string>
+}
+
+export interface GuardView {
+  /** ms of the hold left; 0 when none. */
+  holdingMs: number
+  /** Tags whose mark is still to be pushed into the table. */
+  raisesOwed: number
+  regressions: number
+  last?: Regression
+  store?: string
+}
+
+export interface MaxIdGuardOptions {
+  store: Pick<SegmentStore, 'raiseMaxId' | 'identity'>
+  logger: Logger
+  holdMs: number
+  monotonic: () => number
+  saved?: GuardState
+  onRegression?: (r: Regression) => void
+}
+
+/** An allocation refused: the caller's load fails, and is retried after its backoff. */
+export class AllocationHeld extends Error {
+  constructor (message: string) {
+    super(message)
+    this.name = 'AllocationHeld'
+  }
+}
+
+/** Pushes at once: a few, so that thousands of tags do not take every pool connection. */
+const RAISE_CONCURRENCY = 4
+
+export interface MaxIdGuard {
+  /**
+   * Before an allocation: pushes marks still owed, and rejects (AllocationHeld) while any is,
+   * or while the hold lasts. Resolves the epoch to hand to admit().
+   */
+  beforeAllocate (): Promise<number>
+  /** Whether the allocated range `[first, end)` may be served; false starts (or extends) a hold. */
+  admit (key: string, first: bigint, end: bigint, store: string | undefined, epoch: number): Promise<boolean>
+  /** At each refresh: a store of another identity starts a hold. */
+  checkStore (): Promise<void>
+  /** A give-back put max_id back from `end` to `firstUnused`: the mark follows. */
+  gaveBack (key: string, end: bigint, firstUnused: bigint): void
+  state (): GuardState
+  view (): GuardView
+}
+
+export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
+  const { store, logger, holdMs, monotonic, onRegression } = options
+  const marks = new Map<string, bigint>()
+  for (const [key, mark] of Object.entries(options.saved?.marks ?? {})) {
+    if (/^\d+$/.test(mark)) marks.set(key, BigInt(mark))
+  }
+  let known = options.saved?.store
+  let holdUntil = 0
+  /** Counts regressions: an allocation asked for before one is not served after it. */
+  let epoch = 0
+  let last: Regression | undefined
+  const owed = new Set<string>()
+  let pushing: Promise<void> | undefined
+
+  async function pushMarks (): Promise<void> {
+    pushing ??= (async () => {
+      const keys = [...owed]
+      for (let i = 0; i < keys.length; i += RAISE_CONCURRENCY) {
+        await Promise.all(keys.slice(i, i + RAISE_CONCURRENCY).map(async (key) => {
+          const mark = marks.get(key)
+          if (mark === undefined) return owed.delete(key)
+          try {
+            await store.raiseMaxId(key, mark)
+            owed.delete(key)
+          } catch (err) {
+            logger.warn({ key, mark: String(mark), err: (err as Error).message }, 'max_id not raised yet: retried before the next allocation')
+          }
+        }))
+      }
+    })().finally(() => { pushing = undefined })
+    await pushing
+  }
+
+  async function regressed (r: Omit<Regression, 'at'>): Promise<void> {
+    const event: Regression = { ...r, at: new Date() }
+    if (r.to !== undefined) known = r.to
+    epoch++
+    holdUntil = monotonic() + holdMs
+    last = event
+    for (const key of marks.keys()) owed.add(key)
+    logger.error({ cause: r.cause, key: r.key, from: r.from, to: r.to, gap: r.gap === undefined ? undefined : String(r.gap), holdMs, marks: marks.size },
+      'segment store failover: max_id may be behind IDs already served; raising every tag above them and holding allocations')
+    onRegression?.(event)
+    await pushMarks()
+  }
+
+  return {
+    async beforeAllocate () {
+      if (owed.size > 0) await pushMarks()
+      if (owed.size > 0) throw new AllocationHeld(`${owed.size} tag(s) still to be raised above the IDs served before the store failover`)
+      const left = holdUntil - monotonic()
+      if (left > 0) throw new AllocationHeld(`allocations held for ${Math.ceil(left)} ms more after a store failover, for every instance to raise max_id above what it served`)
+      return epoch
+    },
+    async admit (key, first, end, from, asked) {
+      if (asked !== epoch) return false
+      const mark = marks.get(key)
+      const changed = from !== undefined && known !== undefined && from !== known
+      if (changed || (mark !== undefined && first < mark)) {
+        await regressed({
+          cause: changed ? 'store changed' : 'max_id went back',
+          key,
+          from: known,
+          to: from,
+          ...(mark !== undefined && first < mark ? { gap: mark - first } : {}),
+        })
+        return false
+      }
+      if (from !== undefined) known = from
+      if (mark === undefined || end > mark) marks.set(key, end)
+      return true
+    },
+    async checkStore () {
+      const now = await store.identity()
+      if (now === undefined) return
+      if (known !== undefined && now !== known) await regressed({ cause: 'store changed', from: known, to: now })
+      known = now
+    },
+    gaveBack (key, end, firstUnused) {
+      if (marks.get(key) === end) marks.set(key, firstUnused)
+    },
+    state () {
+      return { ...(known === undefined ? {} : { store: known }), marks: Object.fromEntries([...marks].map(([k, v]) => [k, String(v)])) }
+    },
+    view () {
+      return { holdingMs: Math.max(0, Math.ceil(holdUntil - monotonic())), raisesOwed: owed.size, regressions: epoch, ...(last === undefined ? {} : { last }), ...(known === undefined ? {} : { store: known }) }
+    },
+  }
+}

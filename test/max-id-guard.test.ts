@@ -1,0 +1,153 @@
+import t from 'tap'
+import { AllocationHeld, createMaxIdGuard, type MaxIdGuard, type Regression } from '../src/segment/max-id-guard.js'
+import { createSegmentGenerator, type Id, type SegmentGenerator } from '../src/segment/segment-generator.js'
+import { FakeStore } from './helpers/fake-store.js'
+import { captureLogger, silentLogger } from './helpers/logger.js'
+
+// The max_id guard (src/segment/max-id-guard.ts) against an in-memory table whose rows can be
+// put back, as a promoted replica that missed the last allocations puts them back. The real
+// promotion, with MariaDB replication, is test/replica-promotion.test.ts.
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** One instance: a generator over `store` with a guard holding `holdMs`. */
+function instance (store: FakeStore, holdMs: number, saved?: ReturnType<MaxIdGuard['state']>) {
+  const regressions: Regression[] = []
+  const { logger, lines } = captureLogger()
+  const guard = createMaxIdGuard({ store, logger, holdMs, monotonic: () => performance.now(), saved, onRegression: (r) => regressions.push(r) })
+  const generator = createSegmentGenerator({
+    store, logger, guard, waitTimeoutMs: 300, refreshIntervalMs: 60_000, retryMinMs: 5, retryMaxMs: 20, maxBufferedSegments: 2,
+  })
+  return { guard, generator, regressions, lines }
+}
+
+async function take (generator: SegmentGenerator, key: string, n: number): Promise<bigint[]> {
+  const ids: bigint[] = []
+  for (let i = 0; i < n; i++) ids.push(BigInt(await generator.next(key) as Id))
+  return ids
+}
+
+/** The rows as they are now, to put back later (the replica that stopped applying). */
+function snapshot (store: FakeStore): FakeStore['rows'] {
+  return new Map([...store.rows].map(([k, r]) => [k, { ...r }]))
+}
+
+t.test('a range below what this instance served is never served: every tag is raised, allocations held, the buffer serves on', async (t) => {
+  const store = new FakeStore({ order: { step: 10 }, user: { step: 10 } })
+  store.storeId = 'primary'
+  const a = instance(store, 800)
+  await a.generator.init()
+  const before = await take(a.generator, 'order', 10)
+  await take(a.generator, 'user', 3)
+  const lagged = snapshot(store)
+  // Served past what the replica has: ranges [11, 21) and more of order.
+  before.push(...await take(a.generator, 'order', 12))
+  await sleep(10)
+  store.rows = lagged
+  const held = a.generator.views().find((v) => v.key === 'order')?.buffered ?? 0
+  // The next load of order comes back below its mark: refused.
+  const served = [...before]
+  while (served.length < before.length + held) served.push(BigInt(await a.generator.next('order') as Id))
+  t.equal(a.regressions.length, 1, 'one regression seen')
+  t.match(a.regressions[0], { cause: 'max_id went back', key: 'order' })
+  t.ok((a.regressions[0]?.gap ?? 0n) > 0n, 'the gap is told')
+  t.match(store.raised, [{ key: 'order' }, { key: 'user' }].sort(() => 0), 'every tag with a mark is raised')
+  t.ok((store.rows.get('order')?.maxId ?? 0n) >= (before.at(-1) as bigint) + 1n, 'order\'s max_id is above every ID served')
+  t.ok(a.lines.some((l) => l.level === 50 && /segment store failover/.test(String(l.msg))), 'logged at error')
+  // Held: a caller that needs a new range gets SEGMENTS_NOT_READY, with the reason in the log.
+  const view = a.guard.view()
+  t.ok(view.holdingMs > 300 && view.holdingMs <= 800, `held past the wait timeout (${view.holdingMs} ms left)`)
+  await t.rejects(Promise.resolve().then(() => a.generator.next('order')), { code: 'SEGMENTS_NOT_READY' })
+  await sleep(view.holdingMs + 20)
+  const after = await take(a.generator, 'order', 25)
+  const all = [...served, ...after]
+  t.equal(new Set(all).size, all.length, `no ID twice (${all.length} IDs)`)
+  t.ok((after[0] as bigint) > (served.at(-1) as bigint), 'after the hold: above everything served before')
+  a.generator.close()
+})
+
+t.test('a peer that allocates nothing sees the store change at its refresh, and pushes its marks before the hold ends', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  store.storeId = 'primary'
+  const a = instance(store, 400)
+  const b = instance(store, 400)
+  await a.generator.init()
+  await b.generator.init()
+  const served: bigint[] = []
+  served.push(...await take(a.generator, 'order', 5))
+  const lagged = snapshot(store)
+  // B serves ranges the replica never gets.
+  served.push(...await take(b.generator, 'order', 25))
+  await sleep(10)
+  store.rows = lagged
+  store.storeId = 'replica'
+  // A allocates first: another store answers. It holds; B's refresh then sees the change.
+  const drainA = async () => { while (true) served.push(BigInt(await a.generator.next('order') as Id)) }
+  await drainA().catch((err: unknown) => t.match(err, { code: 'SEGMENTS_NOT_READY' }, 'A: held once its buffer is out'))
+  t.match(a.regressions, [{ cause: 'store changed', from: 'primary', to: 'replica' }])
+  await b.generator.refreshTags()
+  t.match(b.regressions, [{ cause: 'store changed', from: 'primary', to: 'replica' }], 'B saw it at its refresh')
+  t.ok((store.rows.get('order')?.maxId ?? 0n) > (served.reduce((x, y) => x > y ? x : y)), 'the row is above everything A and B served')
+  await sleep(450)
+  served.push(...await take(a.generator, 'order', 15), ...await take(b.generator, 'order', 15))
+  t.equal(new Set(served).size, served.length, `no ID twice across both (${served.length} IDs)`)
+  a.generator.close()
+  b.generator.close()
+})
+
+t.test('an allocation asked for before a regression is not served after it, even when it came back clean', async (t) => {
+  const store = new FakeStore({ order: { step: 10 }, user: { step: 10 } })
+  const guard = createMaxIdGuard({ store, logger: silentLogger, holdMs: 50, monotonic: () => performance.now() })
+  const epoch = await guard.beforeAllocate()
+  t.equal(await guard.admit('order', 1n, 11n, 'one', epoch), true, 'served: the first range')
+  t.equal(await guard.admit('user', 1n, 11n, 'two', epoch), false, 'another store: refused')
+  t.equal(await guard.admit('order', 11n, 21n, 'two', epoch), false, 'asked for before it: refused')
+  await t.rejects(guard.beforeAllocate(), AllocationHeld, 'held')
+  await sleep(60)
+  const next = await guard.beforeAllocate()
+  t.equal(await guard.admit('order', 21n, 31n, 'two', next), true, 'after the hold, the new store serves')
+  t.equal(await guard.admit('order', 25n, 35n, 'two', next), false, 'a range starting below the mark (31) is refused')
+})
+
+t.test('a raise that fails is retried before any allocation, which waits for it', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const guard = createMaxIdGuard({ store, logger: silentLogger, holdMs: 0, monotonic: () => performance.now() })
+  t.equal(await guard.admit('order', 1n, 11n, 'one', await guard.beforeAllocate()), true)
+  store.failing = true
+  t.equal(await guard.admit('order', 11n, 21n, 'two', 0), false)
+  t.equal(guard.view().raisesOwed, 1, 'owed')
+  await t.rejects(guard.beforeAllocate(), { name: 'AllocationHeld', message: /1 tag\(s\) still to be raised/ })
+  store.failing = false
+  t.equal(await guard.beforeAllocate(), 1, 'raised, then free to allocate')
+  t.equal(store.rows.get('order')?.maxId, 11n, 'max_id raised to the mark')
+})
+
+t.test('a give-back at a stop moves the mark back with max_id: the next life allocates there without a false alarm', async (t) => {
+  const store = new FakeStore({ order: { step: 100 } })
+  store.storeId = 'primary'
+  const a = instance(store, 1000)
+  await a.generator.init()
+  await take(a.generator, 'order', 5)
+  const { giveBacks } = await a.generator.shutdown(1000)
+  t.match(giveBacks, [{ key: 'order', returned: 95n }])
+  const state = a.guard.state()
+  t.same(state, { store: 'primary', marks: { order: '6' } }, 'the mark follows max_id back')
+  const next = instance(store, 1000, state)
+  await next.generator.init()
+  t.same(await take(next.generator, 'order', 2), [6n, 7n], 'the returned IDs serve at once')
+  t.equal(next.regressions.length, 0)
+  next.generator.close()
+})
+
+t.test('a saved state from another store: the first refresh holds and raises, before anything is allocated', async (t) => {
+  const store = new FakeStore({ order: { step: 10, maxId: 1n } })
+  store.storeId = 'restored'
+  const a = instance(store, 600, { store: 'primary', marks: { order: '5001', gone: 'x' } })
+  await a.generator.init()
+  t.match(a.regressions, [{ cause: 'store changed', from: 'primary', to: 'restored' }])
+  t.equal(store.rows.get('order')?.maxId, 5001n, 'raised to the saved mark')
+  await t.rejects(Promise.resolve().then(() => a.generator.next('order')), { code: 'SEGMENTS_NOT_READY' })
+  await sleep(a.guard.view().holdingMs + 20)
+  t.equal(await a.generator.next('order'), 5001, 'after the hold: above the mark')
+  a.generator.close()
+})
