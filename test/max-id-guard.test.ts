@@ -1,6 +1,10 @@
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import t from 'tap'
 import { AllocationHeld, createMaxIdGuard, type MaxIdGuard, type Regression } from '../src/segment/max-id-guard.js'
 import { createSegmentGenerator, type Id, type SegmentGenerator } from '../src/segment/segment-generator.js'
+import { readWarmState, writeWarmState } from '../src/segment/warm-state.js'
 import { FakeStore } from './helpers/fake-store.js'
 import { captureLogger, silentLogger } from './helpers/logger.js'
 
@@ -150,4 +154,38 @@ t.test('a saved state from another store: the first refresh holds and raises, be
   await sleep(a.guard.view().holdingMs + 20)
   t.equal(await a.generator.next('order'), 5001, 'after the hold: above the mark')
   a.generator.close()
+})
+
+t.test('a stop during the hold: the next life holds as long, and pushes its marks again before it allocates', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  let wall = 1_700_000_000_000
+  const first = createMaxIdGuard({ store, logger: silentLogger, holdMs: 5000, monotonic: () => performance.now(), clock: () => wall })
+  t.equal(await first.admit('order', 1n, 11n, 'one', await first.beforeAllocate()), true)
+  t.equal(await first.admit('order', 11n, 21n, 'two', 0), false, 'a failover')
+  const state = first.state()
+  t.match(state, { store: 'two', marks: { order: '11' } })
+  t.ok((state.heldUntil ?? 0) > wall + 4000, 'the hold\'s end is kept')
+  store.rows.set('order', { ...(store.rows.get('order') as NonNullable<ReturnType<typeof store.rows.get>>), maxId: 1n })
+  wall += 1000
+  const next = createMaxIdGuard({ store, logger: silentLogger, holdMs: 5000, monotonic: () => performance.now(), clock: () => wall, saved: state })
+  await t.rejects(next.beforeAllocate(), { name: 'AllocationHeld', message: /held for \d+ ms more/ }, 'still held in the next life')
+  t.ok(next.view().holdingMs > 3000 && next.view().holdingMs <= 4000, `for what was left (${next.view().holdingMs} ms)`)
+  t.equal(store.rows.get('order')?.maxId, 11n, 'its marks pushed again')
+  wall += 10_000
+  const later = createMaxIdGuard({ store, logger: silentLogger, holdMs: 5000, monotonic: () => performance.now(), clock: () => wall, saved: state })
+  t.equal(await later.beforeAllocate(), 0, 'a hold that ended while stopped: free once the marks are pushed')
+})
+
+t.test('the warm-start file keeps the guard\'s state; a malformed one is left out, the rest of the file read', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'leaf-guard-state-'))
+  const file = join(dir, 'state.json')
+  const guard = { store: 'server_id 1', marks: { order: '123456789012345678' }, heldUntil: 1_700_000_000_000 }
+  writeWarmState(file, { owner: 'me', tags: ['order'], guard })
+  t.same(readWarmState(file), { owner: 'me', tags: ['order'], guard }, 'written and read back whole')
+  writeWarmState(file, { owner: 'me', tags: [] })
+  t.same(readWarmState(file), { owner: 'me', tags: [] }, 'a file without one (an older version\'s)')
+  for (const bad of [{ marks: { order: '-1' } }, { marks: { order: 12 } }, { marks: {}, store: 3 }, { marks: {}, heldUntil: 'soon' }, 'x']) {
+    writeFileSync(file, JSON.stringify({ version: 1, savedAt: '', owner: 'me', tags: ['a'], guard: bad }))
+    t.same(readWarmState(file), { owner: 'me', tags: ['a'] }, `left out: ${JSON.stringify(bad)}`)
+  }
 })

@@ -34,6 +34,11 @@ export interface GuardState {
   store?: string
   /** Tag -> highest max_id received, as a decimal string. */
   marks: Record<string, string>
+  /**
+   * Set when the stop came during a hold, or with raises owed: the wall-clock ms the hold
+   * ends. The next life holds until then, and pushes its marks again first.
+   */
+  heldUntil?: number
 }
 
 export interface GuardView {
@@ -53,6 +58,8 @@ export interface MaxIdGuardOptions {
   monotonic: () => number
   saved?: GuardState
   onRegression?: (r: Regression) => void
+  /** Wall-clock ms, for a hold carried across a restart; injectable for tests. */
+  clock?: () => number
 }
 
 /** An allocation refused: the caller's load fails, and is retried after its backoff. */
@@ -83,7 +90,7 @@ export interface MaxIdGuard {
 }
 
 export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
-  const { store, logger, holdMs, monotonic, onRegression } = options
+  const { store, logger, holdMs, monotonic, onRegression, clock = Date.now } = options
   const marks = new Map<string, bigint>()
   for (const [key, mark] of Object.entries(options.saved?.marks ?? {})) {
     if (/^\d+$/.test(mark)) marks.set(key, BigInt(mark))
@@ -95,6 +102,13 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
   let last: Regression | undefined
   const owed = new Set<string>()
   let pushing: Promise<void> | undefined
+  // A stop during a hold: the peers may not have pushed yet, so this life holds as long, and
+  // pushes its own marks again (a raise is idempotent).
+  const heldUntil = options.saved?.heldUntil
+  if (typeof heldUntil === 'number') {
+    holdUntil = monotonic() + Math.max(0, heldUntil - clock())
+    for (const key of marks.keys()) owed.add(key)
+  }
 
   async function pushMarks (): Promise<void> {
     pushing ??= (async () => {
@@ -164,7 +178,12 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
       if (marks.get(key) === end) marks.set(key, firstUnused)
     },
     state () {
-      return { ...(known === undefined ? {} : { store: known }), marks: Object.fromEntries([...marks].map(([k, v]) => [k, String(v)])) }
+      const left = holdUntil - monotonic()
+      return {
+        ...(known === undefined ? {} : { store: known }),
+        marks: Object.fromEntries([...marks].map(([k, v]) => [k, String(v)])),
+        ...(left > 0 || owed.size > 0 ? { heldUntil: clock() + Math.max(left, 0) } : {}),
+      }
     },
     view () {
       return { holdingMs: Math.max(0, Math.ceil(holdUntil - monotonic())), raisesOwed: owed.size, regressions: epoch, ...(last === undefined ? {} : { last }), ...(known === undefined ? {} : { store: known }) }

@@ -64,11 +64,13 @@ export interface ServerIdentity {
 
 /**
  * What holds the `leaf_alloc` rows an allocation moved: a Galera cluster (any of its nodes),
- * else one server, named by where it listens and its server_id. A change of it is a failover:
- * the new store may be behind (segment/max-id-guard.ts).
+ * else one server, named by its server_id, which replication needs to differ between a primary
+ * and its replicas. A change of it is a failover: the new store may be behind
+ * (segment/max-id-guard.ts). Not the host name: a container re-created on the same data gets a
+ * new one.
  */
 export function storeIdOf (server: ServerIdentity): string {
-  return server.cluster === undefined ? `${server.host}:${server.port} server_id ${server.serverId}` : `galera cluster ${server.cluster}`
+  return server.cluster === undefined ? `server_id ${server.serverId}` : `galera cluster ${server.cluster}`
 }
 
 /** TIMESTAMP columns in UTC, as mysql2 is told to read them. */
