@@ -4,6 +4,7 @@ import { checkReadiness } from '../modes/readiness.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
 import type { LeaseSource } from '../snowflake/worker-id/worker-lease.js'
+import type { Regression } from '../segment/max-id-guard.js'
 
 /** Snowflake keys are the caller's choice: past this many distinct keys, count under `_other`. */
 export const MAX_SNOWFLAKE_KEYS = 100
@@ -15,6 +16,7 @@ const ZOOKEEPER_SOURCES: ReadonlySet<LeaseSource> = new Set(['zookeeper', 'cache
  * appears at its first increment hides that increment, or that whole burst, from increase().
  */
 const ALERTED_ERRORS = { segment: ['SEGMENTS_NOT_READY'], snowflake: ['CLOCK_BACKWARDS'] } as const
+const REGRESSION_CAUSES: readonly Regression['cause'][] = ['store changed', 'max_id went back']
 
 export interface Metrics {
   registry: Registry
@@ -289,6 +291,8 @@ export function createMetrics (): Metrics {
     },
     watch (m) {
       modes = m
+      // 0 from the start: LeafSegmentStoreFailover reads increase() of it (see ALERTED_ERRORS).
+      if (m.segment !== undefined) for (const cause of REGRESSION_CAUSES) regressions.labels({ cause }).inc(0)
       for (const mode of ['segment', 'snowflake'] as const) {
         if (m[mode] !== undefined) for (const code of ALERTED_ERRORS[mode]) errorChild(mode, code)
       }
