@@ -9,7 +9,7 @@ import { parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { createSegmentGenerator } from '../src/segment/segment-generator.js'
 import { IdSpaceEnded, type Allocation, type SegmentStore } from '../src/segment/store.js'
 import { createStore } from '../src/segment/stores/create-store.js'
-import { MYSQL_PARKED_DDL } from '../src/segment/stores/mysql-store.js'
+import { MYSQL_PARKED_DDL, describeTopology } from '../src/segment/stores/mysql-store.js'
 import { createSqliteStore } from '../src/segment/stores/sqlite-store.js'
 import { silentLogger } from './helpers/logger.js'
 import { createTestDatabase } from './helpers/mysql.js'
@@ -347,4 +347,19 @@ t.test('SQLite: a caller waits out another handle\'s write lock without the even
 t.test('leaf_alloc_parked as the MySQL store makes it is sql/leaf_alloc_parked.sql', async (t) => {
   const shipped = readFileSync(new URL('../sql/leaf_alloc_parked.sql', import.meta.url), 'utf8')
   t.ok(shipped.includes(`${MYSQL_PARKED_DDL};\n`), 'the same CREATE TABLE statement')
+})
+
+t.test('the start\'s line on the store\'s replication: what a failover of each topology costs', async (t) => {
+  const m = (o: Record<string, string>) => new Map(Object.entries(o))
+  t.match(describeTopology(m({ wsrep_on: 'ON' }), m({ wsrep_cluster_size: '3' })), /^Galera cluster of 3 node\(s\): .*conflicts between nodes are repeated at once$/)
+  t.match(describeTopology(m({ rpl_semi_sync_master_enabled: 'ON', rpl_semi_sync_master_wait_point: 'AFTER_SYNC', log_bin: 'ON' }), m({ rpl_semi_sync_master_clients: '1' })),
+    /^semi-synchronous replication \(AFTER_SYNC, 1 replica\(s\) acknowledging\): a promoted replica holds every allocation/)
+  t.match(describeTopology(m({ rpl_semi_sync_master_enabled: 'ON', log_bin: 'ON' }), m({})), /^semi-synchronous replication \(AFTER_COMMIT, \? replica\(s\) acknowledging\): a promotion may lose allocations already served; the max_id guard catches them/)
+  t.match(describeTopology(m({ log_bin: 'ON' }), m({ slaves_connected: '2' })), /^asynchronous replication possible \(binary log on, 2 replica\(s\) connected\): a promotion may lose the last allocations/)
+  t.equal(describeTopology(m({ wsrep_on: 'OFF', log_bin: 'OFF' }), m({})), 'a single server, no binary log: no replica to fail over to')
+  const db = await createTestDatabase()
+  const store = createStore(parseJdbcUrl(db.jdbc.url, db.jdbc.username, db.jdbc.password), MYSQL_OPTIONS)
+  t.teardown(async () => { await store.close(); await db.drop() })
+  const [variables] = await db.query<{ Value: string }[]>("SHOW GLOBAL VARIABLES LIKE 'log_bin'")
+  t.match(await store.topology?.(), variables?.Value === 'ON' ? /^asynchronous replication possible/ : /^a single server, no binary log/, 'read off the suite\'s MariaDB')
 })

@@ -1,7 +1,7 @@
 import type { MysqlHost } from '../../config/jdbc-url.js'
 import { describeCause } from '../../driver-errors.js'
 import type { Logger } from '../../logger.js'
-import { createServerRunner, ER_READ_ONLY, ER_WSREP_NOT_READY, type Answer, type MysqlRunner, type ServerOptions } from './mysql-pool.js'
+import { createServerRunner, ER_READ_ONLY, ER_WSREP_NOT_READY, type Answer, type MysqlRunner, type ServerOptions, type Statement } from './mysql-pool.js'
 
 // The hosts of leaf.jdbc.url, Connector/J's failover list: one mysql2 pool per host
 // (mysql-pool.ts), statements through the one in use. mysql2's PoolCluster would pick a host
@@ -81,7 +81,7 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
     current = i
   }
 
-  async function query<T> (sql: string, values?: unknown[]): Promise<Answer<T>> {
+  async function query<T> (sql: string | readonly Statement[], values?: unknown[]): Promise<Answer<T>> {
     let last: unknown
     for (const i of candidates()) {
       try {
@@ -101,7 +101,7 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
 
   return {
     query,
-    async run<T> (sql: string, values?: unknown[]) {
+    async run<T> (sql: string | readonly Statement[], values?: unknown[]) {
       return (await query<T>(sql, values)).result
     },
     async close () {

@@ -1,6 +1,6 @@
 import type { RowDataPacket, ResultSetHeader } from 'mysql2/promise'
 import { createMysqlRunner, type MysqlOptions } from './mysql-hosts.js'
-import { storeIdOf } from './mysql-pool.js'
+import { storeIdOf, type Statement } from './mysql-pool.js'
 import { sleep } from '../../timers.js'
 import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type UnusedRange } from '../store.js'
 
@@ -26,15 +26,21 @@ export const ALLOCATE_RETRIES = 5
 const RETRY_BASE_MS = 10
 
 // Java Leaf's statements (LEAF-REFERENCE.md), each reservation as one transaction. They are
-// sent as one multi-statement round trip, so a slow network costs one delay per segment.
-// `step > 0`: a hand-edited step of 0 or less must not move max_id (the generator refuses it).
-const ALLOCATE_BY_TABLE_STEP =
-  'START TRANSACTION; UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ? AND step > 0; ' +
-  'SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?; COMMIT'
-// Leaf's custom step, unless the table's step is no longer the one it was adapted from.
-const ALLOCATE_BY_ADAPTED_STEP =
-  'START TRANSACTION; UPDATE leaf_alloc SET max_id = max_id + IF(step = ?, ?, step) WHERE biz_tag = ? AND step > 0; ' +
-  'SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?; COMMIT'
+// sent as one multi-statement round trip, so a slow network costs one delay per segment (one
+// per statement on Galera: mysql-pool.ts's transaction()).
+// `step > 0`: a hand-edited step of 0 or less must not move max_id (the generator refuses it);
+// with an adapted step, Leaf's custom step, unless the table's step is no longer the one it was
+// adapted from.
+function allocateStatements (key: string, adapted: AdaptedStep | undefined): Statement[] {
+  return [
+    { sql: 'START TRANSACTION' },
+    adapted === undefined
+      ? { sql: 'UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ? AND step > 0', values: [key] }
+      : { sql: 'UPDATE leaf_alloc SET max_id = max_id + IF(step = ?, ?, step) WHERE biz_tag = ? AND step > 0', values: [adapted.tableStep, adapted.step, key] },
+    { sql: 'SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?', values: [key] },
+    { sql: 'COMMIT' },
+  ]
+}
 
 /** The MySQL DDL, as shipped in sql/leaf_alloc_parked.sql (test/stores.test.ts compares them). */
 export const MYSQL_PARKED_DDL = `CREATE TABLE IF NOT EXISTS \`leaf_alloc_parked\` (
@@ -49,11 +55,17 @@ export const MYSQL_PARKED_DDL = `CREATE TABLE IF NOT EXISTS \`leaf_alloc_parked\
 
 // The owner's rows, locked, and every row of the owner and every too old one of the tag
 // deleted, in one transaction: a second claimer waits for the lock, then finds nothing.
-const CLAIM_PARKED =
-  'START TRANSACTION; ' +
-  'SELECT first_id, end_id, parked_at >= NOW(3) - INTERVAL ? MICROSECOND AS fresh FROM leaf_alloc_parked ' +
-  'WHERE biz_tag = ? AND owner = ? ORDER BY first_id FOR UPDATE; ' +
-  'DELETE FROM leaf_alloc_parked WHERE biz_tag = ? AND (owner = ? OR parked_at < NOW(3) - INTERVAL ? MICROSECOND); COMMIT'
+function claimParkedStatements (key: string, owner: string, micros: number): Statement[] {
+  return [
+    { sql: 'START TRANSACTION' },
+    {
+      sql: 'SELECT first_id, end_id, parked_at >= NOW(3) - INTERVAL ? MICROSECOND AS fresh FROM leaf_alloc_parked WHERE biz_tag = ? AND owner = ? ORDER BY first_id FOR UPDATE',
+      values: [micros, key, owner],
+    },
+    { sql: 'DELETE FROM leaf_alloc_parked WHERE biz_tag = ? AND (owner = ? OR parked_at < NOW(3) - INTERVAL ? MICROSECOND)', values: [key, owner, micros] },
+    { sql: 'COMMIT' },
+  ]
+}
 
 const ER_NO_SUCH_TABLE = 1146
 // A table the user may not read, write or delete from (a DBA made it with fewer grants):
@@ -142,9 +154,7 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
   async function allocateOnce (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined> {
     let answer: Awaited<ReturnType<typeof query<unknown[]>>>
     try {
-      answer = adapted === undefined
-        ? await query<unknown[]>(ALLOCATE_BY_TABLE_STEP, [key, key])
-        : await query<unknown[]>(ALLOCATE_BY_ADAPTED_STEP, [adapted.tableStep, adapted.step, key, key])
+      answer = await query<unknown[]>(allocateStatements(key, adapted))
     } catch (err) {
       if ((err as { errno?: number }).errno === ER_DATA_OUT_OF_RANGE) throw new IdSpaceEnded(key)
       throw err
@@ -187,7 +197,7 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
     },
     async claimParked (key, owner, maxAgeMs) {
       const micros = maxAgeMs * 1000
-      const results = await onParkedTable(() => run<unknown[]>(CLAIM_PARKED, [micros, key, owner, key, owner, micros]))
+      const results = await onParkedTable(() => run<unknown[]>(claimParkedStatements(key, owner, micros)))
       if (results === undefined) return undefined
       const rows = (results as [ResultSetHeader, RowDataPacket[]])[1]
       return rows.filter((r) => Number(r.fresh) === 1).map((r): UnusedRange => ({ first: BigInt(r.first_id), end: BigInt(r.end_id) }))
