@@ -5,6 +5,7 @@ import t from 'tap'
 import { AllocationHeld, createMaxIdGuard, type MaxIdGuard, type Regression } from '../src/segment/max-id-guard.js'
 import { createSegmentGenerator, type Id, type SegmentGenerator } from '../src/segment/segment-generator.js'
 import { readWarmState, writeWarmState } from '../src/segment/warm-state.js'
+import { checkReadiness } from '../src/modes/readiness.js'
 import { FakeStore } from './helpers/fake-store.js'
 import { captureLogger, silentLogger } from './helpers/logger.js'
 
@@ -188,4 +189,34 @@ t.test('the warm-start file keeps the guard\'s state; a malformed one is left ou
     writeFileSync(file, JSON.stringify({ version: 1, savedAt: '', owner: 'me', tags: ['a'], guard: bad }))
     t.same(readWarmState(file), { owner: 'me', tags: ['a'] }, `left out: ${JSON.stringify(bad)}`)
   }
+})
+
+t.test('/readyz says a failover holds allocations: ready while the buffer serves, not once a tag has none left', async (t) => {
+  const store = new FakeStore({ order: { step: 5 } })
+  store.storeId = 'primary'
+  const a = instance(store, 5000)
+  await a.generator.init()
+  await take(a.generator, 'order', 2)
+  const mode = { store, generator: a.generator, guard: a.guard, close: async () => {} }
+  t.same(await checkReadiness({ segment: mode, snowflake: undefined }), { ready: true, modes: { segment: { ready: true } } })
+  store.storeId = 'replica'
+  await a.generator.refreshTags()
+  t.match(await checkReadiness({ segment: mode, snowflake: undefined }), {
+    ready: true,
+    modes: { segment: { ready: true, reason: /^store failover \(store changed, now replica\): new allocations held for \d+ s more; serving buffered IDs$/ } },
+  })
+  // What it holds is served; then nothing, during the hold.
+  await t.rejects((async () => { while (true) await a.generator.next('order') })(), { code: 'SEGMENTS_NOT_READY' })
+  t.match(await checkReadiness({ segment: mode, snowflake: undefined }), {
+    ready: false,
+    modes: { segment: { ready: false, reason: /held for \d+ s more, and 1 tag\(s\) have no buffered IDs left: order$/ } },
+  })
+  store.failing = true
+  const owedGuard = createMaxIdGuard({ store, logger: silentLogger, holdMs: 0, monotonic: () => performance.now() })
+  t.equal(await owedGuard.admit('order', 1n, 6n, 'replica', 0), true)
+  t.equal(await owedGuard.admit('order', 6n, 11n, 'other', 0), false)
+  t.match(await checkReadiness({ segment: { ...mode, guard: owedGuard }, snowflake: undefined }), {
+    modes: { segment: { reason: /^store failover \(store changed at "order", now other\): 1 tag\(s\) still to be raised above the IDs served, new allocations held/ } },
+  })
+  a.generator.close()
 })

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { BACKOFF_MAX_MS, createMysqlRunner } from '../src/segment/stores/mysql-hosts.js'
+import { BACKOFF_MAX_MS, createMysqlRunner, hostFailed } from '../src/segment/stores/mysql-hosts.js'
 import { createMysqlStore } from '../src/segment/stores/mysql-store.js'
 import { PrivateMariaDb } from './fault/services.js'
 import { tempDir } from './helpers/config.js'
@@ -120,4 +120,13 @@ t.test('a read-only server is never written through, even by a user read_only do
   t.same(await replica.query("SELECT biz_tag FROM leaf_alloc WHERE biz_tag = 'written'"), [], 'the write never reached it')
   await replica.query('SET GLOBAL read_only = 0')
   t.match(await asRoot.createTag({ key: 'written', step: 10, maxId: 1n, description: null }), { key: 'written' }, 'writable again (a promotion): used')
+})
+
+t.test('what says the host failed, not the statement: connection errors, timeouts, read-only and not-ready answers', async (t) => {
+  for (const err of [{ code: 'ECONNREFUSED' }, { code: 'PROTOCOL_SEQUENCE_TIMEOUT' }, { code: 'ER_SERVER_SHUTDOWN' }, { errno: 1290 }, { errno: 1047 }, { code: 'X', fatal: true }]) {
+    t.equal(hostFailed(err), true, JSON.stringify(err))
+  }
+  for (const err of [{ errno: 1062, code: 'ER_DUP_ENTRY' }, { errno: 1213, code: 'ER_LOCK_DEADLOCK' }, { code: 'ER_ACCESS_DENIED_ERROR', errno: 1045 }, new Error('no MySQL connection free within 300 ms')]) {
+    t.equal(hostFailed(err), false, JSON.stringify(err))
+  }
 })

@@ -79,7 +79,13 @@ export async function startSegmentMode (
     logger.warn({ store: where, ...(known === undefined ? { err: pingError } : known) },
       'database unreachable at start: answering NOT_READY and retrying in the background')
   }
-  const guard = createMaxIdGuard({ store, logger, holdMs: segment.failoverHoldMs, monotonic: () => performance.now(), saved: warm?.guard, onRegression: extra.onRegression })
+  // The marks hold for the store they were taken on: not for another database or file.
+  const storeKey = segment.store.kind === 'sqlite' ? `sqlite:${segment.store.path}` : `mysql database ${segment.store.database}`
+  const saved = warm?.guard?.where === storeKey ? warm.guard : undefined
+  if (warm?.guard !== undefined && saved === undefined) {
+    logger.info({ file: stateFile, was: warm.guard.where, now: storeKey }, 'warm-start file written for another store: its max_id marks are dropped')
+  }
+  const guard = createMaxIdGuard({ store, logger, holdMs: segment.failoverHoldMs, monotonic: () => performance.now(), saved, onRegression: extra.onRegression })
   const generator = createSegmentGenerator({
     store,
     logger,
@@ -110,7 +116,7 @@ export async function startSegmentMode (
       }
       if (stateFile !== undefined) {
         try {
-          writeWarmState(stateFile, { owner: parkAs, tags: warmTags, guard: guard.state() })
+          writeWarmState(stateFile, { owner: parkAs, tags: warmTags, guard: { ...guard.state(), where: storeKey } })
           logger.info({ file: stateFile, tags: warmTags.length }, 'warm-start file written')
         } catch (err) {
           logger.warn({ file: stateFile, err: (err as Error).message }, 'warm-start file not written: the next start loads every tag on its first request, and takes nothing parked')

@@ -31,6 +31,12 @@ export interface Regression {
 
 /** What the warm-start file keeps of the guard. */
 export interface GuardState {
+  /**
+   * The configured store the marks are for (a database's name, a SQLite file): marks of
+   * another (leaf.jdbc.url changed, a file copied between instances of different stores) are
+   * dropped at start, not taken for a failover. segment-mode.ts sets it.
+   */
+  where?: string
   store?: string
   /** Tag -> highest max_id received, as a decimal string. */
   marks: Record<string, string>

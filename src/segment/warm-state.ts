@@ -49,8 +49,9 @@ export function writeWarmState (path: string, state: WarmState, now = new Date()
 /** A guard state as written; anything else (an older file has none) is left out. */
 function isGuardState (v: unknown): v is GuardState {
   if (typeof v !== 'object' || v === null) return false
-  const { store, marks, heldUntil } = v as { store?: unknown, marks?: unknown, heldUntil?: unknown }
-  return (store === undefined || typeof store === 'string') && (heldUntil === undefined || typeof heldUntil === 'number') &&
+  const { where, store, marks, heldUntil } = v as { where?: unknown, store?: unknown, marks?: unknown, heldUntil?: unknown }
+  return (where === undefined || typeof where === 'string') && (store === undefined || typeof store === 'string') &&
+    (heldUntil === undefined || typeof heldUntil === 'number') &&
     typeof marks === 'object' && marks !== null &&
     Object.values(marks).every((m) => typeof m === 'string' && /^\d+$/.test(m))
 }
