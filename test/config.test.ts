@@ -262,6 +262,9 @@ t.test('JDBC URLs in every accepted form', async (t) => {
   t.throws(() => parseJdbcUrl('mysql://a,b:0/leaf', '', ''), { message: 'leaf.jdbc.url: host "b:0" has port 0' })
   t.throws(() => parseJdbcUrl('mysql://a,b:70000/leaf', '', ''), { message: 'leaf.jdbc.url: host "b:70000" is not a host or host:port' })
   t.throws(() => parseJdbcUrl('mysql:///leaf', '', ''), { message: 'leaf.jdbc.url: has no host' })
+  // A password with an unencoded '/' ends the host list inside it: the error names no part of it.
+  t.throws(() => parseJdbcUrl('mysql://leaf:s3cr/et@db/leaf', '', ''), { message: 'leaf.jdbc.url: has a host list that cannot be read: a user or password with \'/\', \'?\' or \'#\' must be percent-encoded' })
+  t.match(parseJdbcUrl('jdbc:mysql://db/leaf?user=leaf@server', '', ''), { hosts: [{ host: 'db' }], user: 'leaf@server' }, 'an \'@\' in a query parameter is no credential')
 })
 
 t.test('string values are kept as Java\'s Properties reads them: an escaped trailing space stays', async (t) => {

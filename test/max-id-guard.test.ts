@@ -220,3 +220,28 @@ t.test('/readyz says a failover holds allocations: ready while the buffer serves
   })
   a.generator.close()
 })
+
+t.test('a second failover while the first one\'s raises are under way: they are sent again, to the new store', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const guard = createMaxIdGuard({ store, logger: silentLogger, holdMs: 0, monotonic: () => performance.now() })
+  t.equal(await guard.admit('order', 1n, 11n, 'one', await guard.beforeAllocate()), true)
+  store.delayMs = 50
+  const first = guard.admit('order', 11n, 21n, 'two', 0)
+  await sleep(10)
+  const second = guard.admit('order', 11n, 21n, 'three', 1)
+  t.same(await Promise.all([first, second]), [false, false])
+  t.equal(store.raised.length, 2, 'raised once per failover')
+  t.equal(guard.view().raisesOwed, 0)
+  t.equal(guard.parkedUsable(), false, 'and no parked range is taken after a failover')
+})
+
+t.test('a give-back whose answer was lost moves the mark back too: the next life is not held for it', async (t) => {
+  const store = new FakeStore({ order: { step: 100 } })
+  const a = instance(store, 1000)
+  await a.generator.init()
+  await take(a.generator, 'order', 5)
+  store.failing = true
+  const { giveBacks } = await a.generator.shutdown(1000)
+  t.match(giveBacks, [{ key: 'order', returned: 0n, reason: /outcome is unknown/ }])
+  t.same(a.guard.state().marks, { order: '6' }, 'no ID from 6 on was served')
+})

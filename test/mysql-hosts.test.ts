@@ -120,6 +120,12 @@ t.test('a read-only server is never written through, even by a user read_only do
   t.same(await replica.query("SELECT biz_tag FROM leaf_alloc WHERE biz_tag = 'written'"), [], 'the write never reached it')
   await replica.query('SET GLOBAL read_only = 0')
   t.match(await asRoot.createTag({ key: 'written', step: 10, maxId: 1n, description: null }), { key: 'written' }, 'writable again (a promotion): used')
+  // A pooled connection's server turns read-only: the next look at the store's identity (each
+  // tag refresh) reads it afresh and refuses it, as a new connection would.
+  t.match(await asRoot.identity(), /^server_id \d+$/)
+  await replica.query('SET GLOBAL read_only = 1')
+  await t.rejects(asRoot.identity(), { errno: 1290, message: /is read-only/ }, 'a store turned read-only under a pooled connection is seen')
+  await replica.query('SET GLOBAL read_only = 0')
 })
 
 t.test('what says the host failed, not the statement: connection errors, timeouts, read-only and not-ready answers', async (t) => {

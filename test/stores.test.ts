@@ -85,6 +85,12 @@ for (const c of cases) {
       t.equal(await store.raiseMaxId('raise', 900n), true)
       t.equal((await store.getTag('raise'))?.maxId, 900n, 'raised')
       t.equal(await store.raiseMaxId('no-such-tag', 900n), false)
+      // Exact past 2^53: a DOUBLE in between would round it (and could lower it).
+      await setMaxId('raise', 2n ** 62n + 1001n)
+      t.equal(await store.raiseMaxId('raise', 5n), true)
+      t.equal((await store.getTag('raise'))?.maxId, 2n ** 62n + 1001n, 'a big max_id kept to the unit')
+      t.equal(await store.raiseMaxId('raise', 2n ** 62n + 1003n), true)
+      t.equal((await store.getTag('raise'))?.maxId, 2n ** 62n + 1003n, 'and raised to the unit')
       const identity = await store.identity()
       const alloc = await store.allocate('raise')
       if (c.name === 'SQLite') {

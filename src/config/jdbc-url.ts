@@ -51,7 +51,17 @@ export function parseJdbcUrl (url: string, username: string, password: string): 
     }
   }
   if (hostList === '') throw new ConfigError(URL_KEY, 'has no host')
-  const hosts = hostList.split(',').map(parseHost)
+  let hosts: MysqlHost[]
+  try {
+    hosts = hostList.split(',').map(parseHost)
+  } catch (err) {
+    // An '@' past a host list that does not read: credentials with a '/', '?' or '#' ended it
+    // early. The error must not echo what may be part of a password.
+    if (at === -1 && authorityEnd !== -1 && rest.slice(authorityEnd).includes('@')) {
+      throw new ConfigError(URL_KEY, 'has a host list that cannot be read: a user or password with \'/\', \'?\' or \'#\' must be percent-encoded')
+    }
+    throw err
+  }
   const database = decode(parsed.pathname.replace(/^\//, ''), 'database')
   if (database === '' || database.includes('/')) throw new ConfigError(URL_KEY, 'must name one database, e.g. .../leaf')
   // JDBC URLs may carry the credentials as query parameters; the URL wins over the keys.

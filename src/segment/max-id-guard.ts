@@ -13,8 +13,9 @@ import type { SegmentStore } from './store.js'
 //   (leaf.segment.failover-hold-ms), serving the buffer it holds meanwhile;
 // - every refresh of the tag list reads the store's identity too, so an instance that
 //   allocates nothing still sees the change within a refresh interval, and pushes its
-//   marks. The hold, two refresh intervals by default, outlasts that: when it ends, every
-//   live peer has pushed, and the rows are above every range a live instance served.
+//   marks. The hold (two refresh intervals and a refresh's worst time, by default) outlasts
+//   that: when it ends, every live peer has pushed, and the rows are above every range a live
+//   instance served.
 // docs/production.md walks through the interleavings, and what stays open: ranges served only
 // by instances that were dead during the failover.
 
@@ -89,8 +90,16 @@ export interface MaxIdGuard {
   admit (key: string, first: bigint, end: bigint, store: string | undefined, epoch: number): Promise<boolean>
   /** At each refresh: a store of another identity starts a hold. */
   checkStore (): Promise<void>
-  /** A give-back put max_id back from `end` to `firstUnused`: the mark follows. */
+  /**
+   * A give-back put max_id back from `end` to `firstUnused`, or may have (its answer lost):
+   * the mark follows, since no ID from `firstUnused` on was served.
+   */
   gaveBack (key: string, end: bigint, firstUnused: bigint): void
+  /**
+   * Whether ranges parked by the last life may be taken: not once a failover was seen, since a
+   * claim's DELETE the old store never passed on would let them be taken twice.
+   */
+  parkedUsable (): boolean
   state (): GuardState
   view (): GuardView
 }
@@ -116,16 +125,22 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
     for (const key of marks.keys()) owed.add(key)
   }
 
+  /** Raises the tags owed, one push at a time; a push under way when another regression comes is followed by one more. */
   async function pushMarks (): Promise<void> {
-    pushing ??= (async () => {
+    // (`pushing` is cleared by the push it names, when it settles.)
+    for (let under = pushing; under !== undefined; under = pushing) await under
+    if (owed.size === 0) return
+    pushing = (async () => {
       const keys = [...owed]
       for (let i = 0; i < keys.length; i += RAISE_CONCURRENCY) {
         await Promise.all(keys.slice(i, i + RAISE_CONCURRENCY).map(async (key) => {
           const mark = marks.get(key)
           if (mark === undefined) return owed.delete(key)
+          // A raise that lands on the store of an earlier failover pays nothing of this one.
+          const asked = epoch
           try {
             await store.raiseMaxId(key, mark)
-            owed.delete(key)
+            if (asked === epoch) owed.delete(key)
           } catch (err) {
             logger.warn({ key, mark: String(mark), err: (err as Error).message }, 'max_id not raised yet: retried before the next allocation')
           }
@@ -182,6 +197,9 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
     },
     gaveBack (key, end, firstUnused) {
       if (marks.get(key) === end) marks.set(key, firstUnused)
+    },
+    parkedUsable () {
+      return epoch === 0
     },
     state () {
       const left = holdUntil - monotonic()

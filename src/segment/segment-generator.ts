@@ -405,7 +405,9 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       withTimeout(store.allocate(buf.key, adapted), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
     // A tag's first load takes what the last stop of this identity parked, once: those IDs
     // were reserved before and are above every ID that stop handed out.
-    if (handover?.claimFrom !== undefined && !buf.claimed && !buf.initOk && buf.segments.length === 0) {
+    // Also held by a store failover (the guard refuses before it answers), and never after one.
+    const epoch = guard === undefined ? 0 : await guard.beforeAllocate()
+    if (handover?.claimFrom !== undefined && !buf.claimed && !buf.initOk && buf.segments.length === 0 && guard?.parkedUsable() !== false) {
       const claimed = await withTimeout(store.claimParked(buf.key, handover.claimFrom, PARKED_MAX_AGE_MS), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
       buf.claimed = true
       const parked = (claimed ?? []).filter((r) => r.end > r.first && r.end - r.first <= MAX_SEGMENT)
@@ -420,7 +422,6 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         return
       }
     }
-    const epoch = guard === undefined ? 0 : await guard.beforeAllocate()
     if (!buf.initOk || buf.updateTimestamp === 0) {
       alloc = await allocate()
     } else {
@@ -503,8 +504,9 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       } catch (err) {
         // No answer is no knowing: the UPDATE may have committed (a timed-out query, a reset
         // after the commit). Parking the run then would hand its IDs out twice, from the
-        // parked rows and from max_id: they are lost instead.
+        // parked rows and from max_id: they are lost instead. Either way none was served.
         keep = i
+        guard?.gaveBack(buf.key, last.max, firstUnused)
         reasons.push(`database: ${(err as Error).message} (the compare-and-set's outcome is unknown: its IDs are lost, not parked)`)
       }
     }

@@ -76,16 +76,19 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
   function succeeded (i: number): void {
     failures[i] = 0
     restUntil[i] = 0
-    if (i === current) return
+    // Only when the host in use is resting: a late answer of a host left behind (a call that
+    // started before it failed) does not take the list back to it.
+    if (i === current || (restUntil[current] as number) <= now()) return
     logger?.warn({ from: name(current), to: name(i) }, 'MySQL host in use changed')
     current = i
   }
 
-  async function query<T> (sql: string | readonly Statement[], values?: unknown[]): Promise<Answer<T>> {
+  /** `call` on the host in use, then on the next ones, as the rules above say. */
+  async function attempt<T> (call: (runner: MysqlRunner) => Promise<T>): Promise<T> {
     let last: unknown
     for (const i of candidates()) {
       try {
-        const answer = await (runners[i] as MysqlRunner).query<T>(sql, values)
+        const answer = await call(runners[i] as MysqlRunner)
         succeeded(i)
         return answer
       } catch (err) {
@@ -99,8 +102,13 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
     throw last
   }
 
+  function query<T> (sql: string | readonly Statement[], values?: unknown[]): Promise<Answer<T>> {
+    return attempt((r) => r.query<T>(sql, values))
+  }
+
   return {
     query,
+    identify: () => attempt((r) => r.identify()),
     async run<T> (sql: string | readonly Statement[], values?: unknown[]) {
       return (await query<T>(sql, values)).result
     },

@@ -185,26 +185,36 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
    * the callback, and pool.query would never release it), and a failed reservation may hold
    * its transaction open.
    */
-  async function query<T> (sql: string | readonly Statement[], values: unknown[] = []): Promise<Answer<T>> {
+  function query<T> (sql: string | readonly Statement[], values: unknown[] = []): Promise<Answer<T>> {
+    return execute<T>(sql, values, false)
+  }
+
+  /**
+   * `sql` (none: only the connection's first round trip), with that round trip sent again when
+   * `fresh`: the server a pooled connection reaches may have changed since (turned read-only).
+   */
+  async function execute<T> (sql: string | readonly Statement[] | undefined, values: unknown[], fresh: boolean): Promise<Answer<T>> {
     let conn: PoolConnection
     try {
       conn = await acquire()
     } catch (err) {
       throw notSent(err)
     }
-    let result: T
+    let result: T | undefined
     let sent = false
     try {
-      if (!identities.has(conn.connection)) {
+      if (fresh || !identities.has(conn.connection)) {
         // TIMESTAMP columns come back in the session's zone: make it the one mysql2 reads them
         // in; and note the server (see kill()). A statement of its own, bounded like any: one
         // queued behind a statement mysql2 gave up on would wait for its answer unbounded.
         await setUp(conn)
       }
-      sent = true
-      result = typeof sql === 'string'
-        ? await send<T>(conn, sql, values)
-        : await transaction(conn, sql) as T
+      sent = sql !== undefined
+      result = sql === undefined
+        ? undefined
+        : typeof sql === 'string'
+          ? await send<T>(conn, sql, values)
+          : await transaction(conn, sql) as T
     } catch (err) {
       const threadId = conn.threadId
       // Not sent: the connection's first round trip got no answer, or refused the server.
@@ -226,7 +236,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     }
     const server = identities.get(conn.connection) ?? null
     conn.release()
-    return { result, server }
+    return { result: result as T, server }
   }
 
   async function send<T> (conn: PoolConnection, sql: string, values: unknown[]): Promise<T> {
@@ -343,6 +353,9 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
 
   return {
     query,
+    async identify () {
+      return (await execute(undefined, [], true)).server
+    },
     async run<T> (sql: string | readonly Statement[], values?: unknown[]) {
       return (await query<T>(sql, values)).result
     },
@@ -369,6 +382,12 @@ export interface MysqlRunner {
   run<T> (sql: string | readonly Statement[], values?: unknown[]): Promise<T>
   /** The same, with the server that ran it. */
   query<T> (sql: string | readonly Statement[], values?: unknown[]): Promise<Answer<T>>
+  /**
+   * The server a connection reaches now, read afresh: a pooled connection's server may have
+   * turned read-only since, and is refused then as a new connection's is (null: it did not
+   * say who it is).
+   */
+  identify (): Promise<ServerIdentity | null>
   close (): Promise<void>
 }
 

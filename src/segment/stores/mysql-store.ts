@@ -109,7 +109,7 @@ function toRow (r: RowDataPacket): LeafAllocRow {
 }
 
 export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
-  const { run, query, close } = createMysqlRunner(options)
+  const { run, query, identify, close } = createMysqlRunner(options)
   const { onRetry, random = Math.random } = options
   /** Set once leaf_alloc_parked turned out missing and not creatable: no hand-over. */
   let noParkedTable = false
@@ -177,11 +177,12 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
     },
     allocate,
     async raiseMaxId (key, atLeast) {
-      const result = await run<ResultSetHeader>('UPDATE leaf_alloc SET max_id = GREATEST(max_id, ?) WHERE biz_tag = ?', [String(atLeast), key])
+      // CAST: GREATEST of a BIGINT and a string is computed in DOUBLE, which rounds past 2^53.
+      const result = await run<ResultSetHeader>('UPDATE leaf_alloc SET max_id = GREATEST(max_id, CAST(? AS SIGNED)) WHERE biz_tag = ?', [String(atLeast), key])
       return result.affectedRows === 1
     },
     async identity () {
-      const { server } = await query('SELECT 1')
+      const server = await identify()
       return server === null ? undefined : storeIdOf(server)
     },
     async giveBack (key, end, firstUnused) {

@@ -11,7 +11,11 @@ const CLIENTS_PER_INSTANCE = 3
 const RATE = 400
 const TABLE_STEP = 100
 const REFRESH_MS = 1000
-/** leaf.segment.failover-hold-ms: two refresh intervals, its default. */
+/**
+ * leaf.segment.failover-hold-ms, given: two refresh intervals. Its default adds what a refresh
+ * may take per host (a connect and three query timeouts: 8 s here), for peers whose path to
+ * the new store is slow; on loopback a refresh takes milliseconds.
+ */
 const HOLD_MS = 2 * REFRESH_MS
 const WAIT_TIMEOUT_MS = 1000
 const QUERY_TIMEOUT_MS = 1000
@@ -54,7 +58,7 @@ export async function asyncPromotion (suite: Suite, report: Report): Promise<voi
         name: unique('fault-s25'),
         segment: url,
         args: [
-          `--leaf.segment.refresh-interval-ms=${REFRESH_MS}`, `--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`,
+          `--leaf.segment.refresh-interval-ms=${REFRESH_MS}`, `--leaf.segment.failover-hold-ms=${HOLD_MS}`, `--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`,
           `--leaf.jdbc.query-timeout-ms=${QUERY_TIMEOUT_MS}`, '--leaf.jdbc.connect-timeout-ms=1000', '--leaf.segment.buffer-seconds=0',
         ],
       }))
