@@ -71,11 +71,7 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
     await Promise.all([leaf.segment?.close(), leaf.snowflake?.close()])
   })
   try {
-    if (config.segment.enabled) {
-      leaf.segment = await startSegmentMode(config, logger, {
-        clock, onLoad: metrics.segmentLoad, onGiveBack: metrics.segmentGiveBack, onRetry: metrics.segmentRetry, onRegression: metrics.segmentRegression,
-      })
-    }
+    if (config.segment.enabled) leaf.segment = await startSegmentMode(config, logger, { clock, onLoad: metrics.segmentLoad, onGiveBack: metrics.segmentGiveBack })
     if (config.snowflake.enabled) {
       leaf.snowflake = await startSnowflakeMode(config, logger, {
         clock, onClockBackwards: metrics.clockBackwards, onLeaseClaim: metrics.leaseClaim, onLeaseLost: metrics.leaseLost,

@@ -61,7 +61,7 @@ t.test('a db-lease instance shows its lease, and once it is lost answers WORKER_
 t.test('db-lease on a MySQL database that does not exist: the driver\'s error, nothing left open', async (t) => {
   const url = new URL(TEST_MYSQL)
   const err = await createDbLeasePool({
-    store: { kind: 'mysql', hosts: [{ host: url.hostname, port: Number(url.port) }], user: url.username, password: url.password, database: 'leaf_no_such_database' },
+    store: { kind: 'mysql', host: url.hostname, port: Number(url.port), user: url.username, password: url.password, database: 'leaf_no_such_database' },
     pool: 'leaf',
     ttlMs: 3000,
     connectTimeoutMs: 1000,

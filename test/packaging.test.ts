@@ -5,7 +5,7 @@ import { basename, dirname, join, posix } from 'node:path'
 import mysql from 'mysql2/promise'
 import semver from 'semver'
 import t from 'tap'
-import { parse as parseYaml, parseAllDocuments } from 'yaml'
+import { parse as parseYaml } from 'yaml'
 import { DEFAULT_SQLITE_PATH, parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { KEYS, envName } from '../src/config/keys.js'
 import { loadConfig } from '../src/config/load-config.js'
@@ -277,7 +277,7 @@ t.test('MySQL creates Leaf\'s table from sql/ on first start, for the replicas\'
   for (const name of REPLICAS) {
     const env = environment(name)
     t.same(parseJdbcUrl(env.LEAF_JDBC_URL ?? '', env.LEAF_JDBC_USERNAME ?? '', env.LEAF_JDBC_PASSWORD ?? ''), {
-      kind: 'mysql', hosts: [{ host: 'mysql', port: 3306 }], database: db.MYSQL_DATABASE, user: db.MYSQL_USER, password: db.MYSQL_PASSWORD,
+      kind: 'mysql', host: 'mysql', port: 3306, database: db.MYSQL_DATABASE, user: db.MYSQL_USER, password: db.MYSQL_PASSWORD,
     }, `${name} reaches the database the init scripts ran against`)
   }
 })
@@ -291,7 +291,7 @@ t.test('every variable the replicas get is a configuration key; both modes on; d
     t.same(Object.keys(env).filter((k) => !known.has(k)), [], `${name}: no unknown variable`)
     const { config } = loadConfig({ cwd: ROOT, env })
     t.match(config, {
-      segment: { enabled: true, store: { kind: 'mysql', hosts: [{ host: 'mysql' }] } },
+      segment: { enabled: true, store: { kind: 'mysql', host: 'mysql' } },
       snowflake: { enabled: true, zkAddress: 'zookeeper:2181' },
     }, `${name}: both modes, on the stack's MySQL and ZooKeeper`)
     identities.add(`${config.snowflake.ip}:${config.snowflake.port}`)
@@ -342,50 +342,6 @@ t.test('the Kubernetes examples: only configuration keys, a valid configuration,
     t.equal(doc.spec.template.spec.containers[0]?.readinessProbe?.httpGet?.path, '/readyz', `${c.file}: readiness from /readyz`)
     t.ok((doc.spec.template.spec.terminationGracePeriodSeconds ?? 30) >= 10, `${c.file}: time to release the lease at SIGTERM`)
   }
-})
-
-t.test('the production manifest is complete: every Secret and Service it names is in it, and its configuration loads', async (t) => {
-  interface K8sDoc {
-    kind: string
-    metadata: { name: string }
-    stringData?: Record<string, string>
-    spec?: {
-      clusterIP?: string
-      serviceName?: string
-      selector?: { app?: string, matchLabels?: { app?: string } }
-      template?: { metadata: { labels: { app: string } }, spec: { containers: Array<{ env: Array<{ name: string, value?: string, valueFrom?: { secretKeyRef?: { name: string, key: string } } }>, volumeMounts?: Array<{ mountPath: string }> }> } }
-    }
-  }
-  const docs = parseAllDocuments(read('config/kubernetes/production.yaml')).map((d) => d.toJS() as K8sDoc)
-  const byKind = (kind: string) => docs.filter((d) => d.kind === kind)
-  const set = byKind('StatefulSet')[0]
-  t.ok(set !== undefined, 'a StatefulSet')
-  if (set?.spec?.template === undefined) return
-  const app = set.spec.template.metadata.labels.app
-  const governing = byKind('Service').find((d) => d.metadata.name === set.spec?.serviceName)
-  t.equal(governing?.spec?.clusterIP, 'None', `its serviceName ${set.spec.serviceName} is a headless Service of the file`)
-  t.ok(byKind('Service').every((d) => d.spec?.selector?.app === app), 'every Service selects its pods')
-  t.equal(byKind('PodDisruptionBudget')[0]?.spec?.selector?.matchLabels?.app, app, 'a disruption budget for them')
-  const container = set.spec.template.spec.containers[0]
-  const env: Record<string, string> = {}
-  for (const e of container?.env ?? []) {
-    const ref = e.valueFrom?.secretKeyRef
-    if (ref === undefined) {
-      env[e.name] = e.value ?? ''
-      continue
-    }
-    const secret = byKind('Secret').find((d) => d.metadata.name === ref.name)
-    t.ok(secret?.stringData?.[ref.key] !== undefined, `${e.name}: Secret ${ref.name} with key ${ref.key} is in the file`)
-    env[e.name] = secret?.stringData?.[ref.key] ?? ''
-  }
-  const known = new Set(Object.keys(KEYS).map(envName))
-  t.same(Object.keys(env).filter((k) => !known.has(k)), [], 'no unknown variable')
-  const { config } = loadConfig({ cwd: ROOT, env })
-  t.match(config.segment.store, { kind: 'mysql', hosts: [{ host: 'mysql-0.mysql' }, { host: 'mysql-1.mysql' }, { host: 'mysql-2.mysql' }] }, 'the host list')
-  const mounts = (container?.volumeMounts ?? []).map((m) => m.mountPath)
-  t.ok(mounts.some((m) => config.segment.stateFile?.startsWith(`${m}/`)), `the warm-start file ${config.segment.stateFile} is on a volume`)
-  t.ok(mounts.includes(config.snowflake.cacheDir), 'so is the worker-id cache')
-  t.equal(config.snowflake.workerIdSource, 'statefulset')
 })
 
 t.test('Prometheus scrapes /metrics of both replicas on their container port', async (t) => {
@@ -483,8 +439,8 @@ t.test('leaf1\'s environment, on the local MariaDB and ZooKeeper: both routes, h
   // What /docker-entrypoint-initdb.d does on the first start (the script is idempotent).
   const store = parseJdbcUrl(localEnv.LEAF_JDBC_URL, localEnv.LEAF_JDBC_USERNAME, localEnv.LEAF_JDBC_PASSWORD)
   if (store.kind !== 'mysql') throw new Error('not a MySQL URL')
-  const { hosts: [db], user, password, database } = store
-  const conn = await mysql.createConnection({ host: db?.host, port: db?.port, user, password, database, multipleStatements: true })
+  const { host, port, user, password, database } = store
+  const conn = await mysql.createConnection({ host, port, user, password, database, multipleStatements: true })
   await conn.query(read('sql/leaf_alloc.sql'))
   await conn.end()
 

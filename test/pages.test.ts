@@ -136,20 +136,3 @@ t.test('durations and sparklines for a person', async (t) => {
   t.match(flat, /points="0\.0,19\.0 50\.0,19\.0 100\.0,19\.0"/, 'all zero: on the baseline')
   t.match(sparkline([0, 10], 100, 20), /points="0\.0,19\.0 100\.0,1\.0"/, 'the peak at the top')
 })
-
-t.test('the instance panel names the store the max_id guard sees, and the failovers it caught', async (t) => {
-  const none = renderCachePage({ ...instance, failover: { holdingMs: 0, raisesOwed: 0, regressions: 0, store: 'server_id 1' } }, [], undefined, TWEPOCH)
-  t.match(none, /<dd data-failovers>none · answering: server_id 1<\/dd>/)
-  const held = renderCachePage({
-    ...instance,
-    failover: {
-      holdingMs: 95_000,
-      raisesOwed: 0,
-      regressions: 2,
-      store: 'server_id 2',
-      last: { cause: 'max_id went back', key: 'order<b>', from: 'server_id 1', to: 'server_id 2', gap: 123_456n, at: new Date('2026-12-04T03:00:00Z') },
-    },
-  }, [], undefined, TWEPOCH)
-  t.match(held, /<b>2<\/b>; last 2026-12-04T03:00:00.000Z: max_id went back at order&lt;b&gt;, from server_id 1, 123,456 IDs behind · <span class="badge bad">allocations held 95 s more<\/span> · answering: server_id 2/)
-  t.notMatch(renderCachePage(instance, [], undefined, TWEPOCH), /data-failovers/, 'no segment mode: no line')
-})

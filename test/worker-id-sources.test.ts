@@ -3,7 +3,7 @@ import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import t, { type Test } from 'tap'
 import { ConfigError, loadConfig, type Config } from '../src/config/load-config.js'
-import { createMysqlRunner } from '../src/segment/stores/mysql-hosts.js'
+import { createMysqlRunner } from '../src/segment/stores/mysql-pool.js'
 import { CACHE_FILE } from '../src/snowflake/worker-id/cache-file.js'
 import { MYSQL_LEASE_DDL, createDbLeasePool } from '../src/snowflake/worker-id/db-lease-pool.js'
 import { RecyclableLease, type ClaimResult, type LeasePool } from '../src/snowflake/worker-id/recyclable-lease.js'
@@ -166,7 +166,7 @@ t.test('mysql2 counts matched rows in affectedRows: an UPDATE that changes nothi
   const db = await createTestDatabase()
   t.teardown(() => db.drop())
   const url = new URL(TEST_MYSQL)
-  const { run, close } = createMysqlRunner({ hosts: [{ host: url.hostname, port: Number(url.port) }], user: url.username, password: url.password, database: db.name, connectTimeoutMs: 2000, queryTimeoutMs: 2000, poolSize: 1 })
+  const { run, close } = createMysqlRunner({ host: url.hostname, port: Number(url.port), user: url.username, password: url.password, database: db.name, connectTimeoutMs: 2000, queryTimeoutMs: 2000, poolSize: 1 })
   t.teardown(close)
   await run('CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)')
   await run('INSERT INTO t VALUES (1, 5)')

@@ -70,7 +70,6 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
       renderedAt: Date.now(),
       ratesAgeMs: segment?.generator.ratesAgeMs(),
       store: segment === undefined ? undefined : describeStore(app.leaf.config.segment.store),
-      failover: segment?.guard.view(),
       readiness: await checkReadiness(app.leaf),
       errors: app.leaf.metrics.errorCounts(),
     }, segment?.generator.views(), snowflake?.lease.status(), twepoch)

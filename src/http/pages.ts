@@ -1,6 +1,5 @@
 import type { LeafAllocRow } from '../segment/store.js'
 import type { SegmentBufferView } from '../segment/segment-generator.js'
-import type { GuardView } from '../segment/max-id-guard.js'
 import type { LeaseStatus } from '../snowflake/worker-id/worker-lease.js'
 
 // Server-rendered pages for a person: Leaf's /cache and /db monitors, with pictures where they
@@ -64,8 +63,6 @@ export interface InstanceView {
   ratesAgeMs: number | undefined
   /** Where the segment store is (never a password); undefined without segment mode. */
   store: string | undefined
-  /** The max_id guard: the store it last saw, the failovers it caught. */
-  failover?: GuardView
   readiness: { ready: boolean, reason?: string, modes: Record<string, { ready: boolean, reason?: string }> }
   /** ID requests that failed, by mode and code, since the start. */
   errors: { mode: string, code: string, count: number }[]
@@ -156,20 +153,9 @@ function instancePanel (i: InstanceView, snowflake: LeaseStatus | undefined): st
     `${i.readiness.ready ? '<span class="badge ok">ready</span>' : '<span class="badge bad">not ready</span>'}</div><dl>
 <dt>uptime</dt><dd>${escapeHtml(duration(i.uptimeSeconds))} (Node ${escapeHtml(i.node)})</dd>
 <dt>database</dt><dd>${i.store === undefined ? 'segment mode off' : escapeHtml(i.store)}</dd>
-${i.failover === undefined ? '' : `<dt>store failovers</dt><dd data-failovers>${failoverLine(i.failover)}</dd>`}
 <dt>ZooKeeper</dt><dd>${zk}</dd>
 ${i.readiness.reason === undefined ? '' : `<dt>readiness</dt><dd>${escapeHtml(i.readiness.reason)}</dd>`}${modes}
 <dt>errors since start</dt><dd data-errors>${errorList}</dd></dl></section>`
-}
-
-function failoverLine (v: GuardView): string {
-  const seen = v.store === undefined ? '' : ` · answering: ${escapeHtml(v.store)}`
-  if (v.last === undefined) return `none${seen}`
-  const { last } = v
-  const gap = last.gap === undefined ? '' : `, ${escapeHtml(last.gap.toLocaleString('en-US'))} IDs behind`
-  const hold = v.holdingMs > 0 ? ` · <span class="badge bad">allocations held ${num(Math.ceil(v.holdingMs / 1000))} s more</span>` : ''
-  return `<b>${num(v.regressions)}</b>; last ${escapeHtml(last.at.toISOString())}: ${escapeHtml(last.cause)}${last.key === undefined ? '' : ` at ${escapeHtml(last.key)}`}` +
-    `${last.from === undefined ? '' : `, from ${escapeHtml(last.from)}`}${gap}${hold}${seen}`
 }
 
 export function renderCachePage (instance: InstanceView, views: SegmentBufferView[] | undefined, snowflake: LeaseStatus | undefined, twepoch: number): string {

@@ -4,7 +4,6 @@ import { checkReadiness } from '../modes/readiness.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
 import type { LeaseSource } from '../snowflake/worker-id/worker-lease.js'
-import type { Regression } from '../segment/max-id-guard.js'
 
 /** Snowflake keys are the caller's choice: past this many distinct keys, count under `_other`. */
 export const MAX_SNOWFLAKE_KEYS = 100
@@ -16,7 +15,6 @@ const ZOOKEEPER_SOURCES: ReadonlySet<LeaseSource> = new Set(['zookeeper', 'cache
  * appears at its first increment hides that increment, or that whole burst, from increase().
  */
 const ALERTED_ERRORS = { segment: ['SEGMENTS_NOT_READY'], snowflake: ['CLOCK_BACKWARDS'] } as const
-const REGRESSION_CAUSES: readonly Regression['cause'][] = ['store changed', 'max_id went back']
 
 export interface Metrics {
   registry: Registry
@@ -26,10 +24,6 @@ export interface Metrics {
   segmentLoad (key: string, seconds: number, ok: boolean): void
   /** IDs of a tag given back at a graceful stop: to max_id, or parked for the next start. */
   segmentGiveBack (key: string, ids: bigint, to: 'table' | 'successor'): void
-  /** An allocation repeated after a conflict (Galera's certification, a lock wait). */
-  segmentRetry (key: string, reason: string): void
-  /** The store failed over and may be behind (max-id-guard.ts). */
-  segmentRegression (r: { cause: string }): void
   clockBackwards (): void
   /** A worker-id claim's result (recyclable sources). */
   leaseClaim (result: string): void
@@ -78,18 +72,6 @@ export function createMetrics (): Metrics {
     labelNames: ['key', 'to'],
     registers: [registry],
   })
-  const retries = new Counter({
-    name: 'leaf_segment_allocate_retries_total',
-    help: 'Allocations repeated at once in a new transaction after a conflict: reason="ER_LOCK_DEADLOCK" (Galera\'s certification, or a deadlock) or "ER_LOCK_WAIT_TIMEOUT".',
-    labelNames: ['reason'],
-    registers: [registry],
-  })
-  const regressions = new Counter({
-    name: 'leaf_segment_store_regressions_total',
-    help: 'Store failovers that may have lost allocations: cause="store changed" (another server or cluster answers) or "max_id went back" (a range came back below one served). Each raises every tag and holds allocations.',
-    labelNames: ['cause'],
-    registers: [registry],
-  })
   const backwards = new Counter({ name: 'leaf_snowflake_clock_backwards_total', help: 'Times the clock was found behind the last snowflake ID.', registers: [registry] })
   const leaseClaims = new Counter({
     name: 'leaf_snowflake_lease_claims_total',
@@ -101,13 +83,6 @@ export function createMetrics (): Metrics {
 
   // Scrape-time gauges: prom-client calls collect() on each scrape.
   const segmentGauges = [new Gauge({
-    name: 'leaf_segment_failover_hold_seconds',
-    help: 'Seconds left of the hold on new allocations after a store failover (0: none).',
-    registers: [],
-    collect () {
-      this.set((modes.segment?.guard.view().holdingMs ?? 0) / 1000)
-    },
-  }), new Gauge({
     name: 'leaf_segment_step',
     help: 'Current (adapted) step per tag.',
     labelNames: ['key'],
@@ -274,12 +249,6 @@ export function createMetrics (): Metrics {
     segmentGiveBack (key, ids, to) {
       returned.labels({ key, to }).inc(Number(ids))
     },
-    segmentRetry (key, reason) {
-      retries.labels({ reason }).inc()
-    },
-    segmentRegression (r) {
-      regressions.labels({ cause: r.cause }).inc()
-    },
     clockBackwards () {
       backwards.inc()
     },
@@ -291,8 +260,6 @@ export function createMetrics (): Metrics {
     },
     watch (m) {
       modes = m
-      // 0 from the start: LeafSegmentStoreFailover reads increase() of it (see ALERTED_ERRORS).
-      if (m.segment !== undefined) for (const cause of REGRESSION_CAUSES) regressions.labels({ cause }).inc(0)
       for (const mode of ['segment', 'snowflake'] as const) {
         if (m[mode] !== undefined) for (const code of ALERTED_ERRORS[mode]) errorChild(mode, code)
       }

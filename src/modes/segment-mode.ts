@@ -3,10 +3,9 @@ import type { Config } from '../config/load-config.js'
 import { driverError, isPermanentStoreError } from '../driver-errors.js'
 import { StartRefused } from '../errors.js'
 import type { Logger } from '../logger.js'
-import { createMaxIdGuard, type MaxIdGuard, type MaxIdGuardOptions } from '../segment/max-id-guard.js'
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
 import type { SegmentStore } from '../segment/store.js'
-import { createStore, describeStore, type StoreHooks } from '../segment/stores/create-store.js'
+import { createStore, describeStore } from '../segment/stores/create-store.js'
 import { readWarmState, writeWarmState, type WarmState } from '../segment/warm-state.js'
 import { withTimeout } from '../timers.js'
 
@@ -16,8 +15,6 @@ export const GIVE_BACK_BUDGET_MS = 3000
 export interface SegmentMode {
   store: SegmentStore
   generator: SegmentGenerator
-  /** What the max_id guard saw: a hold after a store failover, the last regression. */
-  guard: MaxIdGuard
   close (): Promise<void>
 }
 
@@ -44,7 +41,7 @@ const REMEDIES: Record<string, string> = {
 export async function startSegmentMode (
   config: Config,
   logger: Logger,
-  extra: Pick<SegmentGeneratorOptions, 'clock' | 'onLoad' | 'onGiveBack'> & Pick<MaxIdGuardOptions, 'onRegression'> & StoreHooks = {}
+  extra: Pick<SegmentGeneratorOptions, 'clock' | 'onLoad' | 'onGiveBack'> = {}
 ): Promise<SegmentMode> {
   const { segment } = config
   const { stateFile } = segment
@@ -56,7 +53,7 @@ export async function startSegmentMode (
   let store: SegmentStore
   try {
     // The embedded store opens (and creates) its file here, synchronously.
-    store = createStore(segment.store, { ...segment, logger, onRetry: extra.onRetry })
+    store = createStore(segment.store, segment)
   } catch (err) {
     throw refusal(where, err, sqlite) ?? err
   }
@@ -69,35 +66,20 @@ export async function startSegmentMode (
     await store.close()
     throw refused
   }
-  if (pingError === undefined && store.topology !== undefined) {
-    await withTimeout(store.topology(), pingTimeoutMs, `no answer within ${pingTimeoutMs} ms`).then(
-      (topology) => logger.info({ store: where, topology }, 'segment store replication'),
-      (err: unknown) => logger.warn({ store: where, err: (err as Error).message }, 'segment store replication not readable'))
-  }
   if (pingError !== undefined) {
     const known = driverError(pingError)
     logger.warn({ store: where, ...(known === undefined ? { err: pingError } : known) },
       'database unreachable at start: answering NOT_READY and retrying in the background')
   }
-  // The marks hold for the store they were taken on: not for another database or file.
-  const storeKey = segment.store.kind === 'sqlite' ? `sqlite:${segment.store.path}` : `mysql database ${segment.store.database}`
-  const saved = warm?.guard?.where === storeKey ? warm.guard : undefined
-  if (warm?.guard !== undefined && saved === undefined) {
-    logger.info({ file: stateFile, was: warm.guard.where, now: storeKey }, 'warm-start file written for another store: its max_id marks are dropped')
-  }
-  const guard = createMaxIdGuard({ store, logger, holdMs: segment.failoverHoldMs, monotonic: () => performance.now(), saved, onRegression: extra.onRegression })
   const generator = createSegmentGenerator({
     store,
     logger,
-    guard,
     waitTimeoutMs: segment.waitTimeoutMs,
     refreshIntervalMs: segment.refreshIntervalMs,
     bufferSeconds: segment.bufferSeconds,
     maxBufferedSegments: segment.maxBufferedSegments,
     handover: stateFile === undefined ? undefined : { claimFrom: warm?.owner, parkAs },
-    clock: extra.clock,
-    onLoad: extra.onLoad,
-    onGiveBack: extra.onGiveBack,
+    ...extra,
   })
   const ready = await generator.init()
   logger.info({ store: where, ready, bufferSeconds: segment.bufferSeconds, stateFile: stateFile ?? '(none)' }, 'segment mode enabled')
@@ -105,7 +87,6 @@ export async function startSegmentMode (
   return {
     store,
     generator,
-    guard,
     async close () {
       const { giveBacks, warmTags } = await generator.shutdown(GIVE_BACK_BUDGET_MS)
       for (const g of giveBacks) {
@@ -116,7 +97,7 @@ export async function startSegmentMode (
       }
       if (stateFile !== undefined) {
         try {
-          writeWarmState(stateFile, { owner: parkAs, tags: warmTags, guard: { ...guard.state(), where: storeKey } })
+          writeWarmState(stateFile, { owner: parkAs, tags: warmTags })
           logger.info({ file: stateFile, tags: warmTags.length }, 'warm-start file written')
         } catch (err) {
           logger.warn({ file: stateFile, err: (err as Error).message }, 'warm-start file not written: the next start loads every tag on its first request, and takes nothing parked')

@@ -5,7 +5,6 @@ import { PRELOAD_USED_FRACTION, Segment, SegmentBuffer, type Id } from './segmen
 import { IdSpaceEnded, type Allocation, type SegmentStore, type UnusedRange } from './store.js'
 import { settlesWithin, sleep, withTimeout } from '../timers.js'
 import { createLogThrottle } from '../log-throttle.js'
-import { AllocationHeld, type MaxIdGuard } from './max-id-guard.js'
 
 export type { Id } from './segment-buffer.js'
 
@@ -62,8 +61,6 @@ export interface SegmentGeneratorOptions {
   handover?: { claimFrom: string | undefined, parkAs: string }
   /** How often rates are sampled (ms); tests shorten it. */
   rateSampleMs?: number
-  /** Refuses ranges from a store that went back (a failover); undefined: every range is served. */
-  guard?: MaxIdGuard
 }
 
 /** What shutdown() did for one tag. */
@@ -175,7 +172,6 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     onGiveBack,
     rateSampleMs = RATE_SAMPLE_MS,
     handover,
-    guard,
   } = options
   const buffers = new Map<string, SegmentBuffer>()
   // A database that stays down fails a load per tag per backoff, and the tag list every
@@ -405,9 +401,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       withTimeout(store.allocate(buf.key, adapted), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
     // A tag's first load takes what the last stop of this identity parked, once: those IDs
     // were reserved before and are above every ID that stop handed out.
-    // Also held by a store failover (the guard refuses before it answers), and never after one.
-    const epoch = guard === undefined ? 0 : await guard.beforeAllocate()
-    if (handover?.claimFrom !== undefined && !buf.claimed && !buf.initOk && buf.segments.length === 0 && guard?.parkedUsable() !== false) {
+    if (handover?.claimFrom !== undefined && !buf.claimed && !buf.initOk && buf.segments.length === 0) {
       const claimed = await withTimeout(store.claimParked(buf.key, handover.claimFrom, PARKED_MAX_AGE_MS), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
       buf.claimed = true
       const parked = (claimed ?? []).filter((r) => r.end > r.first && r.end - r.first <= MAX_SEGMENT)
@@ -447,10 +441,6 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       logger.warn({ key: buf.key }, 'tag no longer in leaf_alloc: dropped')
       return
     }
-    const reserved = nextStep ?? alloc.step
-    if (guard !== undefined && !await guard.admit(buf.key, alloc.maxId - BigInt(reserved), alloc.maxId, alloc.store, epoch)) {
-      throw new AllocationHeld(`the range below ${alloc.maxId} of "${buf.key}" is not served: the store failed over (see /readyz)`)
-    }
     // (A tag whose serving shutdown() stopped has initOk off but keeps its chain: append.)
     if (!buf.initOk && buf.segments.length === 0) {
       buf.step = alloc.step
@@ -463,7 +453,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     }
     // The second load (table step) starts the step clock; later ones use the adapted step.
     buf.updateTimestamp = clock()
-    buf.step = reserved
+    buf.step = nextStep ?? alloc.step
     buf.minStep = alloc.step
     buf.segments.push(new Segment(alloc.maxId, buf.step))
     plan(buf)
@@ -496,7 +486,6 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       try {
         if (await withTimeout(store.giveBack(buf.key, last.max, firstUnused), timeLeft(), 'no answer in time')) {
           result.returned = last.max - firstUnused
-          guard?.gaveBack(buf.key, last.max, firstUnused)
           keep = i
         } else {
           reasons.push('another instance reserved a segment since')
@@ -504,9 +493,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       } catch (err) {
         // No answer is no knowing: the UPDATE may have committed (a timed-out query, a reset
         // after the commit). Parking the run then would hand its IDs out twice, from the
-        // parked rows and from max_id: they are lost instead. Either way none was served.
+        // parked rows and from max_id: they are lost instead.
         keep = i
-        guard?.gaveBack(buf.key, last.max, firstUnused)
         reasons.push(`database: ${(err as Error).message} (the compare-and-set's outcome is unknown: its IDs are lost, not parked)`)
       }
     }
@@ -548,8 +536,6 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     }
     if (added.length > 0 || removed.length > 0) logger.info({ added, removed }, 'segment tags refreshed')
     initialized = true
-    // Every refresh looks at who answers too: a peer that allocates nothing still sees a failover.
-    await guard?.checkStore()
   }
 
   function scheduleRefresh (delayMs: number): void {

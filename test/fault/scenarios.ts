@@ -20,10 +20,6 @@ import { crashHolding } from './scenarios/s18-crash-holding.js'
 import { lateStatements } from './scenarios/s19-late-statements.js'
 import { lateHandBack } from './scenarios/s20-late-hand-back.js'
 import { databaseClockStep } from './scenarios/s21-database-clock-step.js'
-import { zookeeperLeaderKilled } from './scenarios/s22-zookeeper-leader-killed.js'
-import { zookeeperQuorumLost } from './scenarios/s23-zookeeper-quorum-lost.js'
-import { galeraConflicts } from './scenarios/s24-galera-conflicts.js'
-import { asyncPromotion } from './scenarios/s25-async-promotion.js'
 
 export interface Scenario {
   id: number
@@ -56,8 +52,4 @@ export const SCENARIOS: Scenario[] = [
   { id: 19, title: 'each lease and segment write held past its timeout, then delivered', run: lateStatements, timeoutMs: 300_000 },
   { id: 20, title: 'a hand-back delivered 9 s late, after its timeout (issue 25\'s sequence)', run: lateHandBack, timeoutMs: 300_000 },
   { id: 21, title: 'the database host\'s clock steps 12 s ahead under a db-lease holder', run: databaseClockStep },
-  { id: 22, title: 'ZooKeeper leader killed under snowflake load, each ZooKeeper source', run: zookeeperLeaderKilled },
-  { id: 23, title: 'ZooKeeper quorum lost longer than the lease TTL, then restored', run: zookeeperQuorumLost },
-  { id: 24, title: 'Galera: two instances on two nodes, 200+ conflicts, then the first node killed', run: galeraConflicts },
-  { id: 25, title: 'an async replica promoted without the last allocations, two instances on a host list', run: asyncPromotion },
 ]

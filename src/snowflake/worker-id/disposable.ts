@@ -4,7 +4,7 @@ import Database from 'better-sqlite3'
 import type { ResultSetHeader } from 'mysql2/promise'
 import type { StoreConfig } from '../../config/jdbc-url.js'
 import type { Logger } from '../../logger.js'
-import { createMysqlRunner } from '../../segment/stores/mysql-hosts.js'
+import { createMysqlRunner } from '../../segment/stores/mysql-pool.js'
 import { describeStore } from '../../segment/stores/create-store.js'
 import { LeaseRefused, type LeaseStatus, type WorkerLease } from './worker-lease.js'
 
