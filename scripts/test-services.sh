@@ -2,8 +2,8 @@
 # Starts what the tests need when it is not running, installing it from Debian's packages
 # where it is missing: MariaDB (the machine's own service when it is up), ZooKeeper on a
 # loopback port with its own data folder, Chromium (the /cache page test), promtool (the
-# metrics lint) and faketime (the fault suite's clock-ahead scenario). Creates the `leaf`
-# database and user.
+# metrics lint), faketime (the fault suite's clock-ahead scenario), galera-4 and rsync (the
+# Galera tests). Creates the `leaf` database and user.
 #
 # Services of your own (macOS, a container, a shared server): with
 #   LEAF_TEST_MYSQL_URL=mysql://user:pass@host:port   and/or
@@ -60,8 +60,12 @@ check_own_service() { # what, variable, host, port
 missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v promtool >/dev/null || missing+=(prometheus)
-# faketime: the fault suite runs a server with its clock ahead (scenario 15).
+# faketime: the fault suite preloads its libfaketime for clocks ahead (scenarios 12, 15, 20, 21).
 command -v faketime >/dev/null || missing+=(faketime)
+# Galera (test/galera.test.ts): its provider, and rsync for its state transfer; the replica
+# pair and the Galera nodes run private mariadbd processes of their own (mariadb-server).
+[ -e /usr/lib/galera/libgalera_smm.so ] || missing+=(galera-4)
+command -v rsync >/dev/null || missing+=(rsync)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   apt_install "${missing[@]}"

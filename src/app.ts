@@ -58,7 +58,7 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
     done()
   })
 
-  const metrics = createMetrics()
+  const metrics = createMetrics({ maxTagSeries: config.metrics.maxTagSeries })
   const observe = createObserver(metrics, logger, debug)
   registerErrorHandling(app, logger, timeRoutes(app, observe))
   // Bodies are JSON (tag management) or nothing: any other type is 415, not a string to parse.
@@ -71,7 +71,11 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
     await Promise.all([leaf.segment?.close(), leaf.snowflake?.close()])
   })
   try {
-    if (config.segment.enabled) leaf.segment = await startSegmentMode(config, logger, { clock, onLoad: metrics.segmentLoad, onGiveBack: metrics.segmentGiveBack })
+    if (config.segment.enabled) {
+      leaf.segment = await startSegmentMode(config, logger, {
+        clock, onLoad: metrics.segmentLoad, onGiveBack: metrics.segmentGiveBack, onRetry: metrics.segmentRetry, onRegression: metrics.segmentRegression,
+      })
+    }
     if (config.snowflake.enabled) {
       leaf.snowflake = await startSnowflakeMode(config, logger, {
         clock, onClockBackwards: metrics.clockBackwards, onLeaseClaim: metrics.leaseClaim, onLeaseLost: metrics.leaseLost,
@@ -89,11 +93,11 @@ export async function buildApp (config: Config, { logger, clock }: AppOptions): 
 
   registerIdRoute(app, { mode: 'segment', source: leaf.segment?.generator, batchMax: config.batchMax, metrics, observe })
   registerIdRoute(app, { mode: 'snowflake', source: leaf.snowflake?.generator, batchMax: config.batchMax, metrics, observe })
-  registerDecodeRoutes(app, config.snowflake.layout)
+  registerDecodeRoutes(app, config.snowflake.layout, { twepoch: config.snowflake.twepoch, vestaVersion: config.snowflake.vesta.version, vestaGenMethod: config.snowflake.vesta.genMethod }, clock)
   registerHealthRoutes(app)
   app.get('/metrics', async (_request, reply) => {
     reply.type(metrics.registry.contentType)
-    return metrics.registry.metrics()
+    return metrics.scrape()
   })
   registerAdminRoutes(app, config.adminToken, logger)
   if (config.adminToken === '') logger.info('leaf.admin.token is not set: /cache, /db and /api views are open, tag management is off')

@@ -40,7 +40,7 @@ t.test('Java Leaf\'s leaf.properties works unchanged', async (t) => {
   const { config } = loadConfig({ argv: ['--config', join(dir, 'leaf.properties')] })
   t.equal(config.name, 'com.sankuai.leaf.opensource.test')
   t.equal(config.segment.enabled, true)
-  t.same(config.segment.store, { kind: 'mysql', host: 'db.local', port: 3307, user: 'root', password: 'secret', database: 'leaf' })
+  t.same(config.segment.store, { kind: 'mysql', hosts: [{ host: 'db.local', port: 3307 }], user: 'root', password: 'secret', database: 'leaf' })
   t.equal(config.snowflake.port, 9090)
 })
 
@@ -86,7 +86,7 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   'log.level': { read: (c) => c.logLevel, a: ['debug', 'debug'], b: ['warn', 'warn'] },
   'leaf.segment.enable': { read: (c) => c.segment.enabled, a: ['true', true], b: ['false', false] },
   'leaf.jdbc.url': {
-    read: (c) => [mysql(c)?.host, mysql(c)?.port, mysql(c)?.database],
+    read: (c) => [mysql(c)?.hosts[0]?.host, mysql(c)?.hosts[0]?.port, mysql(c)?.database],
     a: ['jdbc:mysql://db-a:3307/leaf_a?useUnicode=true', ['db-a', 3307, 'leaf_a']],
     b: ['mysql://db-b/leaf_b', ['db-b', 3306, 'leaf_b']],
   },
@@ -97,6 +97,7 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   'leaf.jdbc.query-timeout-ms': { read: (c) => c.segment.queryTimeoutMs, a: ['2500', 2500], b: ['3500', 3500] },
   'leaf.segment.wait-timeout-ms': { read: (c) => c.segment.waitTimeoutMs, a: ['4000', 4000], b: ['5000', 5000] },
   'leaf.segment.refresh-interval-ms': { read: (c) => c.segment.refreshIntervalMs, a: ['30000', 30000], b: ['45000', 45000] },
+  'leaf.segment.failover-hold-ms': { read: (c) => c.segment.failoverHoldMs, a: ['7000', 7000], b: ['9000', 9000] },
   'leaf.segment.buffer-seconds': { read: (c) => c.segment.bufferSeconds, a: ['30', 30], b: ['0', 0] },
   'leaf.segment.max-buffered-segments': { read: (c) => c.segment.maxBufferedSegments, a: ['2', 2], b: ['16', 16] },
   'leaf.segment.state-file': { read: (c) => c.segment.stateFile, a: ['/var/lib/leaf/state.json', '/var/lib/leaf/state.json'], b: ['off', undefined] },
@@ -125,6 +126,7 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   'leaf.snowflake.heartbeat-interval-ms': { read: (c) => c.snowflake.heartbeatIntervalMs, a: ['1500', 1500], b: ['2500', 2500] },
   'leaf.snowflake.zk.connect-timeout-ms': { read: (c) => c.snowflake.zkConnectTimeoutMs, a: ['6000', 6000], b: ['7000', 7000] },
   'leaf.snowflake.zk.session-timeout-ms': { read: (c) => c.snowflake.zkSessionTimeoutMs, a: ['20000', 20000], b: ['30000', 30000] },
+  'leaf.metrics.max-tag-series': { read: (c) => c.metrics.maxTagSeries, a: ['500', 500], b: ['0', 0] },
   'leaf.admin.token': { read: (c) => c.adminToken, a: ['tok-a', 'tok-a'], b: ['tok-b', 'tok-b'] },
 }
 
@@ -242,15 +244,28 @@ t.test('JDBC URLs in every accepted form', async (t) => {
   t.same(parseJdbcUrl('', '', ''), { kind: 'sqlite', path: './data/leaf.db' })
   t.same(parseJdbcUrl('sqlite:/tmp/x.db', '', ''), { kind: 'sqlite', path: '/tmp/x.db' })
   t.same(parseJdbcUrl('jdbc:mysql://localhost:3306/leaf?useUnicode=true&characterEncoding=utf8', 'u', 'p'),
-    { kind: 'mysql', host: 'localhost', port: 3306, user: 'u', password: 'p', database: 'leaf' })
-  t.same(parseJdbcUrl('jdbc:mysql://db/leaf', 'u', 'p'), { kind: 'mysql', host: 'db', port: 3306, user: 'u', password: 'p', database: 'leaf' })
+    { kind: 'mysql', hosts: [{ host: 'localhost', port: 3306 }], user: 'u', password: 'p', database: 'leaf' })
+  t.same(parseJdbcUrl('jdbc:mysql://db/leaf', 'u', 'p'), { kind: 'mysql', hosts: [{ host: 'db', port: 3306 }], user: 'u', password: 'p', database: 'leaf' })
   t.same(parseJdbcUrl('mysql://me:p%40ss@127.0.0.1:3307/ids', 'u', 'p'),
-    { kind: 'mysql', host: '127.0.0.1', port: 3307, user: 'me', password: 'p@ss', database: 'ids' })
-  t.same(parseJdbcUrl('jdbc:mysql://h:1/d?user=a&password=b', '', ''), { kind: 'mysql', host: 'h', port: 1, user: 'a', password: 'b', database: 'd' })
+    { kind: 'mysql', hosts: [{ host: '127.0.0.1', port: 3307 }], user: 'me', password: 'p@ss', database: 'ids' })
+  t.same(parseJdbcUrl('jdbc:mysql://h:1/d?user=a&password=b', '', ''), { kind: 'mysql', hosts: [{ host: 'h', port: 1 }], user: 'a', password: 'b', database: 'd' })
   t.throws(() => parseJdbcUrl('sqlite:', '', ''), /needs a file path/)
   t.throws(() => parseJdbcUrl('mysql://host', '', ''), /must name one database/)
   t.throws(() => parseJdbcUrl('redis://x', '', ''), /unknown scheme "redis"/)
   t.throws(() => parseJdbcUrl('mysql://leaf:50%off@db/leaf', '', ''), { name: 'ConfigError', message: /malformed percent-encoding in its password/ })
+  // Connector/J's failover list, in either form; each host with its own port or 3306.
+  t.same(parseJdbcUrl('jdbc:mysql://h1:3307,h2,[::1]:3308/leaf?useUnicode=true&characterEncoding=utf8', 'u', 'p'),
+    { kind: 'mysql', hosts: [{ host: 'h1', port: 3307 }, { host: 'h2', port: 3306 }, { host: '::1', port: 3308 }], user: 'u', password: 'p', database: 'leaf' })
+  t.same(parseJdbcUrl('mysql://me:p%40ss,x@a:1,b:2/ids', '', ''),
+    { kind: 'mysql', hosts: [{ host: 'a', port: 1 }, { host: 'b', port: 2 }], user: 'me', password: 'p@ss,x', database: 'ids' }, 'a comma in the password is not a host')
+  t.throws(() => parseJdbcUrl('mysql://a,,b/leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: host "" is not a host or host:port' })
+  t.throws(() => parseJdbcUrl('jdbc:mysql://a:3306,b:x/leaf', '', ''), { message: 'leaf.jdbc.url: host "b:x" is not a host or host:port' })
+  t.throws(() => parseJdbcUrl('mysql://a,b:0/leaf', '', ''), { message: 'leaf.jdbc.url: host "b:0" has port 0' })
+  t.throws(() => parseJdbcUrl('mysql://a,b:70000/leaf', '', ''), { message: 'leaf.jdbc.url: host "b:70000" is not a host or host:port' })
+  t.throws(() => parseJdbcUrl('mysql:///leaf', '', ''), { message: 'leaf.jdbc.url: has no host' })
+  // A password with an unencoded '/' ends the host list inside it: the error names no part of it.
+  t.throws(() => parseJdbcUrl('mysql://leaf:s3cr/et@db/leaf', '', ''), { message: 'leaf.jdbc.url: has a host list that cannot be read: a user or password with \'/\', \'?\' or \'#\' must be percent-encoded' })
+  t.match(parseJdbcUrl('jdbc:mysql://db/leaf?user=leaf@server', '', ''), { hosts: [{ host: 'db' }], user: 'leaf@server' }, 'an \'@\' in a query parameter is no credential')
 })
 
 t.test('string values are kept as Java\'s Properties reads them: an escaped trailing space stays', async (t) => {

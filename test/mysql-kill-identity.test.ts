@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { createMysqlRunner } from '../src/segment/stores/mysql-pool.js'
+import { createMysqlRunner } from '../src/segment/stores/mysql-hosts.js'
 import { PrivateMariaDb } from './fault/services.js'
 import { tempDir } from './helpers/config.js'
 import { TEST_MYSQL_HOST, TEST_MYSQL_PORT } from './helpers/mysql.js'
@@ -24,7 +24,7 @@ t.teardown(() => other.stop('SIGKILL'))
  * `holdMs`), whose outcome is returned, and the kills the proxy saw.
  */
 async function heldStatement (t: Test, proxy: TcpProxy, queryTimeoutMs: number, holdMs: number) {
-  const runner = createMysqlRunner({ host: '127.0.0.1', port: proxy.port, user: 'leaf', password: 'leaf', database: 'leaf', connectTimeoutMs: 2000, poolSize: 1, queryTimeoutMs })
+  const runner = createMysqlRunner({ hosts: [{ host: '127.0.0.1', port: proxy.port }], user: 'leaf', password: 'leaf', database: 'leaf', connectTimeoutMs: 2000, poolSize: 1, queryTimeoutMs })
   t.teardown(async () => {
     await runner.close()
     await proxy.close()

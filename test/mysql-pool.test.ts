@@ -1,7 +1,8 @@
 import t, { type Test } from 'tap'
 import { buildApp } from '../src/app.js'
 import type { SegmentStore } from '../src/segment/store.js'
-import { compareServers, createMysqlRunner, identityOf } from '../src/segment/stores/mysql-pool.js'
+import { createMysqlRunner } from '../src/segment/stores/mysql-hosts.js'
+import { compareServers, identityOf } from '../src/segment/stores/mysql-pool.js'
 import mysql from 'mysql2/promise'
 import { createMysqlStore } from '../src/segment/stores/mysql-store.js'
 import { testConfig } from './helpers/config.js'
@@ -86,8 +87,7 @@ t.test('closing the store after its connections died resolves: a shutdown during
   const { proxy, url } = await behindProxy(t)
   const u = new URL(url)
   const store = createMysqlStore({
-    host: u.hostname,
-    port: Number(u.port),
+    hosts: [{ host: u.hostname, port: Number(u.port) }],
     user: decodeURIComponent(u.username),
     password: decodeURIComponent(u.password),
     database: u.pathname.slice(1),
@@ -124,8 +124,7 @@ t.test('waiting for a pool connection is bounded; a connection that comes after 
   const { db, proxy, closers } = await behindProxy(t)
   const server = new URL(TEST_MYSQL)
   const store = createMysqlStore({
-    host: '127.0.0.1',
-    port: proxy.port,
+    hosts: [{ host: '127.0.0.1', port: proxy.port }],
     user: decodeURIComponent(server.username),
     password: decodeURIComponent(server.password),
     database: db.name,
@@ -157,8 +156,7 @@ async function heldRunner (t: Test, queryTimeoutMs: number) {
   const proxy = await createProxy(TEST_MYSQL_PORT, { targetHost: TEST_MYSQL_HOST, protocol: 'mysql' })
   const server = new URL(TEST_MYSQL)
   const runner = createMysqlRunner({
-    host: '127.0.0.1',
-    port: proxy.port,
+    hosts: [{ host: '127.0.0.1', port: proxy.port }],
     user: decodeURIComponent(server.username),
     password: decodeURIComponent(server.password),
     database: db.name,

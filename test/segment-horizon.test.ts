@@ -281,6 +281,29 @@ t.test('give-back: a compare-and-set with no answer may have committed, so its r
   t.same(ids, [11n, 12n, 13n, 14n, 15n, 16n, 17n, 18n, 19n, 20n], 'the committed give-back: served once, from max_id')
 })
 
+t.test('give-back: a tag whose load is still out when the wait ends is parked, not returned: the load could reserve right after the compare-and-set', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  // A clock that stands still: the stop's wait ends by its timer while its deadline has not
+  // passed by this clock (a timer that fires a little early does the same).
+  const now = 0
+  const { generator } = setup(store, { handover: { claimFrom: undefined, parkAs: 'A1' }, monotonic: () => now })
+  await generator.init()
+  t.equal(await generator.next('order'), 1)
+  let land: (() => void) | undefined
+  const allocate = store.allocate.bind(store)
+  store.allocate = async (...args) => { await new Promise<void>((resolve) => { land = resolve }); return allocate(...args) }
+  t.equal(await generator.next('order'), 2) // preloads: the load waits
+  t.equal(await generator.next('order'), 3)
+  await settle(5)
+  t.type(land, 'function', 'the preload is out')
+  const { giveBacks } = await generator.shutdown(50)
+  t.same(giveBacks, [{ key: 'order', returned: 0n, parked: 7n, unused: 7n, reason: 'a load was still out' }])
+  t.same(store.givenBack, [], 'no compare-and-set sent')
+  land?.()
+  await settle()
+  t.equal(store.rows.get('order')?.maxId, 21n, 'the late load reserved [11, 21), for nobody')
+})
+
 t.test('a first load that lands after shutdown began does not turn serving back on', async (t) => {
   const store = new FakeStore({ order: { step: 10 } })
   store.delayMs = 30

@@ -9,13 +9,18 @@ import { parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { createSegmentGenerator } from '../src/segment/segment-generator.js'
 import { IdSpaceEnded, type Allocation, type SegmentStore } from '../src/segment/store.js'
 import { createStore } from '../src/segment/stores/create-store.js'
-import { MYSQL_PARKED_DDL } from '../src/segment/stores/mysql-store.js'
+import { MYSQL_PARKED_DDL, describeTopology } from '../src/segment/stores/mysql-store.js'
 import { createSqliteStore } from '../src/segment/stores/sqlite-store.js'
 import { silentLogger } from './helpers/logger.js'
 import { createTestDatabase } from './helpers/mysql.js'
 
 const MYSQL_OPTIONS = { connectTimeoutMs: 2000, poolSize: 4, queryTimeoutMs: 2000 }
 const BEYOND_2_53 = 2n ** 53n - 10n
+
+/** An allocation without the store's identity (stores that can tell add it). */
+function rangeOf (a: Allocation | undefined): Omit<Allocation, 'store'> | undefined {
+  return a === undefined ? undefined : { key: a.key, maxId: a.maxId, step: a.step }
+}
 
 interface StoreCase {
   name: string
@@ -72,10 +77,35 @@ for (const c of cases) {
       await t.resolves(store.ping())
     })
 
+    t.test('raiseMaxId puts max_id at least at a value, never lower; identity names who answers, as each allocation does', async (t) => {
+      await insert('raise', 10)
+      await setMaxId('raise', 500n)
+      t.equal(await store.raiseMaxId('raise', 400n), true, 'the tag exists')
+      t.equal((await store.getTag('raise'))?.maxId, 500n, 'never lowered')
+      t.equal(await store.raiseMaxId('raise', 900n), true)
+      t.equal((await store.getTag('raise'))?.maxId, 900n, 'raised')
+      t.equal(await store.raiseMaxId('no-such-tag', 900n), false)
+      // Exact past 2^53: a DOUBLE in between would round it (and could lower it).
+      await setMaxId('raise', 2n ** 62n + 1001n)
+      t.equal(await store.raiseMaxId('raise', 5n), true)
+      t.equal((await store.getTag('raise'))?.maxId, 2n ** 62n + 1001n, 'a big max_id kept to the unit')
+      t.equal(await store.raiseMaxId('raise', 2n ** 62n + 1003n), true)
+      t.equal((await store.getTag('raise'))?.maxId, 2n ** 62n + 1003n, 'and raised to the unit')
+      const identity = await store.identity()
+      const alloc = await store.allocate('raise')
+      if (c.name === 'SQLite') {
+        t.equal(identity, undefined, 'a file cannot tell')
+        t.equal(alloc?.store, undefined)
+      } else {
+        t.match(identity, /^server_id \d+$/, 'the server_id')
+        t.equal(alloc?.store, identity, 'the allocation names the same server')
+      }
+    })
+
     t.test('allocate moves max_id by the table step, or by an adapted one while the table step is the one it came from', async (t) => {
-      t.same(await store.allocate('order'), { key: 'order', maxId: 2001n, step: 2000 })
-      t.same(await store.allocate('order', { step: 500, tableStep: 2000 }), { key: 'order', maxId: 2501n, step: 2000 })
-      t.same(await store.allocate('order', { step: 500, tableStep: 10 }), { key: 'order', maxId: 4501n, step: 2000 }, 'the table step changed since: the table step')
+      t.same(rangeOf(await store.allocate('order')), { key: 'order', maxId: 2001n, step: 2000 })
+      t.same(rangeOf(await store.allocate('order', { step: 500, tableStep: 2000 })), { key: 'order', maxId: 2501n, step: 2000 })
+      t.same(rangeOf(await store.allocate('order', { step: 500, tableStep: 10 })), { key: 'order', maxId: 4501n, step: 2000 }, 'the table step changed since: the table step')
       t.equal(await store.allocate('missing'), undefined)
     })
 
@@ -131,7 +161,7 @@ for (const c of cases) {
       t.equal(mine?.maxId, 11n)
       t.equal(await store.giveBack('give', 11n, 4n), true, 'max_id is still our end: IDs 4..10 return')
       t.equal(await maxIdOf(store, 'give'), 4n)
-      t.same(await store.allocate('give'), { key: 'give', maxId: 14n, step: 10 }, 'the next reservation starts at the first returned ID')
+      t.same(rangeOf(await store.allocate('give')), { key: 'give', maxId: 14n, step: 10 }, 'the next reservation starts at the first returned ID')
       await store.allocate('give') // another instance: [14, 24)
       t.equal(await store.giveBack('give', 14n, 5n), false, 'someone reserved since: nothing moves')
       t.equal(await maxIdOf(store, 'give'), 24n)
@@ -173,7 +203,7 @@ for (const c of cases) {
       await t.rejects(store.allocate('top', { step: 20, tableStep: 10 }), IdSpaceEnded)
       const row = (await store.getAllRows()).find((r) => r.key === 'top')
       t.equal(row?.maxId, 2n ** 63n - 5n, 'max_id untouched')
-      t.same(await store.allocate('order'), { key: 'order', maxId: 6501n, step: 2000 }, 'the store still works afterwards')
+      t.same(rangeOf(await store.allocate('order')), { key: 'order', maxId: 6501n, step: 2000 }, 'the store still works afterwards')
     })
   })
 }
@@ -323,4 +353,19 @@ t.test('SQLite: a caller waits out another handle\'s write lock without the even
 t.test('leaf_alloc_parked as the MySQL store makes it is sql/leaf_alloc_parked.sql', async (t) => {
   const shipped = readFileSync(new URL('../sql/leaf_alloc_parked.sql', import.meta.url), 'utf8')
   t.ok(shipped.includes(`${MYSQL_PARKED_DDL};\n`), 'the same CREATE TABLE statement')
+})
+
+t.test('the start\'s line on the store\'s replication: what a failover of each topology costs', async (t) => {
+  const m = (o: Record<string, string>) => new Map(Object.entries(o))
+  t.match(describeTopology(m({ wsrep_on: 'ON' }), m({ wsrep_cluster_size: '3' })), /^Galera cluster of 3 node\(s\): .*conflicts between nodes are repeated at once$/)
+  t.match(describeTopology(m({ rpl_semi_sync_master_enabled: 'ON', rpl_semi_sync_master_wait_point: 'AFTER_SYNC', log_bin: 'ON' }), m({ rpl_semi_sync_master_clients: '1' })),
+    /^semi-synchronous replication \(AFTER_SYNC, 1 replica\(s\) acknowledging\): a promoted replica holds every allocation/)
+  t.match(describeTopology(m({ rpl_semi_sync_master_enabled: 'ON', log_bin: 'ON' }), m({})), /^semi-synchronous replication \(AFTER_COMMIT, \? replica\(s\) acknowledging\): a promotion may lose allocations already served; the max_id guard catches them/)
+  t.match(describeTopology(m({ log_bin: 'ON' }), m({ slaves_connected: '2' })), /^asynchronous replication possible \(binary log on, 2 replica\(s\) connected\): a promotion may lose the last allocations/)
+  t.equal(describeTopology(m({ wsrep_on: 'OFF', log_bin: 'OFF' }), m({})), 'a single server, no binary log: no replica to fail over to')
+  const db = await createTestDatabase()
+  const store = createStore(parseJdbcUrl(db.jdbc.url, db.jdbc.username, db.jdbc.password), MYSQL_OPTIONS)
+  t.teardown(async () => { await store.close(); await db.drop() })
+  const [variables] = await db.query<{ Value: string }[]>("SHOW GLOBAL VARIABLES LIKE 'log_bin'")
+  t.match(await store.topology?.(), variables?.Value === 'ON' ? /^asynchronous replication possible/ : /^a single server, no binary log/, 'read off the suite\'s MariaDB')
 })

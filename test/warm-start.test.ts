@@ -118,3 +118,28 @@ t.test('warm start skipped when the tag list cannot load at start; a tag at the 
   t.equal(ready.statusCode, 200, 'still ready: every instance shares the table')
   t.match(ready.json(), { modes: { segment: { ready: true, reason: /ID space ended .* leaf-segment-test/ } } })
 })
+
+t.test('the max_id guard across lives: a table restored below what was served is caught at the next start; a file written for another store is not taken for one', async (t) => {
+  const { dir, values, sql, file } = setup()
+  const first = await buildApp(testConfig({ ...values, 'leaf.segment.refresh-interval-ms': 60_000 }), { logger: silentLogger })
+  t.equal((await first.inject('/api/segment/get/order?count=3')).body.trim(), '1\n2\n3')
+  // Another instance reserves, so the stop parks its tail instead of giving it back: max_id stays.
+  sql((db) => db.prepare("UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = 'order'").run())
+  await first.close()
+  t.match(readWarmState(file)?.guard, { where: `sqlite:${join(dir, 'leaf.db')}`, marks: { order: '4' } }, 'the mark (what was served: 1 to 3) and the store it is for')
+
+  // The same file, another database file: its marks are dropped, nothing is held.
+  const other = await buildApp(testConfig({ ...values, 'leaf.jdbc.url': `sqlite:${join(dir, 'other.db')}` }), { logger: silentLogger })
+  t.equal((await other.inject('/api/segment/get/order')).body, '1', 'the other table serves from its own max_id')
+  t.equal(valueOf(parseSamples((await other.inject('/metrics')).body), 'leaf_segment_store_regressions_total', { cause: 'max_id went back' }), 0)
+  await other.close()
+
+  // The table put back below what the first life served (a restored backup): caught.
+  writeWarmState(file, { owner: 'x', tags: [], guard: { where: `sqlite:${join(dir, 'leaf.db')}`, marks: { order: '4' } } })
+  sql((db) => db.prepare("UPDATE leaf_alloc SET max_id = 1 WHERE biz_tag = 'order'").run())
+  const restored = await buildApp(testConfig({ ...values, 'leaf.segment.failover-hold-ms': 0 }), { logger: silentLogger })
+  const id = BigInt((await restored.inject('/api/segment/get/order')).body)
+  t.ok(id >= 4n, `no ID at or below what the first life served (${id})`)
+  t.equal(valueOf(parseSamples((await restored.inject('/metrics')).body), 'leaf_segment_store_regressions_total', { cause: 'max_id went back' }), 1, 'counted')
+  await restored.close()
+})

@@ -1,16 +1,21 @@
 import { ConfigError } from './keys.js'
 
+/** One MySQL server of leaf.jdbc.url. */
+export interface MysqlHost { host: string, port: number }
+
 export type StoreConfig =
   | { kind: 'sqlite', path: string }
-  | { kind: 'mysql', host: string, port: number, user: string, password: string, database: string }
+  /** `hosts` in the URL's order: the first that answers and is writable is used (stores/mysql-hosts.ts). */
+  | { kind: 'mysql', hosts: MysqlHost[], user: string, password: string, database: string }
 
 export const DEFAULT_SQLITE_PATH = './data/leaf.db'
 const URL_KEY = 'leaf.jdbc.url'
 
 /**
  * Turns `leaf.jdbc.url` into a store config. Accepts Java Leaf's JDBC form as-is
- * (`jdbc:mysql://host:3306/leaf?useUnicode=true&characterEncoding=utf8`), a plain
- * `mysql://user:pass@host:port/db` URL and `sqlite:PATH`; empty means the embedded store.
+ * (`jdbc:mysql://host:3306/leaf?useUnicode=true&characterEncoding=utf8`), Connector/J's
+ * failover form with several hosts (`jdbc:mysql://h1:3306,h2:3306/leaf`), the same as a
+ * `mysql://user:pass@h1,h2:3307/db` URL, and `sqlite:PATH`; empty means the embedded store.
  */
 export function parseJdbcUrl (url: string, username: string, password: string): StoreConfig {
   const value = url.trim()
@@ -25,9 +30,16 @@ export function parseJdbcUrl (url: string, username: string, password: string): 
     const scheme = value.includes(':') ? value.slice(0, value.indexOf(':')) : value
     throw new ConfigError(URL_KEY, `unknown scheme "${scheme}" (use jdbc:mysql://, mysql:// or sqlite:)`)
   }
+  // WHATWG URLs hold one host: the list is split off and each host parsed on its own.
+  const rest = mysqlUrl.slice('mysql://'.length)
+  const authorityEnd = rest.search(/[/?#]/)
+  const authority = authorityEnd === -1 ? rest : rest.slice(0, authorityEnd)
+  const at = authority.lastIndexOf('@')
+  const credentials = at === -1 ? '' : authority.slice(0, at + 1)
+  const hostList = authority.slice(at + 1)
   let parsed: URL
   try {
-    parsed = new URL(mysqlUrl)
+    parsed = new URL(`mysql://${credentials}leaf-host${authorityEnd === -1 ? '' : rest.slice(authorityEnd)}`)
   } catch {
     throw new ConfigError(URL_KEY, 'is not a valid URL')
   }
@@ -38,12 +50,36 @@ export function parseJdbcUrl (url: string, username: string, password: string): 
       throw new ConfigError(URL_KEY, `has a malformed percent-encoding in its ${what}`)
     }
   }
+  if (hostList === '') throw new ConfigError(URL_KEY, 'has no host')
+  let hosts: MysqlHost[]
+  try {
+    hosts = hostList.split(',').map(parseHost)
+  } catch (err) {
+    // An '@' past a host list that does not read: credentials with a '/', '?' or '#' ended it
+    // early. The error must not echo what may be part of a password.
+    if (at === -1 && authorityEnd !== -1 && rest.slice(authorityEnd).includes('@')) {
+      throw new ConfigError(URL_KEY, 'has a host list that cannot be read: a user or password with \'/\', \'?\' or \'#\' must be percent-encoded')
+    }
+    throw err
+  }
   const database = decode(parsed.pathname.replace(/^\//, ''), 'database')
-  if (parsed.hostname === '') throw new ConfigError(URL_KEY, 'has no host')
   if (database === '' || database.includes('/')) throw new ConfigError(URL_KEY, 'must name one database, e.g. .../leaf')
-  const port = parsed.port === '' ? 3306 : Number(parsed.port)
   // JDBC URLs may carry the credentials as query parameters; the URL wins over the keys.
   const user = decode(parsed.username, 'user') || parsed.searchParams.get('user') || username
   const pass = decode(parsed.password, 'password') || parsed.searchParams.get('password') || password
-  return { kind: 'mysql', host: parsed.hostname.replace(/^\[|\]$/g, ''), port, user, password: pass, database }
+  return { kind: 'mysql', hosts, user, password: pass, database }
+}
+
+/** `host`, `host:port`, `[v6]` or `[v6]:port`; the error names the part it could not read. */
+function parseHost (part: string): MysqlHost {
+  const bad = (why: string) => new ConfigError(URL_KEY, `host "${part}" ${why}`)
+  let parsed: URL | undefined
+  try {
+    parsed = new URL(`mysql://${part}`)
+  } catch {}
+  // (mysql: is not a special scheme: its host is kept as written, port and case alike.)
+  if (parsed === undefined || parsed.hostname === '' || parsed.host !== part) throw bad('is not a host or host:port')
+  const port = parsed.port === '' ? 3306 : Number(parsed.port)
+  if (port === 0) throw bad('has port 0')
+  return { host: parsed.hostname.replace(/^\[|\]$/g, ''), port }
 }

@@ -88,7 +88,7 @@ export const KEYS = {
   'log.level': key('info', logLevel, 'pino log level (also `LOG_LEVEL`).'),
 
   'leaf.segment.enable': key('false', bool, 'Serve segment IDs.'),
-  'leaf.jdbc.url': key('', text, '`jdbc:mysql://host:3306/db?...`, `mysql://user:pass@host:3306/db` or `sqlite:PATH`; empty: the embedded SQLite store at `./data/leaf.db`.'),
+  'leaf.jdbc.url': key('', text, '`jdbc:mysql://host:3306/db?...`, `mysql://user:pass@host:3306/db` or `sqlite:PATH`; several hosts (`jdbc:mysql://h1:3306,h2:3306/db`) fail over in order (docs/production.md); empty: the embedded SQLite store at `./data/leaf.db`.'),
   'leaf.jdbc.username': key('', secret, 'Database user (when the URL carries none).'),
   'leaf.jdbc.password': key('', secret, 'Database password (when the URL carries none); never logged.'),
   'leaf.jdbc.connect-timeout-ms': key('2000', int(100, 60_000), 'How long opening one MySQL connection may take.'),
@@ -96,6 +96,7 @@ export const KEYS = {
   'leaf.jdbc.query-timeout-ms': key('2000', int(100, 60_000), 'How long one MySQL query may go unanswered before its connection is taken for dead and closed.'),
   'leaf.segment.wait-timeout-ms': key('3000', int(1, 600_000), 'How long a request waits for a segment load before `SEGMENTS_NOT_READY`.'),
   'leaf.segment.refresh-interval-ms': key('60000', int(10, 86_400_000), 'How often the tag list is re-read from the table.'),
+  'leaf.segment.failover-hold-ms': key('', optionalInt(0, 86_400_000), 'After a store failover that may have lost allocations (its identity changed, or a range came back below one served), how long new allocations are held while the buffer serves on, for every peer to raise `max_id` above what it served; empty: two `refresh-interval-ms`, since every peer reads the store at least that often, plus for each host of the URL the connect timeout and three query timeouts a refresh may take (docs/production.md).'),
   'leaf.segment.buffer-seconds': key('60', int(0, 86_400), 'Seconds of each tag\'s recent issue rate kept buffered, counting every loaded segment: further segments are loaded ahead (one at a time, by Leaf\'s step rule) to keep it; 0: Leaf\'s double buffer alone.'),
   'leaf.segment.max-buffered-segments': key('8', int(2, 64), 'Most segments a tag holds, the current one included; 2 is Leaf\'s double buffer.'),
   'leaf.segment.state-file': key('', text, 'The warm-start file: the tags that served in the last minute before a graceful stop, loaded first at the next start; empty: `segment-state-<server.port>.json` beside the SQLite file, or in `./data` with MySQL (none with `server.port=0`); `off`: no warm start.'),
@@ -121,6 +122,8 @@ export const KEYS = {
   'leaf.snowflake.heartbeat-interval-ms': key('3000', int(100, 600_000), 'How often the worker node\'s timestamp is refreshed in ZooKeeper, or the worker-id lease renewed.'),
   'leaf.snowflake.zk.connect-timeout-ms': key('5000', int(100, 600_000), 'How long the start waits for ZooKeeper before using the cached worker id.'),
   'leaf.snowflake.zk.session-timeout-ms': key('10000', int(1000, 600_000), 'ZooKeeper session timeout.'),
+
+  'leaf.metrics.max-tag-series': key('100', int(0, 1_000_000), 'Most segment tags with series of their own in `/metrics`; past it, idle tags are summed under `key="_other"` (see Monitoring); 0: every tag under `_other`.'),
 
   'leaf.admin.token': key('', token, 'Bearer token that protects the admin views and enables tag management; empty: views open, management off.'),
 } as const

@@ -16,6 +16,10 @@ export interface Config {
   logLevel: string
   batchMax: number
   adminToken: string
+  metrics: {
+    /** leaf.metrics.max-tag-series: src/metrics/tag-series.ts. */
+    maxTagSeries: number
+  }
   segment: {
     enabled: boolean
     store: StoreConfig
@@ -24,6 +28,8 @@ export interface Config {
     queryTimeoutMs: number
     waitTimeoutMs: number
     refreshIntervalMs: number
+    /** leaf.segment.failover-hold-ms, resolved: max-id-guard.ts. */
+    failoverHoldMs: number
     bufferSeconds: number
     maxBufferedSegments: number
     /** The warm-start file's path; undefined: no warm start. */
@@ -129,6 +135,17 @@ function checkWorkerIds (s: Config['snowflake']): void {
   }
 }
 
+/**
+ * Two refresh intervals, since every peer reads the store's identity at least that often, plus
+ * how long a peer's refresh may take to reach the new store: for each host of the URL, a
+ * connection, its first round trip, the statement and the kill of an unanswered one.
+ */
+function defaultFailoverHoldMs (p: ParsedConfig): number {
+  const store = parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password'])
+  const hosts = store.kind === 'mysql' ? store.hosts.length : 1
+  return 2 * p['leaf.segment.refresh-interval-ms'] + hosts * (p['leaf.jdbc.connect-timeout-ms'] + 3 * p['leaf.jdbc.query-timeout-ms'])
+}
+
 function toConfig (p: ParsedConfig, now: number): Config {
   const layout = resolveLayout(p, now)
   return {
@@ -137,6 +154,7 @@ function toConfig (p: ParsedConfig, now: number): Config {
     logLevel: p['log.level'],
     batchMax: p['leaf.batch.max'],
     adminToken: p['leaf.admin.token'],
+    metrics: { maxTagSeries: p['leaf.metrics.max-tag-series'] },
     segment: {
       enabled: p['leaf.segment.enable'],
       store: parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password']),
@@ -145,6 +163,7 @@ function toConfig (p: ParsedConfig, now: number): Config {
       queryTimeoutMs: p['leaf.jdbc.query-timeout-ms'],
       waitTimeoutMs: p['leaf.segment.wait-timeout-ms'],
       refreshIntervalMs: p['leaf.segment.refresh-interval-ms'],
+      failoverHoldMs: p['leaf.segment.failover-hold-ms'] ?? defaultFailoverHoldMs(p),
       bufferSeconds: p['leaf.segment.buffer-seconds'],
       maxBufferedSegments: p['leaf.segment.max-buffered-segments'],
       stateFile: stateFile(p),

@@ -10,8 +10,11 @@ import { requireBearer } from './auth.js'
 import { parseInt64 } from './decode-routes.js'
 import { validKey } from './id-routes.js'
 import { renderCachePage, renderDbPage } from './pages.js'
+import { horizonSeconds } from '../segment/rate-meter.js'
 import { checkReadiness } from '../modes/readiness.js'
 import { describeStore } from '../segment/stores/create-store.js'
+import { layoutEnd } from '../snowflake/layout.js'
+import { timeLeftSeconds } from '../snowflake/time-left.js'
 import { VERSION } from '../version.js'
 
 const MAX_DESCRIPTION = 256
@@ -70,9 +73,12 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
       renderedAt: Date.now(),
       ratesAgeMs: segment?.generator.ratesAgeMs(),
       store: segment === undefined ? undefined : describeStore(app.leaf.config.segment.store),
+      failover: segment?.guard.view(),
       readiness: await checkReadiness(app.leaf),
       errors: app.leaf.metrics.errorCounts(),
-    }, segment?.generator.views(), snowflake?.lease.status(), twepoch)
+    }, segment?.generator.views(), snowflake?.lease.status(), twepoch, snowflake === undefined
+      ? undefined
+      : { spec: layout.spec, runsOutAt: layoutEnd(layout), secondsLeft: timeLeftSeconds(layout, snowflake.clock()) })
   })
   app.get('/db', guarded, async (_request, reply) => {
     reply.type('text/html; charset=utf-8')
@@ -124,6 +130,7 @@ function rows (segment: SegmentMode): Promise<LeafAllocRow[]> {
 }
 
 function cacheJson (v: SegmentBufferView) {
+  const seconds = horizonSeconds(v)
   return {
     key: v.key,
     initOk: v.initOk,
@@ -143,7 +150,7 @@ function cacheJson (v: SegmentBufferView) {
     buffered: v.buffered,
     rate: round(v.rate),
     ratePerMinute: round(v.ratePerMinute),
-    bufferSeconds: Number.isFinite(v.bufferSeconds) ? round(v.bufferSeconds) : null,
+    bufferSeconds: seconds === undefined ? null : round(seconds),
     lastLoadSeconds: v.lastLoadSeconds,
     failedLoads: v.failedLoads,
     ended: v.ended,

@@ -1,5 +1,6 @@
 import { describeCause } from '../driver-errors.js'
 import { withTimeout } from '../timers.js'
+import type { GuardView } from '../segment/max-id-guard.js'
 import type { SegmentMode } from './segment-mode.js'
 import type { SnowflakeMode } from './snowflake-mode.js'
 
@@ -30,7 +31,7 @@ export async function checkReadiness ({ segment, snowflake }: { segment: Segment
   return { ready: Object.values(modes).every((m) => m.ready), modes }
 }
 
-async function segmentReadiness ({ store, generator }: SegmentMode): Promise<ModeReadiness> {
+async function segmentReadiness ({ store, generator, guard }: SegmentMode): Promise<ModeReadiness> {
   const dbError = await withTimeout(store.ping(), READY_DB_TIMEOUT_MS, `no answer within ${READY_DB_TIMEOUT_MS} ms`)
     .then(() => undefined, describeCause)
   if (!generator.initialized) {
@@ -46,10 +47,26 @@ async function segmentReadiness ({ store, generator }: SegmentMode): Promise<Mod
   // route elsewhere: ready, with the tags named.
   const ended = generator.endedTags()
   const endedNote = ended.length === 0 ? undefined : `ID space ended (ID_SPACE_EXHAUSTED) for ${ended.length} tag(s): ${ended.slice(0, 10).join(', ')}`
+  const failover = failoverNote(guard.view())
+  if (failover !== undefined) {
+    const exhausted = generator.exhaustedTags()
+    return exhausted.length === 0
+      ? { ready: true, reason: `${failover}; serving buffered IDs` }
+      : { ready: false, reason: `${failover}, and ${exhausted.length} tag(s) have no buffered IDs left: ${exhausted.slice(0, 10).join(', ')}` }
+  }
   if (dbError === undefined) return endedNote === undefined ? { ready: true } : { ready: true, reason: endedNote }
   const exhausted = generator.exhaustedTags()
   if (exhausted.length === 0) return { ready: true, reason: `database unreachable: ${dbError}; serving buffered IDs` }
   return { ready: false, reason: `database unreachable: ${dbError}, and ${exhausted.length} tag(s) have no buffered IDs left: ${exhausted.slice(0, 10).join(', ')}` }
+}
+
+/** While a store failover holds allocations (max-id-guard.ts): what happened, and for how long. */
+function failoverNote (v: GuardView): string | undefined {
+  if (v.holdingMs === 0 && v.raisesOwed === 0) return undefined
+  const what = v.last === undefined ? 'store failover' : `store failover (${v.last.cause}${v.last.key === undefined ? '' : ` at "${v.last.key}"`}${v.last.to === undefined ? '' : `, now ${v.last.to}`})`
+  return v.raisesOwed > 0
+    ? `${what}: ${v.raisesOwed} tag(s) still to be raised above the IDs served, new allocations held`
+    : `${what}: new allocations held for ${Math.ceil(v.holdingMs / 1000)} s more`
 }
 
 function snowflakeReadiness (snowflake: SnowflakeMode): ModeReadiness {

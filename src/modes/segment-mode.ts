@@ -1,11 +1,13 @@
 import { randomUUID } from 'node:crypto'
+import type { StoreConfig } from '../config/jdbc-url.js'
 import type { Config } from '../config/load-config.js'
 import { driverError, isPermanentStoreError } from '../driver-errors.js'
 import { StartRefused } from '../errors.js'
 import type { Logger } from '../logger.js'
+import { createMaxIdGuard, type MaxIdGuard, type MaxIdGuardOptions } from '../segment/max-id-guard.js'
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
 import type { SegmentStore } from '../segment/store.js'
-import { createStore, describeStore } from '../segment/stores/create-store.js'
+import { createStore, describeStore, type StoreHooks } from '../segment/stores/create-store.js'
 import { readWarmState, writeWarmState, type WarmState } from '../segment/warm-state.js'
 import { withTimeout } from '../timers.js'
 
@@ -15,18 +17,33 @@ export const GIVE_BACK_BUDGET_MS = 3000
 export interface SegmentMode {
   store: SegmentStore
   generator: SegmentGenerator
+  /** What the max_id guard saw: a hold after a store failover, the last regression. */
+  guard: MaxIdGuard
   close (): Promise<void>
 }
 
 /** What to do about a permanent error, by its code. */
 const REMEDIES: Record<string, string> = {
   ER_ACCESS_DENIED_ERROR: 'check leaf.jdbc.username and leaf.jdbc.password (or the user and password in leaf.jdbc.url)',
-  ER_ACCESS_DENIED_NO_PASSWORD_ERROR: 'set leaf.jdbc.password',
   ER_BAD_DB_ERROR: 'create the database, or correct the one named in leaf.jdbc.url',
   ER_NO_SUCH_TABLE: 'create the table with sql/leaf_alloc.sql',
   ER_DBACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on that database (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
   ER_TABLEACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc',
   ER_BAD_FIELD_ERROR: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.sql',
+}
+
+/**
+ * What to do about error 1698. The server sends it, with or without a password, when the
+ * account signs in by a plugin that takes none (MariaDB's unix_socket, MySQL's auth_socket:
+ * an operating-system user on the server's own socket), which no TCP client can pass; so
+ * "set leaf.jdbc.password" would be wrong either way.
+ */
+function noPasswordRemedy (store: StoreConfig): string {
+  const why = 'this user signs in without a password (such as IDENTIFIED VIA unix_socket, for the server\'s own socket only)'
+  const use = 'set leaf.jdbc.username to a user IDENTIFIED BY a password'
+  return store.kind === 'mysql' && store.password !== ''
+    ? `${why}, so the password given is not used: ${use}`
+    : `${why}: ${use}, and set leaf.jdbc.password`
 }
 
 /**
@@ -41,7 +58,7 @@ const REMEDIES: Record<string, string> = {
 export async function startSegmentMode (
   config: Config,
   logger: Logger,
-  extra: Pick<SegmentGeneratorOptions, 'clock' | 'onLoad' | 'onGiveBack'> = {}
+  extra: Pick<SegmentGeneratorOptions, 'clock' | 'onLoad' | 'onGiveBack'> & Pick<MaxIdGuardOptions, 'onRegression'> & StoreHooks = {}
 ): Promise<SegmentMode> {
   const { segment } = config
   const { stateFile } = segment
@@ -49,37 +66,51 @@ export async function startSegmentMode (
   // A new id each life: what this stop parks, the next start takes (see SegmentGeneratorOptions.handover).
   const parkAs = randomUUID()
   const where = describeStore(segment.store)
-  const sqlite = segment.store.kind === 'sqlite'
   let store: SegmentStore
   try {
     // The embedded store opens (and creates) its file here, synchronously.
-    store = createStore(segment.store, segment)
+    store = createStore(segment.store, { ...segment, logger, onRetry: extra.onRetry })
   } catch (err) {
-    throw refusal(where, err, sqlite) ?? err
+    throw storeRefusal(where, err, segment.store) ?? err
   }
   // Bounded past the pool's own bound (a connection, its setup, the query and the kill of an
   // unanswered one: segment/stores/mysql-pool.ts) in case a driver is not.
   const pingTimeoutMs = segment.connectTimeoutMs + 3 * segment.queryTimeoutMs + 1000
   const pingError = await withTimeout(store.ping(), pingTimeoutMs, `no answer within ${pingTimeoutMs} ms`).then(() => undefined, (err: unknown) => err)
-  const refused = pingError === undefined ? undefined : refusal(where, pingError, sqlite)
+  const refused = pingError === undefined ? undefined : storeRefusal(where, pingError, segment.store)
   if (refused !== undefined) {
     await store.close()
     throw refused
+  }
+  if (pingError === undefined && store.topology !== undefined) {
+    await withTimeout(store.topology(), pingTimeoutMs, `no answer within ${pingTimeoutMs} ms`).then(
+      (topology) => logger.info({ store: where, topology }, 'segment store replication'),
+      (err: unknown) => logger.warn({ store: where, err: (err as Error).message }, 'segment store replication not readable'))
   }
   if (pingError !== undefined) {
     const known = driverError(pingError)
     logger.warn({ store: where, ...(known === undefined ? { err: pingError } : known) },
       'database unreachable at start: answering NOT_READY and retrying in the background')
   }
+  // The marks hold for the store they were taken on: not for another database or file.
+  const storeKey = segment.store.kind === 'sqlite' ? `sqlite:${segment.store.path}` : `mysql database ${segment.store.database}`
+  const saved = warm?.guard?.where === storeKey ? warm.guard : undefined
+  if (warm?.guard !== undefined && saved === undefined) {
+    logger.info({ file: stateFile, was: warm.guard.where, now: storeKey }, 'warm-start file written for another store: its max_id marks are dropped')
+  }
+  const guard = createMaxIdGuard({ store, logger, holdMs: segment.failoverHoldMs, monotonic: () => performance.now(), saved, onRegression: extra.onRegression })
   const generator = createSegmentGenerator({
     store,
     logger,
+    guard,
     waitTimeoutMs: segment.waitTimeoutMs,
     refreshIntervalMs: segment.refreshIntervalMs,
     bufferSeconds: segment.bufferSeconds,
     maxBufferedSegments: segment.maxBufferedSegments,
     handover: stateFile === undefined ? undefined : { claimFrom: warm?.owner, parkAs },
-    ...extra,
+    clock: extra.clock,
+    onLoad: extra.onLoad,
+    onGiveBack: extra.onGiveBack,
   })
   const ready = await generator.init()
   logger.info({ store: where, ready, bufferSeconds: segment.bufferSeconds, stateFile: stateFile ?? '(none)' }, 'segment mode enabled')
@@ -87,6 +118,7 @@ export async function startSegmentMode (
   return {
     store,
     generator,
+    guard,
     async close () {
       const { giveBacks, warmTags } = await generator.shutdown(GIVE_BACK_BUDGET_MS)
       for (const g of giveBacks) {
@@ -97,7 +129,7 @@ export async function startSegmentMode (
       }
       if (stateFile !== undefined) {
         try {
-          writeWarmState(stateFile, { owner: parkAs, tags: warmTags })
+          writeWarmState(stateFile, { owner: parkAs, tags: warmTags, guard: { ...guard.state(), where: storeKey } })
           logger.info({ file: stateFile, tags: warmTags.length }, 'warm-start file written')
         } catch (err) {
           logger.warn({ file: stateFile, err: (err as Error).message }, 'warm-start file not written: the next start loads every tag on its first request, and takes nothing parked')
@@ -130,10 +162,13 @@ function warmStart (generator: SegmentGenerator, tags: string[], ready: boolean,
 }
 
 /** A StartRefused for a permanent error: where, the code, the driver's message and what to do. */
-function refusal (where: string, err: unknown, sqlite: boolean): StartRefused | undefined {
+export function storeRefusal (where: string, err: unknown, store: StoreConfig): StartRefused | undefined {
+  const sqlite = store.kind === 'sqlite'
   if (!isPermanentStoreError(err, { sqlite })) return undefined
   const known = driverError(err)
   if (known === undefined) return undefined
-  const remedy = REMEDIES[known.code] ?? (sqlite ? 'check the file leaf.jdbc.url names (sqlite:PATH)' : undefined)
+  const remedy = known.code === 'ER_ACCESS_DENIED_NO_PASSWORD_ERROR'
+    ? noPasswordRemedy(store)
+    : REMEDIES[known.code] ?? (sqlite ? 'check the file leaf.jdbc.url names (sqlite:PATH)' : undefined)
   return new StartRefused(`segment store ${where}: ${known.code}: ${known.message.replace(/\s+/g, ' ')}${remedy === undefined ? '' : `: ${remedy}`}`)
 }

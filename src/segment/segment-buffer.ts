@@ -79,6 +79,8 @@ export class SegmentBuffer {
   ended = false
   /** IDs of the segments already used up and dropped from the chain. */
   consumed = 0
+  /** The end of the last segment used up and dropped; 0n before any. */
+  private usedEnd = 0n
   readonly rate = new RateMeter()
   /** The last load's duration (s), and how many loads failed. */
   lastLoadSeconds = 0
@@ -100,7 +102,19 @@ export class SegmentBuffer {
   /** Drops the used-up current segment; the next one becomes current. */
   switchSegment (): void {
     const used = this.segments.shift()
-    if (used !== undefined) this.consumed += used.step
+    if (used !== undefined) {
+      this.consumed += used.step
+      this.usedEnd = used.max
+    }
+  }
+
+  /**
+   * The highest ID handed out + 1; 0n when none was. The chain serves in order, each segment
+   * above the last, so it is the current segment's next ID once it served one.
+   */
+  get servedEnd (): bigint {
+    const current = this.currentSegment
+    return current.pos > 0 ? current.value : this.usedEnd
   }
 
   /** IDs handed out since the first load. */

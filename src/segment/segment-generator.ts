@@ -5,6 +5,7 @@ import { PRELOAD_USED_FRACTION, Segment, SegmentBuffer, type Id } from './segmen
 import { IdSpaceEnded, type Allocation, type SegmentStore, type UnusedRange } from './store.js'
 import { settlesWithin, sleep, withTimeout } from '../timers.js'
 import { createLogThrottle } from '../log-throttle.js'
+import { AllocationHeld, type MaxIdGuard } from './max-id-guard.js'
 
 export type { Id } from './segment-buffer.js'
 
@@ -61,6 +62,8 @@ export interface SegmentGeneratorOptions {
   handover?: { claimFrom: string | undefined, parkAs: string }
   /** How often rates are sampled (ms); tests shorten it. */
   rateSampleMs?: number
+  /** Refuses ranges from a store that went back (a failover); undefined: every range is served. */
+  guard?: MaxIdGuard
 }
 
 /** What shutdown() did for one tag. */
@@ -172,6 +175,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     onGiveBack,
     rateSampleMs = RATE_SAMPLE_MS,
     handover,
+    guard,
   } = options
   const buffers = new Map<string, SegmentBuffer>()
   // A database that stays down fails a load per tag per backoff, and the tag list every
@@ -401,13 +405,16 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       withTimeout(store.allocate(buf.key, adapted), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
     // A tag's first load takes what the last stop of this identity parked, once: those IDs
     // were reserved before and are above every ID that stop handed out.
-    if (handover?.claimFrom !== undefined && !buf.claimed && !buf.initOk && buf.segments.length === 0) {
+    // Also held by a store failover (the guard refuses before it answers), and never after one.
+    const epoch = guard === undefined ? 0 : await guard.beforeAllocate()
+    if (handover?.claimFrom !== undefined && !buf.claimed && !buf.initOk && buf.segments.length === 0 && guard?.parkedUsable() !== false) {
       const claimed = await withTimeout(store.claimParked(buf.key, handover.claimFrom, PARKED_MAX_AGE_MS), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
       buf.claimed = true
       const parked = (claimed ?? []).filter((r) => r.end > r.first && r.end - r.first <= MAX_SEGMENT)
       if (parked.length < (claimed?.length ?? 0)) logger.warn({ key: buf.key, rows: claimed?.length }, 'parked rows that are not a range of IDs were dropped')
       if (parked.length > 0) {
         buf.segments = parked.map((r) => new Segment(r.end, Number(r.end - r.first)))
+        for (const r of parked) guard?.holds(buf.key, r.end)
         // A load that lands after shutdown() began must not turn serving back on.
         buf.initOk = !stopping
         buf.rate.sample(buf.issued, monotonic())
@@ -441,6 +448,10 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       logger.warn({ key: buf.key }, 'tag no longer in leaf_alloc: dropped')
       return
     }
+    const reserved = nextStep ?? alloc.step
+    if (guard !== undefined && !await guard.admit(buf.key, alloc.maxId - BigInt(reserved), alloc.maxId, alloc.store, epoch)) {
+      throw new AllocationHeld(`the range below ${alloc.maxId} of "${buf.key}" is not served: the store failed over (see /readyz)`)
+    }
     // (A tag whose serving shutdown() stopped has initOk off but keeps its chain: append.)
     if (!buf.initOk && buf.segments.length === 0) {
       buf.step = alloc.step
@@ -453,7 +464,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     }
     // The second load (table step) starts the step clock; later ones use the adapted step.
     buf.updateTimestamp = clock()
-    buf.step = nextStep ?? alloc.step
+    buf.step = reserved
     buf.minStep = alloc.step
     buf.segments.push(new Segment(alloc.maxId, buf.step))
     plan(buf)
@@ -482,7 +493,11 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     const first = segs[i] as Segment
     const firstUnused = first.base + BigInt(first.pos)
     let keep = segs.length // segments from here on are not parked
-    if (firstUnused < last.max && timeLeft() > 0) {
+    // A load still out could reserve right after the compare-and-set, from the IDs it returns:
+    // lost for nobody, but the range would come back below this tag's max_id mark, a false
+    // alarm of the guard. Parking the run is safe whatever the load does.
+    if (firstUnused < last.max && buf.loading !== undefined) reasons.push('a load was still out')
+    else if (firstUnused < last.max && timeLeft() > 0) {
       try {
         if (await withTimeout(store.giveBack(buf.key, last.max, firstUnused), timeLeft(), 'no answer in time')) {
           result.returned = last.max - firstUnused
@@ -493,7 +508,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       } catch (err) {
         // No answer is no knowing: the UPDATE may have committed (a timed-out query, a reset
         // after the commit). Parking the run then would hand its IDs out twice, from the
-        // parked rows and from max_id: they are lost instead.
+        // parked rows and from max_id: they are lost instead. Either way none was served.
         keep = i
         reasons.push(`database: ${(err as Error).message} (the compare-and-set's outcome is unknown: its IDs are lost, not parked)`)
       }
@@ -536,6 +551,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     }
     if (added.length > 0 || removed.length > 0) logger.info({ added, removed }, 'segment tags refreshed')
     initialized = true
+    // Every refresh looks at who answers too: a peer that allocates nothing still sees a failover.
+    await guard?.checkStore()
   }
 
   function scheduleRefresh (delayMs: number): void {
@@ -627,18 +644,21 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         buf.initOk = false
         if (buf.rate.activeWithin(WARM_WINDOW_MS, buf.issued)) warmTags.push(buf.key)
       }
-      // A load that lands now joins the chain and is given back with it. One still out when
-      // the wait ends is safe too: if it reserved before the compare-and-set, max_id moved and
-      // the compare fails; if after, it reserves the returned IDs again, for nobody (lost).
+      // A load that lands now joins the chain and is given back with it. For a tag whose load
+      // is still out when the wait ends, nothing is returned to max_id (giveBackTail parks).
       const inFlight = [...buffers.values()].flatMap((b) => b.loading === undefined ? [] : [b.loading])
       if (inFlight.length > 0) await settlesWithin(Promise.all(inFlight), Math.max(0, deadline - monotonic()))
-      const giveBacks = await Promise.all([...buffers.values()].filter((b) => b.segments.length > 0).map(async (buf) => {
+      // Once a tag holds nothing any more (returned, parked for the next life, or lost), its
+      // max_id mark is what was served: at once, before a late load of another tag is admitted.
+      const giveBacks = await Promise.all([...buffers.values()].map(async (buf) => {
+        if (buf.segments.length === 0) return guard?.released(buf.key, buf.servedEnd)
         const result = await giveBackTail(buf, deadline)
+        guard?.released(buf.key, buf.servedEnd)
         if (result.returned > 0n) onGiveBack?.(buf.key, result.returned, 'table')
         if (result.parked > 0n) onGiveBack?.(buf.key, result.parked, 'successor')
         return result
       }))
-      return { giveBacks, warmTags }
+      return { giveBacks: giveBacks.filter((g) => g !== undefined), warmTags }
     },
     close () {
       closed = true

@@ -7,6 +7,8 @@ export interface Allocation {
   maxId: bigint
   /** The table's `step` column (Java Leaf's `LeafAlloc.step`). */
   step: number
+  /** What answered (a server, a Galera cluster), where the store can tell: see identity(). */
+  store?: string
 }
 
 /** IDs `first` up to `end` (excluded) that were reserved and never handed out. */
@@ -50,6 +52,18 @@ export interface SegmentStore {
    */
   allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined>
   /**
+   * `UPDATE leaf_alloc SET max_id = GREATEST(max_id, atLeast)`: puts a row that went back (a
+   * promoted replica missing allocations) above IDs served from it. Never lowers it. Resolves
+   * whether the tag exists.
+   */
+  raiseMaxId (key: string, atLeast: bigint): Promise<boolean>
+  /**
+   * Who holds the rows: a server (where it listens, its server_id) or a Galera cluster (its
+   * state UUID); a change is a failover (segment/max-id-guard.ts). Undefined where the store
+   * cannot tell (the embedded SQLite file).
+   */
+  identity (): Promise<string | undefined>
+  /**
    * Gives unused IDs back: `UPDATE leaf_alloc SET max_id = firstUnused WHERE biz_tag = ? AND
    * max_id = end`, a compare-and-set that holds only while no other instance reserved a
    * segment after the one ending at `end`. Resolves whether it did.
@@ -76,6 +90,11 @@ export interface SegmentStore {
   createTag (tag: NewTag): Promise<LeafAllocRow | undefined>
   /** Changes a tag's step and/or description (never max_id); undefined when it does not exist. */
   updateTag (key: string, changes: TagChanges): Promise<LeafAllocRow | undefined>
+  /**
+   * The store's replication, read off the server, and what a failover of it can cost an ID
+   * service, in one line for the start's log. Absent where nothing replicates (SQLite).
+   */
+  topology? (): Promise<string>
   /** Checks the connection and the table; rejects with the cause. */
   ping (): Promise<void>
   close (): Promise<void>

@@ -2,15 +2,20 @@
 // tags that served in the last minute before it, so the next start takes those IDs and loads
 // those tags before it turns ready. It holds no ranges: what a stop parks is in the database,
 // taken there by one start only, so a copied or restored file can cost a load, never an ID
-// twice.
+// twice. It also keeps what the max_id guard knew (max-id-guard.ts): each tag's highest
+// ID served + 1 and the store's identity, so a store that went back while the instance was
+// stopped is seen at its next start. (A file older than the marks costs nothing: a mark is a
+// lower bound, and an older one a lower one.)
 
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { dirname } from 'node:path'
+import type { GuardState } from './max-id-guard.js'
 
 export interface WarmState {
   /** The id the last stop parked under (random, a new one each life). */
   owner: string
   tags: string[]
+  guard?: GuardState
 }
 
 interface WarmFile extends WarmState { version: 1, savedAt: string }
@@ -29,14 +34,24 @@ export function readWarmState (path: string): WarmState | undefined {
     !Array.isArray(state.tags) || !state.tags.every((t) => typeof t === 'string')) {
     throw new Error('not a warm-start file of this version')
   }
-  return { owner: state.owner, tags: state.tags }
+  return { owner: state.owner, tags: state.tags, ...(isGuardState(state.guard) ? { guard: state.guard } : {}) }
 }
 
 /** Writes the file whole or not at all: a temporary file renamed over it. */
 export function writeWarmState (path: string, state: WarmState, now = new Date()): void {
   mkdirSync(dirname(path), { recursive: true })
-  const file: WarmFile = { version: 1, savedAt: now.toISOString(), owner: state.owner, tags: [...state.tags] }
+  const file: WarmFile = { version: 1, savedAt: now.toISOString(), owner: state.owner, tags: [...state.tags], ...(state.guard === undefined ? {} : { guard: state.guard }) }
   const tmp = `${path}.${process.pid}.tmp`
   writeFileSync(tmp, JSON.stringify(file) + '\n')
   renameSync(tmp, path)
+}
+
+/** A guard state as written; anything else (an older file has none) is left out. */
+function isGuardState (v: unknown): v is GuardState {
+  if (typeof v !== 'object' || v === null) return false
+  const { where, store, marks, heldUntil } = v as { where?: unknown, store?: unknown, marks?: unknown, heldUntil?: unknown }
+  return (where === undefined || typeof where === 'string') && (store === undefined || typeof store === 'string') &&
+    (heldUntil === undefined || typeof heldUntil === 'number') &&
+    typeof marks === 'object' && marks !== null &&
+    Object.values(marks).every((m) => typeof m === 'string' && /^\d+$/.test(m))
 }

@@ -20,6 +20,10 @@ import { crashHolding } from './scenarios/s18-crash-holding.js'
 import { lateStatements } from './scenarios/s19-late-statements.js'
 import { lateHandBack } from './scenarios/s20-late-hand-back.js'
 import { databaseClockStep } from './scenarios/s21-database-clock-step.js'
+import { zookeeperLeaderKilled } from './scenarios/s22-zookeeper-leader-killed.js'
+import { zookeeperQuorumLost } from './scenarios/s23-zookeeper-quorum-lost.js'
+import { galeraConflicts } from './scenarios/s24-galera-conflicts.js'
+import { asyncPromotion } from './scenarios/s25-async-promotion.js'
 
 export interface Scenario {
   id: number
@@ -42,7 +46,7 @@ export const SCENARIOS: Scenario[] = [
   { id: 10, title: 'ZooKeeper late at start, connection resets', run: zookeeperLate },
   { id: 11, title: 'MySQL connections blackholed', run: mysqlBlackhole },
   // Each start of node dist/server.js costs about half a second of CPU on this 2-core machine.
-  { id: 12, title: `worker-id lease churn: ${CHURN_STARTS} starts per lease source, pool of 64`, run: leaseChurn, timeoutMs: 120_000 + CHURN_STARTS * 2 * 700 },
+  { id: 12, title: `worker-id lease churn: ${CHURN_STARTS} starts per lease source, pool of 8 near exhaustion`, run: leaseChurn, timeoutMs: 120_000 + CHURN_STARTS * 2 * 1000 },
   { id: 13, title: 'lease holder paused past its TTL, both lease sources', run: leasePausedHolder },
   { id: 14, title: 'lease holder cut from its store, both lease sources', run: leasePartition },
   { id: 15, title: 'lease holder\'s clock 4 s ahead, then killed', run: leaseClockAhead },
@@ -52,4 +56,8 @@ export const SCENARIOS: Scenario[] = [
   { id: 19, title: 'each lease and segment write held past its timeout, then delivered', run: lateStatements, timeoutMs: 300_000 },
   { id: 20, title: 'a hand-back delivered 9 s late, after its timeout (issue 25\'s sequence)', run: lateHandBack, timeoutMs: 300_000 },
   { id: 21, title: 'the database host\'s clock steps 12 s ahead under a db-lease holder', run: databaseClockStep },
+  { id: 22, title: 'ZooKeeper leader killed under snowflake load, each ZooKeeper source', run: zookeeperLeaderKilled },
+  { id: 23, title: 'ZooKeeper quorum lost longer than the lease TTL, then restored', run: zookeeperQuorumLost },
+  { id: 24, title: 'Galera: two instances on two nodes, 200+ conflicts, then the first node killed', run: galeraConflicts },
+  { id: 25, title: 'an async replica promoted without the last allocations, two instances on a host list', run: asyncPromotion },
 ]

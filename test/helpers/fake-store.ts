@@ -55,8 +55,26 @@ export class FakeStore implements SegmentStore {
       const next = row.maxId + BigInt(adapted !== undefined && adapted.tableStep === row.step ? adapted.step : row.step)
       if (next > 2n ** 63n - 1n) throw new IdSpaceEnded(key)
       row.maxId = next
-      return { key, maxId: row.maxId, step: row.step }
+      return { key, maxId: row.maxId, step: row.step, ...(this.storeId === undefined ? {} : { store: this.storeId }) }
     })
+  }
+
+  /** What identity() answers: set it to play a failover. */
+  storeId: string | undefined = undefined
+  raised: { key: string, atLeast: bigint }[] = []
+
+  raiseMaxId (key: string, atLeast: bigint): Promise<boolean> {
+    return this.answer(() => {
+      const row = this.rows.get(key)
+      this.raised.push({ key, atLeast })
+      if (row === undefined) return false
+      if (row.maxId < atLeast) row.maxId = atLeast
+      return true
+    })
+  }
+
+  identity (): Promise<string | undefined> {
+    return this.answer(() => this.storeId)
   }
 
   giveBack (key: string, end: bigint, firstUnused: bigint): Promise<boolean> {

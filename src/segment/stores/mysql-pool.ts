@@ -1,10 +1,12 @@
 import type { Socket } from 'node:net'
 import mysql, { type PoolConnection } from 'mysql2/promise'
+import type { MysqlHost } from '../../config/jdbc-url.js'
 import type { UnansweredError } from '../../driver-errors.js'
 
-// One mysql2 pool with the bounds mysql2 lacks: a query timeout that takes its connection for
+// One mysql2 pool, to one server, with the bounds mysql2 lacks: a query timeout that takes its connection for
 // dead, a bounded wait for a free connection, and a close that never rejects. The segment
-// store and the db-lease worker-id pool each run their statements through one.
+// store and the db-lease worker-id pool each run their statements through one per host of
+// leaf.jdbc.url (mysql-hosts.ts picks the host).
 //
 // A statement whose answer never came may still run: its bytes can reach the server after the
 // caller gave up (a retransmission, a congested link). So a statement that timed out, or whose
@@ -21,9 +23,8 @@ import type { UnansweredError } from '../../driver-errors.js'
 // the old thread ended with its server), and behind a load balancer it may name a thread of
 // another node.
 
-export interface MysqlOptions {
-  host: string
-  port: number
+/** One server's pool; mysql-hosts.ts's MysqlOptions name several. */
+export interface ServerOptions extends MysqlHost {
   user: string
   password: string
   database: string
@@ -37,6 +38,10 @@ export interface MysqlOptions {
 
 /** MySQL's ER_NO_SUCH_THREAD: the thread had ended already. */
 const ER_NO_SUCH_THREAD = 1094
+/** ER_OPTION_PREVENTS_STATEMENT: `--read-only` refused a write. */
+export const ER_READ_ONLY = 1290
+/** ER_UNKNOWN_COM_ERROR as Galera uses it: WSREP has not yet prepared node for application use. */
+export const ER_WSREP_NOT_READY = 1047
 
 /** Which server process a connection reached. */
 export interface ServerIdentity {
@@ -49,17 +54,48 @@ export interface ServerIdentity {
   started: number
   /** The id of the connection that read this: ids only grow within one server process. */
   connectionId: number
+  /** `@@server_id`: replication needs it to differ between a primary and its replicas. */
+  serverId: number
+  /** `@@global.read_only`: a replica (or a primary fenced by its operator); never written through. */
+  readOnly: boolean
+  /** Galera's `wsrep_cluster_state_uuid`: one for every node of a cluster. */
+  cluster?: string
 }
 
+/**
+ * What holds the `leaf_alloc` rows an allocation moved: a Galera cluster (any of its nodes),
+ * else one server, named by its server_id, which replication needs to differ between a primary
+ * and its replicas. A change of it is a failover: the new store may be behind
+ * (segment/max-id-guard.ts). Not the host name: a container re-created on the same data gets a
+ * new one.
+ */
+export function storeIdOf (server: ServerIdentity): string {
+  return server.cluster === undefined ? `server_id ${server.serverId}` : `galera cluster ${server.cluster}`
+}
+
+/** TIMESTAMP columns in UTC, as mysql2 is told to read them. */
+const SESSION_ZONE = "SET time_zone = '+00:00'"
+
 /** Read on every new connection, and again by a kill before it is sent. */
-const IDENTITY_SQL = "SELECT @@hostname AS host, @@port AS port, UNIX_TIMESTAMP() AS now, CONNECTION_ID() AS id; SHOW GLOBAL STATUS LIKE 'Uptime'"
+const IDENTITY_SQL = 'SELECT @@hostname AS host, @@port AS port, UNIX_TIMESTAMP() AS now, CONNECTION_ID() AS id, @@server_id AS server_id, @@global.read_only AS read_only; ' +
+  "SHOW GLOBAL STATUS WHERE Variable_name IN ('Uptime', 'wsrep_cluster_state_uuid')"
 
 /** The identity from IDENTITY_SQL's two result sets; undefined when the server did not say. */
 export function identityOf (results: unknown[]): ServerIdentity | undefined {
-  const server = (results[0] as { host?: unknown, port?: unknown, now?: unknown, id?: unknown }[] | undefined)?.[0]
-  const uptime = Number((results[1] as { Value?: unknown }[] | undefined)?.[0]?.Value)
-  if (server === undefined || !Number.isFinite(uptime) || !Number.isFinite(Number(server.now))) return undefined
-  return { host: String(server.host), port: Number(server.port), started: Number(server.now) - uptime, connectionId: Number(server.id) }
+  const server = (results[0] as { host?: unknown, port?: unknown, now?: unknown, id?: unknown, server_id?: unknown, read_only?: unknown }[] | undefined)?.[0]
+  const status = new Map(((results[1] ?? []) as { Variable_name?: unknown, Value?: unknown }[]).map((r) => [String(r.Variable_name).toLowerCase(), r.Value]))
+  const uptime = Number(status.get('uptime'))
+  if (server === undefined || !status.has('uptime') || !Number.isFinite(uptime) || !Number.isFinite(Number(server.now))) return undefined
+  const cluster = status.get('wsrep_cluster_state_uuid')
+  return {
+    host: String(server.host),
+    port: Number(server.port),
+    started: Number(server.now) - uptime,
+    connectionId: Number(server.id),
+    serverId: Number(server.server_id ?? 0),
+    readOnly: Number(server.read_only ?? 0) === 1,
+    ...(typeof cluster === 'string' && cluster !== '' && !/^0{8}-/.test(cluster) ? { cluster } : {}),
+  }
 }
 
 /**
@@ -83,7 +119,7 @@ interface CoreConnection {
   on (event: 'error', listener: () => void): unknown
 }
 
-export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
+export function createServerRunner (options: ServerOptions): MysqlRunner {
   const { queryTimeoutMs, acquireTimeoutMs = options.connectTimeoutMs + options.queryTimeoutMs } = options
   const pool = mysql.createPool({
     host: options.host,
@@ -143,27 +179,45 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
   }
 
   /**
-   * Runs one query (or one multi-statement round trip) on a connection of its own, bounded by
-   * the query timeout. A connection whose query failed is destroyed, never reused: after
-   * mysql2's timeout it still waits for the answer (the driver only fails the callback, and
-   * pool.query would never release it), and a failed reservation may hold its transaction open.
+   * Runs one query, or the statements of one transaction, on a connection of its own, each
+   * round trip bounded by the query timeout. A connection whose query failed is destroyed,
+   * never reused: after mysql2's timeout it still waits for the answer (the driver only fails
+   * the callback, and pool.query would never release it), and a failed reservation may hold
+   * its transaction open.
    */
-  async function run<T> (sql: string, values: unknown[] = []): Promise<T> {
-    const conn = await acquire()
-    let result: T
+  function query<T> (sql: string | readonly Statement[], values: unknown[] = []): Promise<Answer<T>> {
+    return execute<T>(sql, values, false)
+  }
+
+  /**
+   * `sql` (none: only the connection's first round trip), with that round trip sent again when
+   * `fresh`: the server a pooled connection reaches may have changed since (turned read-only).
+   */
+  async function execute<T> (sql: string | readonly Statement[] | undefined, values: unknown[], fresh: boolean): Promise<Answer<T>> {
+    let conn: PoolConnection
+    try {
+      conn = await acquire()
+    } catch (err) {
+      throw notSent(err)
+    }
+    let result: T | undefined
     let sent = false
     try {
-      if (!identities.has(conn.connection)) {
+      if (fresh || !identities.has(conn.connection)) {
         // TIMESTAMP columns come back in the session's zone: make it the one mysql2 reads them
         // in; and note the server (see kill()). A statement of its own, bounded like any: one
         // queued behind a statement mysql2 gave up on would wait for its answer unbounded.
         await setUp(conn)
       }
-      sent = true
-      ;[result] = await conn.query({ sql, values, timeout: queryTimeoutMs }) as unknown as [T]
+      sent = sql !== undefined
+      result = sql === undefined
+        ? undefined
+        : typeof sql === 'string'
+          ? await send<T>(conn, sql, values)
+          : await transaction(conn, sql) as T
     } catch (err) {
       const threadId = conn.threadId
-      // Not sent: the connection's first round trip got no answer.
+      // Not sent: the connection's first round trip got no answer, or refused the server.
       const identity = sent ? identities.get(conn.connection) : undefined
       // destroy() only half-closes the socket, which on a dead path lingers until the kernel
       // gives up on the FIN: tear the socket down too.
@@ -178,10 +232,34 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
       if (threadId !== null && (timedOut || (err as { fatal?: boolean }).fatal === true)) {
         throw await unanswered(err as Error, threadId, identity)
       }
-      throw err
+      throw sent ? err : notSent(err)
     }
+    const server = identities.get(conn.connection) ?? null
     conn.release()
+    return { result: result as T, server }
+  }
+
+  async function send<T> (conn: PoolConnection, sql: string, values: unknown[]): Promise<T> {
+    const [result] = await conn.query({ sql, values, timeout: queryTimeoutMs }) as unknown as [T]
     return result
+  }
+
+  /**
+   * A transaction's statements, and their results in order: in one multi-statement round trip,
+   * except on a Galera node (or a server that did not say what it is). There a conflict that
+   * aborts the transaction between two statements of one round trip can go unreported: the
+   * COMMIT answers OK for a transaction that was rolled back, and the SELECT before it read
+   * another node's row (measured by test/galera.test.ts). One round trip per statement, as
+   * Java Leaf sends them, reports it at the next statement.
+   */
+  async function transaction (conn: PoolConnection, statements: readonly Statement[]): Promise<unknown[]> {
+    const identity = identities.get(conn.connection)
+    if (identity !== undefined && identity !== null && identity.cluster === undefined) {
+      return await send<unknown[]>(conn, statements.map((st) => st.sql).join('; '), statements.flatMap((st) => st.values ?? []))
+    }
+    const results: unknown[] = []
+    for (const st of statements) results.push(await send(conn, st.sql, st.values ?? []))
+    return results
   }
 
   /** Ends the server thread of a statement that got no answer, and says in `err` whether that worked. */
@@ -192,6 +270,7 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
     kills.delete(killed)
     const e = err as UnansweredError
     e.mayStillRun = !SETTLED.has(outcome)
+    if (outcome === 'unsent') notSent(e)
     e.message += outcome === 'killed'
       ? ` (its server thread ${threadId} was killed: the statement ran before, or never will)`
       : outcome === 'restarted'
@@ -202,19 +281,28 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
     return e
   }
 
-  /** A connection's first round trip: the time zone, and the server's identity where it tells. */
+  /**
+   * A connection's first round trip: the time zone, and the server's identity where it tells.
+   * A server that says it is read-only is refused (whatever the user's privileges: read_only
+   * does not bind SUPER), and one whose Galera node is not ready too, before anything is sent.
+   */
   async function setUp (conn: PoolConnection): Promise<void> {
+    let identity: ServerIdentity | null
     try {
-      const [setup] = await conn.query({ sql: `SET time_zone = '+00:00'; ${IDENTITY_SQL}`, timeout: queryTimeoutMs }) as unknown as [unknown[]]
-      identities.set(conn.connection, identityOf(setup.slice(1)) ?? null)
+      const [setup] = await conn.query({ sql: `${SESSION_ZONE}; ${IDENTITY_SQL}`, timeout: queryTimeoutMs }) as unknown as [unknown[]]
+      identity = identityOf(setup.slice(1)) ?? null
     } catch (err) {
       // A server that answers the identity part with an error (a proxy without SHOW GLOBAL
       // STATUS, say): the time zone alone, and no kills on this connection.
       const e = err as { errno?: unknown, fatal?: unknown }
-      if (typeof e.errno !== 'number' || e.fatal === true) throw err
-      await conn.query({ sql: "SET time_zone = '+00:00'", timeout: queryTimeoutMs })
-      identities.set(conn.connection, null)
+      if (typeof e.errno !== 'number' || e.fatal === true || e.errno === ER_WSREP_NOT_READY) throw err
+      await conn.query({ sql: SESSION_ZONE, timeout: queryTimeoutMs })
+      identity = null
     }
+    if (identity?.readOnly === true) {
+      throw Object.assign(new Error(`${options.host}:${options.port} is read-only (@@read_only = 1): nothing is written through it`), { code: 'ER_OPTION_PREVENTS_STATEMENT', errno: ER_READ_ONLY })
+    }
+    identities.set(conn.connection, identity)
   }
 
   /** What kill() answers when the statement ran before or never will. */
@@ -264,7 +352,13 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
   }
 
   return {
-    run,
+    query,
+    async identify () {
+      return (await execute(undefined, [], true)).server
+    },
+    async run<T> (sql: string | readonly Statement[], values?: unknown[]) {
+      return (await query<T>(sql, values)).result
+    },
     async close () {
       await Promise.all([...kills])
       // A connection that already died (the server or the path gone) makes end() reject; at
@@ -274,8 +368,31 @@ export function createMysqlRunner (options: MysqlOptions): MysqlRunner {
   }
 }
 
+/** A result, and the server that answered (null: it did not say who it is). */
+export interface Answer<T> { result: T, server: ServerIdentity | null }
+
+/** One statement of a transaction. */
+export interface Statement { sql: string, values?: unknown[] }
+
 export interface MysqlRunner {
-  /** Runs one query (or one multi-statement round trip); see run() above. */
-  run<T> (sql: string, values?: unknown[]): Promise<T>
+  /**
+   * Runs one query, or a transaction's statements (their results in order, as a
+   * multi-statement query gives them); see query() above.
+   */
+  run<T> (sql: string | readonly Statement[], values?: unknown[]): Promise<T>
+  /** The same, with the server that ran it. */
+  query<T> (sql: string | readonly Statement[], values?: unknown[]): Promise<Answer<T>>
+  /**
+   * The server a connection reaches now, read afresh: a pooled connection's server may have
+   * turned read-only since, and is refused then as a new connection's is (null: it did not
+   * say who it is).
+   */
+  identify (): Promise<ServerIdentity | null>
   close (): Promise<void>
+}
+
+/** Marks an error of a statement that never left: another host may run it instead. */
+function notSent (err: unknown): unknown {
+  if (typeof err === 'object' && err !== null) (err as { notSent?: boolean }).notSent = true
+  return err
 }

@@ -83,6 +83,7 @@ export function createSqliteStore (path: string): SegmentStore {
     return rows.filter((r) => Number(r.parked_at) >= oldest).map((r) => ({ first: r.first_id, end: r.end_id }))
   })
   const giveBack = db.prepare('UPDATE leaf_alloc SET max_id = ?, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ? AND max_id = ?')
+  const raise = db.prepare('UPDATE leaf_alloc SET max_id = MAX(max_id, ?), update_time = CURRENT_TIMESTAMP WHERE biz_tag = ?')
   const updateTag = db.prepare(`UPDATE leaf_alloc SET step = COALESCE(?, step),
     description = CASE WHEN ? THEN ? ELSE description END, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ?`)
 
@@ -105,6 +106,12 @@ export function createSqliteStore (path: string): SegmentStore {
     },
     async allocate (key, adapted) {
       return allocateTx.immediate(key, adapted)
+    },
+    async raiseMaxId (key, atLeast) {
+      return raise.run(atLeast, key).changes === 1
+    },
+    async identity () {
+      return undefined
     },
     async giveBack (key, end, firstUnused) {
       return giveBack.run(firstUnused, key, end).changes === 1

@@ -3,12 +3,13 @@ import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
 import type { RowDataPacket } from 'mysql2/promise'
 import type { StoreConfig } from '../../config/jdbc-url.js'
-import { createMysqlRunner, type MysqlRunner } from '../../segment/stores/mysql-pool.js'
+import type { MysqlRunner, Statement } from '../../segment/stores/mysql-pool.js'
+import { createMysqlRunner } from '../../segment/stores/mysql-hosts.js'
 import { describeStore } from '../../segment/stores/create-store.js'
 import type { Layout } from '../layout.js'
 import { checkLayoutRecord } from './layout-record.js'
-import { LeaseRefused } from './worker-lease.js'
 import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
+import { LeaseRefused } from '../../errors.js'
 
 // The db-lease pool: one row per (pool, worker id) in `leaf_worker_lease`, beside leaf_alloc.
 // `owner` is the token of one claim (NULL: released); `generation` counts the claims and
@@ -69,13 +70,23 @@ const ER_DUP_FIELDNAME = 1060
 // is read (the wait comes from it); then it is taken when it is free, or when it is the very
 // holder the claimant watched stand still (`owner`, `generation`, `expires_at` as seen) and the
 // database says it expired too; the owner read back says who won.
-const MYSQL_CLAIM =
-  'START TRANSACTION; ' +
-  'INSERT INTO leaf_worker_lease (pool, worker_id, expires_at) VALUES (?, ?, NOW(3)) ON DUPLICATE KEY UPDATE pool = pool; ' +
-  'SELECT owner, issued_until, released_until, released_at = expires_at AS clean FROM leaf_worker_lease WHERE pool = ? AND worker_id = ? FOR UPDATE; ' +
-  'UPDATE leaf_worker_lease SET owner = ?, address = ?, generation = generation + 1, lease_ms = ?, expires_at = NOW(3) + INTERVAL ? MICROSECOND ' +
-  'WHERE pool = ? AND worker_id = ? AND (owner IS NULL OR (owner = ? AND generation = ? AND expires_at = ? AND expires_at < NOW(3))); ' +
-  'SELECT owner FROM leaf_worker_lease WHERE pool = ? AND worker_id = ?; COMMIT'
+// (A transaction's statements: one round trip, or one per statement on Galera, whose
+// multi-statement commits can hide a conflict: segment/stores/mysql-pool.ts.)
+function claimStatements (pool: string, workerId: number, owner: string, address: string, ttlMs: number, micros: number, seen: ReturnType<typeof parseSeen>): Statement[] {
+  const [seenOwner, seenGeneration, seenExpires] = seen
+  return [
+    { sql: 'START TRANSACTION' },
+    { sql: 'INSERT INTO leaf_worker_lease (pool, worker_id, expires_at) VALUES (?, ?, NOW(3)) ON DUPLICATE KEY UPDATE pool = pool', values: [pool, workerId] },
+    { sql: 'SELECT owner, issued_until, released_until, released_at = expires_at AS clean FROM leaf_worker_lease WHERE pool = ? AND worker_id = ? FOR UPDATE', values: [pool, workerId] },
+    {
+      sql: 'UPDATE leaf_worker_lease SET owner = ?, address = ?, generation = generation + 1, lease_ms = ?, expires_at = NOW(3) + INTERVAL ? MICROSECOND ' +
+        'WHERE pool = ? AND worker_id = ? AND (owner IS NULL OR (owner = ? AND generation = ? AND expires_at = ? AND expires_at < NOW(3)))',
+      values: [owner, address, ttlMs, micros, pool, workerId, seenOwner, seenGeneration, seenExpires],
+    },
+    { sql: 'SELECT owner FROM leaf_worker_lease WHERE pool = ? AND worker_id = ?', values: [pool, workerId] },
+    { sql: 'COMMIT' },
+  ]
+}
 const MYSQL_RENEW =
   'UPDATE leaf_worker_lease SET expires_at = NOW(3) + INTERVAL ? MICROSECOND, issued_until = GREATEST(issued_until, ?), generation = generation + 1, lease_ms = ? ' +
   'WHERE pool = ? AND worker_id = ? AND owner = ?'
@@ -195,12 +206,7 @@ async function createMysqlLeasePool (o: DbLeasePoolOptions): Promise<LeasePool> 
       return rows.map((r) => slotOf(Number(r.worker_id), r.owner as string | null, r.generation as string, r.lease_ms === null ? null : Number(r.lease_ms), r.expires as string, Number(r.expires_in)))
     },
     async claim (workerId, owner, address, from): Promise<Claimed | undefined> {
-      const [seenOwner, seenGeneration, seenExpires] = parseSeen(from)
-      const results = await run<unknown[]>(MYSQL_CLAIM, [
-        o.pool, workerId, o.pool, workerId,
-        owner, address, o.ttlMs, micros, o.pool, workerId, seenOwner, seenGeneration, seenExpires,
-        o.pool, workerId,
-      ])
+      const results = await run<unknown[]>(claimStatements(o.pool, workerId, owner, address, o.ttlMs, micros, parseSeen(from)))
       const before = (results[2] as RowDataPacket[])[0] as Before | undefined
       const row = (results[4] as RowDataPacket[])[0]
       return row?.owner === owner ? { issuedUntil: previousIssuedUntil(before) } : undefined

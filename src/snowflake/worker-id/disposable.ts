@@ -4,9 +4,10 @@ import Database from 'better-sqlite3'
 import type { ResultSetHeader } from 'mysql2/promise'
 import type { StoreConfig } from '../../config/jdbc-url.js'
 import type { Logger } from '../../logger.js'
-import { createMysqlRunner } from '../../segment/stores/mysql-pool.js'
+import { createMysqlRunner } from '../../segment/stores/mysql-hosts.js'
 import { describeStore } from '../../segment/stores/create-store.js'
-import { LeaseRefused, type LeaseStatus, type WorkerLease } from './worker-lease.js'
+import type { LeaseStatus, WorkerLease } from './worker-lease.js'
+import { LeaseRefused } from '../../errors.js'
 
 // The disposable source, Baidu UidGenerator's DisposableWorkerIdAssigner: every start inserts
 // one row into WORKER_NODE and takes the row's auto-increment ID as its worker id. No id is

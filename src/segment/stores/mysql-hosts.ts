@@ -1,0 +1,119 @@
+import type { MysqlHost } from '../../config/jdbc-url.js'
+import { describeCause } from '../../driver-errors.js'
+import type { Logger } from '../../logger.js'
+import { createServerRunner, ER_READ_ONLY, ER_WSREP_NOT_READY, type Answer, type MysqlRunner, type ServerOptions, type Statement } from './mysql-pool.js'
+
+// The hosts of leaf.jdbc.url, Connector/J's failover list: one mysql2 pool per host
+// (mysql-pool.ts), statements through the one in use. mysql2's PoolCluster would pick a host
+// too, but it moves on only when a connection cannot be opened: a replica that answers
+// read-only, a Galera node out of its cluster (1047) or a host whose statements time out
+// would keep it. So the choice is made here, on what the servers answer:
+// - the first host of the list that answers and is writable is used, and kept while it works
+//   (sticky: it does not fall back to an earlier host that comes back, which after a
+//   promotion is the old primary);
+// - a host that fails (a connection error, a timeout, a read-only or not-ready answer) is
+//   rested for a backoff doubling from BACKOFF_MIN_MS to BACKOFF_MAX_MS, and the next host
+//   of the list is used; with every host resting, the one whose rest ends first is tried;
+// - a statement that never left, or that the server refused (read-only, not ready), is sent
+//   to the next host at once, each host at most once per call; one that may have run (a
+//   timeout) is not: its error goes to the caller, who knows whether a repeat is safe.
+
+export interface MysqlOptions extends Omit<ServerOptions, 'host' | 'port'> {
+  /** In the URL's order; at least one. */
+  hosts: readonly MysqlHost[]
+  /** Told (at warn) when the host in use changes. */
+  logger?: Logger
+}
+
+export const BACKOFF_MIN_MS = 100
+export const BACKOFF_MAX_MS = 5000
+
+/** Errors that say the host, not the statement, failed. */
+const HOST_DOWN_CODES = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE',
+  'PROTOCOL_CONNECTION_LOST', 'PROTOCOL_SEQUENCE_TIMEOUT', 'ER_SERVER_SHUTDOWN',
+])
+
+/** A host answering this refused the statement: it did not run, and another host may take it. */
+function refusedByServer (err: unknown): boolean {
+  const errno = (err as { errno?: unknown }).errno
+  return errno === ER_READ_ONLY || errno === ER_WSREP_NOT_READY
+}
+
+/** Whether `err` says the host is down, read-only or not ready (not that the statement was wrong). */
+export function hostFailed (err: unknown): boolean {
+  const e = err as { code?: unknown, fatal?: unknown }
+  return refusedByServer(err) || e.fatal === true || (typeof e.code === 'string' && HOST_DOWN_CODES.has(e.code))
+}
+
+export function createMysqlRunner (options: MysqlOptions, now: () => number = () => performance.now()): MysqlRunner {
+  const { hosts, logger } = options
+  if (hosts.length === 0) throw new Error('no MySQL host')
+  const runners = hosts.map((h) => createServerRunner({ ...options, host: h.host, port: h.port }))
+  const failures = hosts.map(() => 0)
+  const restUntil = hosts.map(() => 0)
+  let current = 0
+
+  const name = (i: number) => `${hosts[i]?.host}:${hosts[i]?.port}`
+
+  /** The hosts to try, in order: the one in use, then the list's next ones, none resting. */
+  function candidates (): number[] {
+    const t = now()
+    const order = hosts.map((_, k) => (current + k) % hosts.length)
+    const awake = order.filter((i) => (restUntil[i] as number) <= t)
+    if (awake.length > 0) return awake
+    return [order.reduce((a, b) => (restUntil[b] as number) < (restUntil[a] as number) ? b : a)]
+  }
+
+  function failed (i: number, err: unknown): void {
+    failures[i] = (failures[i] as number) + 1
+    restUntil[i] = now() + Math.min(BACKOFF_MIN_MS * 2 ** ((failures[i] as number) - 1), BACKOFF_MAX_MS)
+    if (i !== current || hosts.length === 1) return
+    current = (i + 1) % hosts.length
+    logger?.warn({ from: name(i), to: name(current), cause: describeCause(err) }, 'MySQL host failed: moving to the next host of leaf.jdbc.url')
+  }
+
+  function succeeded (i: number): void {
+    failures[i] = 0
+    restUntil[i] = 0
+    // Only when the host in use is resting: a late answer of a host left behind (a call that
+    // started before it failed) does not take the list back to it.
+    if (i === current || (restUntil[current] as number) <= now()) return
+    logger?.warn({ from: name(current), to: name(i) }, 'MySQL host in use changed')
+    current = i
+  }
+
+  /** `call` on the host in use, then on the next ones, as the rules above say. */
+  async function attempt<T> (call: (runner: MysqlRunner) => Promise<T>): Promise<T> {
+    let last: unknown
+    for (const i of candidates()) {
+      try {
+        const answer = await call(runners[i] as MysqlRunner)
+        succeeded(i)
+        return answer
+      } catch (err) {
+        if (!hostFailed(err)) throw err
+        failed(i, err)
+        last = err
+        // May have run: the caller decides whether a repeat is safe.
+        if ((err as { notSent?: boolean }).notSent !== true && !refusedByServer(err)) throw err
+      }
+    }
+    throw last
+  }
+
+  function query<T> (sql: string | readonly Statement[], values?: unknown[]): Promise<Answer<T>> {
+    return attempt((r) => r.query<T>(sql, values))
+  }
+
+  return {
+    query,
+    identify: () => attempt((r) => r.identify()),
+    async run<T> (sql: string | readonly Statement[], values?: unknown[]) {
+      return (await query<T>(sql, values)).result
+    },
+    async close () {
+      await Promise.all(runners.map((r) => r.close()))
+    },
+  }
+}

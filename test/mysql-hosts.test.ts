@@ -1,0 +1,138 @@
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import { BACKOFF_MAX_MS, createMysqlRunner, hostFailed } from '../src/segment/stores/mysql-hosts.js'
+import { createMysqlStore } from '../src/segment/stores/mysql-store.js'
+import { PrivateMariaDb } from './fault/services.js'
+import { tempDir } from './helpers/config.js'
+import { captureLogger } from './helpers/logger.js'
+import { createTestDatabase, TEST_MYSQL } from './helpers/mysql.js'
+import { freePort } from './helpers/ports.js'
+import { createProxy } from './helpers/tcp-proxy.js'
+
+// The hosts of leaf.jdbc.url (src/segment/stores/mysql-hosts.ts), against real servers: the
+// suite's MariaDB behind proxies that can refuse or hold, and a private MariaDB that says it
+// is read-only.
+
+const server = new URL(TEST_MYSQL)
+const credentials = { user: decodeURIComponent(server.username), password: decodeURIComponent(server.password) }
+
+/** Two proxies to the suite's MariaDB, host 1 and host 2 of a runner, and a test database. */
+async function twoHosts (t: Test, queryTimeoutMs = 1000) {
+  const db = await createTestDatabase()
+  const first = await createProxy(Number(server.port || 3306), { targetHost: server.hostname, protocol: 'mysql' })
+  const second = await createProxy(Number(server.port || 3306), { targetHost: server.hostname, protocol: 'mysql' })
+  const { logger, lines } = captureLogger()
+  const runner = createMysqlRunner({
+    hosts: [{ host: '127.0.0.1', port: first.port }, { host: '127.0.0.1', port: second.port }],
+    ...credentials,
+    database: db.name,
+    connectTimeoutMs: 1000,
+    poolSize: 2,
+    queryTimeoutMs,
+    logger,
+  })
+  t.teardown(async () => {
+    await runner.close()
+    await first.close()
+    await second.close()
+    await db.drop()
+  })
+  await db.query('CREATE TABLE t (id INT PRIMARY KEY)')
+  return { db, first, second, runner, lines }
+}
+
+t.test('the first host that answers is used, and kept; one that refuses connections is skipped at once, the statement sent to the next', async (t) => {
+  const { first, second, runner, lines } = await twoHosts(t)
+  t.same(await runner.run('SELECT 1 AS one'), [{ one: 1 }])
+  t.equal(first.accepted, 1, 'host 1 in use')
+  t.equal(second.accepted, 0, 'host 2 untouched')
+  first.block()
+  // A new connection is needed: the pool's one is cut by block().
+  await runner.run('INSERT INTO t VALUES (1)').then(() => undefined, () => undefined)
+  const done = await runner.run('INSERT INTO t VALUES (2)')
+  t.ok(done !== undefined, 'the insert ran on host 2')
+  t.ok(second.accepted >= 1, 'host 2 took over')
+  t.ok(lines.some((l) => l.msg === 'MySQL host failed: moving to the next host of leaf.jdbc.url'), 'the move is logged')
+  first.unblock()
+  const before = first.accepted
+  for (let i = 0; i < 5; i++) await runner.run('SELECT 1')
+  t.equal(first.accepted, before, 'sticky: host 1 back is not used again while host 2 works')
+})
+
+t.test('a statement that timed out on a host is not repeated on another (it may have run); the next statement goes to the next host', async (t) => {
+  const { db, first, second, runner } = await twoHosts(t, 300)
+  await runner.run('SELECT 1')
+  first.holdStatements({ match: /^INSERT INTO t VALUES \(7\)/, holdMs: 1500 })
+  // Its kill is held too: the statement may still run, and the caller is told so.
+  first.holdStatements({ match: /^KILL/, holdMs: 1500 })
+  const err = await runner.run('INSERT INTO t VALUES (7)').then(() => undefined, (e: unknown) => e)
+  t.match(err, { code: 'PROTOCOL_SEQUENCE_TIMEOUT', mayStillRun: true })
+  t.equal(second.accepted, 0, 'not repeated on host 2')
+  await runner.run('INSERT INTO t VALUES (8)')
+  t.ok(second.accepted >= 1, 'the next statement went to host 2')
+  await new Promise((resolve) => setTimeout(resolve, 1600))
+  const rows = await db.query<{ id: number }[]>('SELECT id FROM t ORDER BY id')
+  t.same(rows.map((r) => r.id), [7, 8], 'the held insert ran late, once; the next ran once')
+})
+
+t.test('every host down: the call fails with the last host\'s error, and each host rests a bounded backoff', async (t) => {
+  const dead = [await freePort(), await freePort()]
+  const runner = createMysqlRunner({
+    hosts: dead.map((port) => ({ host: '127.0.0.1', port })), ...credentials, database: 'leaf', connectTimeoutMs: 500, poolSize: 1, queryTimeoutMs: 500,
+  })
+  t.teardown(() => runner.close())
+  await t.rejects(runner.run('SELECT 1'), { code: 'ECONNREFUSED' })
+  // Resting hosts are still tried, one per call (the one whose rest ends first): a call never
+  // waits for a backoff, and never hangs.
+  const started = performance.now()
+  for (let i = 0; i < 10; i++) await t.rejects(runner.run('SELECT 1'), { code: 'ECONNREFUSED' })
+  t.ok(performance.now() - started < BACKOFF_MAX_MS, 'ten calls fail fast')
+})
+
+t.test('a read-only server is never written through, even by a user read_only does not bind; the next host is', async (t) => {
+  const replica = new PrivateMariaDb(join(tempDir('leaf-hosts-'), 'mariadb'), await freePort())
+  await replica.init()
+  t.teardown(() => replica.stop('SIGKILL'))
+  const db = await createTestDatabase()
+  t.teardown(() => db.drop())
+  // The same database on the private server, for the suite's user, as a replica would have it.
+  await replica.query(`CREATE DATABASE \`${db.name}\``)
+  await replica.query(`CREATE TABLE \`${db.name}\`.leaf_alloc LIKE leaf.leaf_alloc`)
+  await replica.query(`GRANT ALL PRIVILEGES ON \`${db.name}\`.* TO 'leaf'@'%'`)
+  await replica.query('SET GLOBAL read_only = 1')
+  const store = createMysqlStore({
+    hosts: [{ host: '127.0.0.1', port: replica.port }, { host: server.hostname, port: Number(server.port || 3306) }],
+    user: 'leaf',
+    password: 'leaf',
+    database: db.name,
+    connectTimeoutMs: 1000,
+    poolSize: 1,
+    queryTimeoutMs: 1000,
+  })
+  t.teardown(() => store.close())
+  t.match(await store.createTag({ key: 'listed', step: 10, maxId: 1n, description: null }), { key: 'listed' }, 'written through the next host')
+  t.same(await db.query("SELECT biz_tag FROM leaf_alloc WHERE biz_tag = 'listed'"), [{ biz_tag: 'listed' }], 'on the writable server')
+  t.same(await replica.query(`SELECT biz_tag FROM \`${db.name}\`.leaf_alloc WHERE biz_tag = 'listed'`), [], 'not on the read-only one')
+  // root has SUPER, which read_only lets write: refused all the same, before anything is sent.
+  const asRoot = createMysqlStore({ hosts: [{ host: '127.0.0.1', port: replica.port }], user: 'root', password: '', database: 'leaf', connectTimeoutMs: 1000, poolSize: 1, queryTimeoutMs: 1000 })
+  t.teardown(() => asRoot.close())
+  await t.rejects(asRoot.createTag({ key: 'written', step: 10, maxId: 1n, description: null }), { errno: 1290, message: /is read-only \(@@read_only = 1\): nothing is written through it/ })
+  t.same(await replica.query("SELECT biz_tag FROM leaf_alloc WHERE biz_tag = 'written'"), [], 'the write never reached it')
+  await replica.query('SET GLOBAL read_only = 0')
+  t.match(await asRoot.createTag({ key: 'written', step: 10, maxId: 1n, description: null }), { key: 'written' }, 'writable again (a promotion): used')
+  // A pooled connection's server turns read-only: the next look at the store's identity (each
+  // tag refresh) reads it afresh and refuses it, as a new connection would.
+  t.match(await asRoot.identity(), /^server_id \d+$/)
+  await replica.query('SET GLOBAL read_only = 1')
+  await t.rejects(asRoot.identity(), { errno: 1290, message: /is read-only/ }, 'a store turned read-only under a pooled connection is seen')
+  await replica.query('SET GLOBAL read_only = 0')
+})
+
+t.test('what says the host failed, not the statement: connection errors, timeouts, read-only and not-ready answers', async (t) => {
+  for (const err of [{ code: 'ECONNREFUSED' }, { code: 'PROTOCOL_SEQUENCE_TIMEOUT' }, { code: 'ER_SERVER_SHUTDOWN' }, { errno: 1290 }, { errno: 1047 }, { code: 'X', fatal: true }]) {
+    t.equal(hostFailed(err), true, JSON.stringify(err))
+  }
+  for (const err of [{ errno: 1062, code: 'ER_DUP_ENTRY' }, { errno: 1213, code: 'ER_LOCK_DEADLOCK' }, { code: 'ER_ACCESS_DENIED_ERROR', errno: 1045 }, new Error('no MySQL connection free within 300 ms')]) {
+    t.equal(hostFailed(err), false, JSON.stringify(err))
+  }
+})
