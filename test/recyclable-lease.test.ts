@@ -1,13 +1,12 @@
 import { Writable } from 'node:stream'
 import pino from 'pino'
 import t, { type Test } from 'tap'
-import { LeafError } from '../src/errors.js'
+import { LeafError, LeaseRefused } from '../src/errors.js'
 import { writeWorkerCache, readWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
 import {
   acquireRecyclableLease, fenceMarginMs, type ClaimResult, type Claimed, type LeasePool, type PoolSlot, type RecyclableLease, type RecyclableLeaseOptions,
 } from '../src/snowflake/worker-id/recyclable-lease.js'
 import { createSnowflakeGenerator } from '../src/snowflake/snowflake-generator.js'
-import { LeaseRefused } from '../src/snowflake/worker-id/worker-lease.js'
 import { tempDir } from './helpers/config.js'
 import { captureLogger, silentLogger } from './helpers/logger.js'
 
@@ -300,6 +299,37 @@ t.test('fence: at fenceAt by the monotonic clock check() throws WORKER_LEASE_LOS
   t.ok(checks(l), 'the new fence is a window after the renewal was sent')
   mono.now += 1
   t.notOk(checks(l))
+})
+
+t.test('fence reached through extend(): a renewal\'s issuedUntil ends at its fence, and the generator asks extend() first: told as a lost lease', async (t) => {
+  const mono = manualClock()
+  const ttl = 30_000
+  const window = ttl - fenceMarginMs(ttl)
+  const o = options(new FakePool(ttl), { monotonic: mono.read })
+  const l = await lease(t, o)
+  mono.now += window
+  const err = t.throws(() => l.extend(l.issuableUntil + 1)) as LeafError
+  t.equal(err.code, 'WORKER_LEASE_LOST')
+  t.match(err.message, /lost its worker-id lease \(no renewal confirmed within the lease time\)/)
+  t.equal(o.seen.lost, 1, 'onLost told, though check() was never reached')
+  t.match(l.status(), { unavailable: /no renewal confirmed/, leaseExpiresAt: undefined })
+})
+
+t.test('the fence timer fired early by the monotonic clock is armed again, and tells the fence when it is due', async (t) => {
+  const mono = manualClock()
+  const ttl = 300
+  const window = ttl - fenceMarginMs(ttl)
+  const pool = new FakePool(ttl)
+  const o = options(pool, { monotonic: mono.read, heartbeatIntervalMs: 100 })
+  const l = await lease(t, o)
+  // No renewal lands from here; the monotonic clock stands still: each firing finds the fence not yet due.
+  pool.failRenewals = Infinity
+  await sleep(window + 60)
+  t.equal(o.seen.lost, 0, 'not due by the monotonic clock: no fence')
+  mono.now += window
+  await sleep(window + 60)
+  t.equal(o.seen.lost, 1, 'the timer, armed again, fenced once the fence was due, with no ID asked')
+  t.match(l.status(), { unavailable: /no renewal confirmed/ })
 })
 
 t.test('a renewal answered after its own fence does not resume issuing; a timely one does', async (t) => {

@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
-import { LeafError } from '../../errors.js'
+import { LeafError, LeaseRefused } from '../../errors.js'
 import type { Logger } from '../../logger.js'
 import { createLogThrottle, type LogThrottle } from '../../log-throttle.js'
 import { mayStillRun } from '../../driver-errors.js'
 import { settlesWithin, sleep, withTimeout } from '../../timers.js'
 import { CACHE_FILE, readWorkerCache, writeWorkerCache } from './cache-file.js'
-import { LeaseRefused, type LeaseStatus, type WorkerLease } from './worker-lease.js'
+import type { LeaseStatus, WorkerLease } from './worker-lease.js'
 
 // The lease protocol of the recyclable sources (db-lease, zookeeper-lease), over any store
 // that offers the LeasePool operations. docs/worker-ids.md argues each rule, for statements
@@ -211,13 +211,16 @@ export class RecyclableLease implements WorkerLease {
 
   /** Before every new millisecond: refuses once the lease may have run out (a pause, a partition). */
   check (ms: number): void {
-    if (this.monotonic() >= this.fenceAt) this.fence('no renewal confirmed within the lease time')
+    this.fenceIfDue()
     if (this.unavailable !== undefined) throw this.lostError()
     if (ms > this.admitted) this.admitted = ms
   }
 
   /** The clock passed the last recorded issuedUntil (it jumped ahead): nothing past it. */
   extend (ms: number): void {
+    // A renewal's issuedUntil ends about where its fence does: the generator asks this first,
+    // and a lost lease is told as one here too, not as a pause.
+    this.fenceIfDue()
     if (this.unavailable !== undefined) throw this.lostError()
     this.renewSoon()
     if (this.paused === undefined) {
@@ -250,6 +253,10 @@ export class RecyclableLease implements WorkerLease {
 
   private lostError (): LeafError {
     return new LeafError('WORKER_LEASE_LOST', `This instance lost its worker-id lease (${this.unavailable ?? ''}); no snowflake ID until it leases one again.`)
+  }
+
+  private fenceIfDue (): void {
+    if (this.monotonic() >= this.fenceAt) this.fence('no renewal confirmed within the lease time')
   }
 
   /** Stops issuing at once. */
@@ -511,8 +518,10 @@ export class RecyclableLease implements WorkerLease {
   /** The per-millisecond check is what stops issuing; this timer only tells the status and the log in time. */
   private armFenceTimer (): void {
     clearTimeout(this.fenceTimer)
+    // A timer may fire a little early by the monotonic clock: then it is armed again.
     this.fenceTimer = setTimeout(() => {
       if (this.monotonic() >= this.fenceAt) this.fence('no renewal confirmed within the lease time')
+      else if (!this.closed) this.armFenceTimer()
     }, Math.max(0, this.fenceAt - this.monotonic()) + 1)
     this.fenceTimer.unref()
   }
