@@ -23,6 +23,7 @@ export const ERRORS = {
   SEQUENCE_EXHAUSTED: { status: 503, message: 'Every ID of the current time unit is issued (a layout in seconds under a burst); try again.' },
   ID_SPACE_EXHAUSTED: { status: 503, message: 'The layout\'s time field has run out; no snowflake ID can be made.' },
   INVALID_FIELD: { status: 400, message: 'A field of the ID to make is out of range.' },
+  INVALID_LAYOUT: { status: 400, message: 'The layout spec is not valid.' },
   BAD_REQUEST: { status: 400, message: 'The request is malformed.' },
   INTERNAL: { status: 500, message: 'Internal error.' },
 } as const satisfies Record<string, { status: number, message: string }>
@@ -50,5 +51,13 @@ export class StartRefused extends Error {
   constructor (message: string) {
     super(message)
     this.name = 'StartRefused'
+  }
+}
+
+/** No worker id may be leased (or kept): the pool, the clock or another live holder says IDs could repeat. */
+export class LeaseRefused extends StartRefused {
+  constructor (message: string) {
+    super(message)
+    this.name = 'LeaseRefused'
   }
 }

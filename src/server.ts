@@ -1,5 +1,3 @@
-// First: keeps a nextTick record alive before anything else loads (see tick-shape.ts).
-import './tick-shape.js'
 import { fileURLToPath } from 'node:url'
 import closeWithGrace from 'close-with-grace'
 import pino from 'pino'

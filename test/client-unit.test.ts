@@ -322,6 +322,44 @@ t.test('a hung server times out per request and the next one answers', async (t)
   t.same(transport.calls.map((c) => [c.server, c.timeoutMs]), [['http://a:1', 2000], ['http://b:2', 1000]], 'a gets requestTimeoutMs, b what is left of the budget')
 })
 
+t.test('a call ends at its deadline even when its request does not (a transport that ignores its timeout)', async (t) => {
+  for (const prefetch of [true, false]) {
+    const { transport, clock, leaf } = setup({ prefetch, timeoutMs: 1000 })
+    const hang = deferred<IdRange[]>()
+    transport.answer = () => hang.promise
+    let outcome: unknown = 'pending'
+    leaf.nextId('segment', 'k').then((id) => { outcome = id }, (err: unknown) => { outcome = err })
+    clock.advance(999)
+    await tick()
+    t.equal(outcome, 'pending', `prefetch ${prefetch}: still waiting 1 ms before its deadline`)
+    clock.advance(1)
+    await tick()
+    t.match(outcome, { code: 'TIMEOUT', message: /within 1000 ms/ }, `prefetch ${prefetch}: TIMEOUT at timeoutMs`)
+    hang.resolve([{ first: 1n, last: 1n }])
+  }
+})
+
+// (Without prefetch: with it, the buffer's refill retries against this fake clock without end.
+// test/client-process-life.test.ts meets the prefetch path's case against a refused port.)
+t.test('a request the budget cut short does not hide the failures before it', async (t) => {
+  const prefetch = false
+  const { transport, clock, leaf } = setup({ prefetch, timeoutMs: 1000, requestTimeoutMs: 2000, backoffMs: 450, maxBackoffMs: 450 })
+  // Refused at once while the budget allows a full request; a request sent with under 100 ms of
+  // the budget left gets no answer in it (its error comes before the call's deadline timer).
+  transport.answer = (call) => {
+    if (call.timeoutMs >= 100) throw new LeafClientError('NETWORK', `${call.server}: ECONNREFUSED`, { server: call.server })
+    throw new LeafClientError('TIMEOUT', `${call.server}: no answer within ${call.timeoutMs} ms`, { server: call.server })
+  }
+  const pending = leaf.nextId('segment', 'k').catch((e: unknown) => e)
+  for (let ms = 0; ms < 1100; ms += 10) {
+    clock.advance(10)
+    await tick()
+  }
+  const err = await pending as LeafClientError
+  t.ok(transport.calls.some((c) => c.timeoutMs < 100), `prefetch ${prefetch}: a request was sent with the budget's last ms (${transport.calls.map((c) => c.timeoutMs).join(', ')} ms)`)
+  t.match(err, { code: 'NETWORK', message: /within 1000 ms.*ECONNREFUSED/ }, `prefetch ${prefetch}: the refusals' code, not the cut request's TIMEOUT`)
+})
+
 t.test('every server down: the call fails once each has failed, with the last error', async (t) => {
   const { transport, leaf } = setup({ prefetch: false, timeoutMs: 1000, backoffMs: 2000 })
   transport.answer = (call) => { throw new LeafClientError('NETWORK', `${call.server}: ECONNREFUSED`, { server: call.server }) }

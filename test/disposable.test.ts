@@ -5,11 +5,11 @@ import t, { type Test } from 'tap'
 import { parseJdbcUrl, type StoreConfig } from '../src/config/jdbc-url.js'
 import { describeStore } from '../src/segment/stores/create-store.js'
 import { MYSQL_WORKER_NODE_DDL, acquireDisposableWorkerId, type DisposableWorkerIdOptions } from '../src/snowflake/worker-id/disposable.js'
-import { LeaseRefused } from '../src/snowflake/worker-id/worker-lease.js'
 import { tempDir } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { createTestDatabase } from './helpers/mysql.js'
 import { withSqlite } from './helpers/sqlite.js'
+import { LeaseRefused } from '../src/errors.js'
 
 // The disposable worker-id source (Baidu UidGenerator's WORKER_NODE) against the real stores:
 // MariaDB and a SQLite file.

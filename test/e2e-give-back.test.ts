@@ -45,7 +45,8 @@ const backends: Backend[] = [
       return {
         env: { LEAF_JDBC_URL: db.jdbc.url, LEAF_JDBC_USERNAME: db.jdbc.username, LEAF_JDBC_PASSWORD: db.jdbc.password },
         maxId: async () => BigInt((await db.query<{ max_id: string }[]>('SELECT max_id FROM leaf_alloc WHERE biz_tag = ?', [TAG]))[0]?.max_id ?? -1),
-        parked: async () => Number((await db.query<{ n: number }[]>('SELECT COUNT(*) AS n FROM leaf_alloc_parked').catch(() => [{ n: 0 }]))[0]?.n),
+        // Read once a stop parked: the table exists then, and an error fails the test.
+        parked: async () => Number((await db.query<{ n: number }[]>('SELECT COUNT(*) AS n FROM leaf_alloc_parked'))[0]?.n),
         reserve: async () => { await db.query('UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ?', [TAG]) },
       }
     },

@@ -144,6 +144,26 @@ t.test('decode routes: Leaf\'s strings in the server\'s zone, and the JSON form'
     if (bad !== '') t.equal((await server.inject(`/api/snowflake/decode/${encodeURIComponent(bad)}`)).statusCode, 400)
   }
   t.equal((await server.inject('/decodeSnowflakeId')).statusCode, 400, 'missing parameter')
+})
+
+t.test('a decode with no ID names the missing parameter, still as INVALID_ID', async (t) => {
+  const server = await app({ 'leaf.snowflake.enable': true, 'leaf.snowflake.cache.dir': tempDir() })
+  const query = 'snowflakeId is missing: give the ID to decode as ?snowflakeId=N.'
+  const path = 'id is missing: give the ID to decode in the path, /api/snowflake/decode/:id.'
+  for (const [url, message] of [
+    ['/decodeSnowflakeId', query],
+    ['/decodeSnowflakeId?snowflakeId=', query],
+    ['/decodeSnowflakeId?other=1', query],
+    ['/api/snowflake/decode/', path],
+    ['/api/snowflake/decode', path],
+    ['/api/snowflake/decode?snowflakeId=1', path],
+  ] as const) {
+    const a = await server.inject(url)
+    t.equal(a.statusCode, 400, `${url} -> 400`)
+    t.same(a.json(), { error: 'INVALID_ID', message, errorMsg: message }, url)
+  }
+  const bad = (await server.inject('/decodeSnowflakeId?snowflakeId=x')).json()
+  t.same(bad, { error: 'INVALID_ID', message: 'The value is not a decimal 64-bit integer.', errorMsg: 'The value is not a decimal 64-bit integer.' }, 'a value given but not an ID: the table\'s message')
   t.equal((await server.inject('/api/snowflake/decode/9223372036854775807')).statusCode, 200, 'the largest int64 decodes')
 })
 

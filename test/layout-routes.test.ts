@@ -256,9 +256,14 @@ for (const c of CASES) {
     for (const [q, field, what] of bad) expectInvalid(t, await make(server, q), field, what)
     t.equal((await server.inject('/api/snowflake/get/k')).statusCode, 200, 'still issuing after the bad requests')
 
+    const asked = Date.now()
     const layout = await server.inject('/api/snowflake/layout')
+    const answered = Date.now()
     t.equal(layout.statusCode, 200)
-    t.same(layout.json(), {
+    const { timeLeftSeconds, ...described } = layout.json()
+    t.ok(timeLeftSeconds >= Math.floor((end - answered) / 1000) && timeLeftSeconds <= Math.floor((end - asked) / 1000),
+      `timeLeftSeconds: the whole seconds until runsOutAt (${timeLeftSeconds})`)
+    t.same(described, {
       name: c.name,
       spec: c.spec,
       fields: fields.map((f) => ({ name: f.name, bits: f.bits, shift: f.shift, ...(f.value !== undefined ? { value: f.value } : {}) })),
@@ -383,4 +388,47 @@ t.test('built server, js-safe: 1,000,000 IDs over HTTP in text batches, each an 
   const leaf = JSON.parse((await get(`${server.url}/decodeSnowflakeId?snowflakeId=${max}`)).body) as Record<string, string>
   t.equal(leaf.workerId, String(WORKER), '/decodeSnowflakeId: the same worker id')
   t.equal(await server.stop(), 0, 'exits 0')
+})
+
+t.test('decode in a layout given as ?layout=: an ended UidGenerator layout reads old IDs; a bad spec is 400 INVALID_LAYOUT with the parser\'s reason', async (t) => {
+  const server = await app(t, { 'leaf.snowflake.enable': false, 'leaf.segment.enable': false })
+  // UidGenerator's default layout (28 bits of seconds from 2016-05-20, +08:00) ran out on
+  // 2024-11-20: refused for issuing, read for decoding. The ID and parseUID's answer for it:
+  // {"UID":"3200169789968523265","timestamp":"2019-05-02 23:26:39","workerId":"21","sequence":"1"}
+  // (its timestamp in UTC+8).
+  const spec = 'uid-generator,time=28s,worker=22,sequence=13,epoch=2016-05-20T00:00:00+08:00'
+  const old = await server.inject(`/api/snowflake/decode/3200169789968523265?layout=${encodeURIComponent(spec)}`)
+  t.equal(old.statusCode, 200)
+  t.match(old.json(), { id: '3200169789968523265', layout: 'uid-generator', time: '2019-05-02T15:26:39.000Z', workerId: 21, sequence: 1, fields: { time: 93_137_199, worker: 21, sequence: 1 } })
+  t.match(old.json().spec, /time=28s/, 'the spec it was read in, back')
+  // The same spec can not be the layout an instance issues in.
+  await t.rejects(app(t, { 'leaf.snowflake.layout': spec }), /leaf\.snowflake\.layout.*ran out on 2024-11-/)
+
+  // A preset, with and without overrides, and a custom spec: the fields as that layout places them.
+  const jsSafe = await server.inject(`/api/snowflake/decode/${37 * 2 ** 5 + 19}?layout=js-safe`)
+  t.match(jsSafe.json(), { layout: 'js-safe', workerId: 37, sequence: 19 })
+  const custom = await server.inject(`/api/snowflake/decode/${(5n << 22n) | (3n << 12n) | 7n}?layout=${encodeURIComponent('time=41ms,worker=10,sequence=12,epoch=0')}`)
+  t.match(custom.json(), { layout: 'custom', timestamp: 5, workerId: 3, sequence: 7 })
+
+  // Without ?layout=, the instance's own layout (leaf).
+  const own = await server.inject(`/api/snowflake/decode/${(5n << 22n) | (3n << 12n) | 7n}`)
+  t.match(own.json(), { layout: 'leaf', timestamp: LEAF_TWEPOCH + 5, workerId: 3, sequence: 7 })
+  t.notOk('spec' in own.json(), 'no spec echoed for the instance\'s own layout')
+  t.same((await server.inject(`/api/snowflake/decode/${(5n << 22n) | (3n << 12n) | 7n}?layout=`)).json(), own.json(), 'an empty ?layout= is none')
+
+  for (const [bad, reason] of [
+    ['time=41ms,worker=10,sequence=13', /layout=time=41ms,worker=10,sequence=13: the fields take 64 bits, more than the 63/],
+    ['js_safe', /did you mean "js-safe"/],
+    ['time=41ms,worker=10', /has no sequence field/],
+    ['time=41ms,worker=10,sequence=12,epoch=2999-01-01T00:00:00Z', /lies in the future/],
+  ] as const) {
+    const res = await server.inject(`/api/snowflake/decode/1?layout=${encodeURIComponent(bad)}`)
+    t.equal(res.statusCode, 400, `layout=${bad}: 400`)
+    t.equal(res.json().error, 'INVALID_LAYOUT')
+    t.match(res.json().message, reason)
+    t.notMatch(res.body, /at .*\.ts:\d+/, 'no stack trace')
+  }
+  const twice = await server.inject('/api/snowflake/decode/1?layout=leaf&layout=js-safe')
+  t.equal(twice.statusCode, 400)
+  t.same(twice.json(), { error: 'INVALID_LAYOUT', message: 'layout is given more than once: give one spec' })
 })

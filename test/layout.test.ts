@@ -424,6 +424,18 @@ t.test('parseLayout: unknown fields, missing units, duplicates, bad values', asy
   refused(t, 'vesta-max-peak', ctx({ vestaVersion: 2 }), /version 2 does not fit its 1 bit \(0\.\.1\)/)
 })
 
+t.test('parseLayout: a misspelt preset gets a "did you mean", a name far from every preset none', async (t) => {
+  const meant = (value: string, preset: string) => refused(t, value, ctx(), new RegExp(`^"${value.split(',')[0]}" is neither a preset \\(leaf, js-safe, uid-generator, vesta-max-peak, vesta-min-granularity\\) nor name=value: did you mean "${preset}"\\?$`))
+  meant('js_safe', 'js-safe')
+  meant('JS-Safe', 'js-safe')
+  meant('uid_generator,time=28s,worker=22,sequence=13', 'uid-generator')
+  meant('uidgenerator', 'uid-generator')
+  meant('leaf2', 'leaf')
+  meant('vesta-max-peek', 'vesta-max-peak')
+  meant('vesta_min_granularty', 'vesta-min-granularity')
+  for (const far of ['snowflake', 'vesta', 'js', 'time=41ms,worker=10,sequence=12,js_safe']) refused(t, far, ctx(), /nor name=value$/)
+})
+
 t.test('parseLayout: a layout\'s spec parses back to the same layout', async (t) => {
   const custom = parseLayout(' time=41ms , worker=10, sequence=12 ', ctx())
   t.equal(custom.name, 'custom')

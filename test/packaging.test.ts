@@ -5,7 +5,7 @@ import { basename, dirname, join, posix } from 'node:path'
 import mysql from 'mysql2/promise'
 import semver from 'semver'
 import t from 'tap'
-import { parse as parseYaml } from 'yaml'
+import { parse as parseYaml, parseAllDocuments } from 'yaml'
 import { DEFAULT_SQLITE_PATH, parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { KEYS, envName } from '../src/config/keys.js'
 import { loadConfig } from '../src/config/load-config.js'
@@ -188,7 +188,9 @@ t.test('the image runs as a user that is not root and owns its data folders', as
 
 t.test('the image\'s CMD runs the server the build produces; HEALTHCHECK and EXPOSE match it', async (t) => {
   t.same(cmd, ['node', 'dist/server.js'], 'exec form: node is PID 1 and gets SIGTERM itself')
-  t.ok(existsSync(join(ROOT, 'src/server.ts')), 'tsc compiles src/server.ts to dist/server.js')
+  // tsc writes rootDir's files to outDir: src/server.ts becomes the file the image runs.
+  const { compilerOptions } = JSON.parse(readFileSync(join(ROOT, 'tsconfig.json'), 'utf8')) as { compilerOptions: { rootDir: string, outDir: string } }
+  t.equal(join(ROOT, compilerOptions.outDir, posix.relative(compilerOptions.rootDir, 'src/server.ts').replace(/\.ts$/, '.js')), join(ROOT, cmd?.[1] ?? ''), 'tsc compiles src/server.ts to the CMD\'s file')
   t.equal(join(ROOT, cmd?.[1] ?? ''), SERVER_JS, 'the file the end-to-end tests run')
   t.ok(existsSync(SERVER_JS), 'dist/server.js exists after npm run build')
   t.ok(existsSync(join(ROOT, 'config/leaf.properties')), `${workdir}/config/leaf.properties is the default config`)
@@ -277,7 +279,7 @@ t.test('MySQL creates Leaf\'s table from sql/ on first start, for the replicas\'
   for (const name of REPLICAS) {
     const env = environment(name)
     t.same(parseJdbcUrl(env.LEAF_JDBC_URL ?? '', env.LEAF_JDBC_USERNAME ?? '', env.LEAF_JDBC_PASSWORD ?? ''), {
-      kind: 'mysql', host: 'mysql', port: 3306, database: db.MYSQL_DATABASE, user: db.MYSQL_USER, password: db.MYSQL_PASSWORD,
+      kind: 'mysql', hosts: [{ host: 'mysql', port: 3306 }], database: db.MYSQL_DATABASE, user: db.MYSQL_USER, password: db.MYSQL_PASSWORD,
     }, `${name} reaches the database the init scripts ran against`)
   }
 })
@@ -291,7 +293,7 @@ t.test('every variable the replicas get is a configuration key; both modes on; d
     t.same(Object.keys(env).filter((k) => !known.has(k)), [], `${name}: no unknown variable`)
     const { config } = loadConfig({ cwd: ROOT, env })
     t.match(config, {
-      segment: { enabled: true, store: { kind: 'mysql', host: 'mysql' } },
+      segment: { enabled: true, store: { kind: 'mysql', hosts: [{ host: 'mysql' }] } },
       snowflake: { enabled: true, zkAddress: 'zookeeper:2181' },
     }, `${name}: both modes, on the stack's MySQL and ZooKeeper`)
     identities.add(`${config.snowflake.ip}:${config.snowflake.port}`)
@@ -314,7 +316,8 @@ interface K8sWorkload {
 }
 
 function workload (file: string): { env: Record<string, string>, fromCluster: string[], doc: K8sWorkload } {
-  const doc = parseYaml(read(`config/kubernetes/${file}`)) as K8sWorkload
+  const doc = parseAllDocuments(read(`config/kubernetes/${file}`)).map((d) => d.toJS() as K8sWorkload).find((d) => d.kind === 'StatefulSet' || d.kind === 'Deployment')
+  if (doc === undefined) throw new Error(`${file}: no StatefulSet or Deployment`)
   const container = doc.spec.template.spec.containers[0]
   const env: Record<string, string> = {}
   const fromCluster: string[] = []
@@ -342,6 +345,77 @@ t.test('the Kubernetes examples: only configuration keys, a valid configuration,
     t.equal(doc.spec.template.spec.containers[0]?.readinessProbe?.httpGet?.path, '/readyz', `${c.file}: readiness from /readyz`)
     t.ok((doc.spec.template.spec.terminationGracePeriodSeconds ?? 30) >= 10, `${c.file}: time to release the lease at SIGTERM`)
   }
+})
+
+interface K8sDoc {
+  kind: string
+  metadata: { name: string }
+  stringData?: Record<string, string>
+  spec?: {
+    clusterIP?: string
+    serviceName?: string
+    selector?: { app?: string, matchLabels?: { app?: string } }
+    template?: { metadata: { labels: { app: string } }, spec: { containers: Array<{ env: Array<{ name: string, value?: string, valueFrom?: { secretKeyRef?: { name: string, key: string } } }>, volumeMounts?: Array<{ mountPath: string }> }> } }
+  }
+}
+
+t.test('each Kubernetes example applies on its own: every Secret and Service it names is in it, every Service selects its pods', async (t) => {
+  for (const file of ['statefulset.yaml', 'db-lease.yaml', 'production.yaml']) {
+    const docs = parseAllDocuments(read(`config/kubernetes/${file}`)).map((d) => d.toJS() as K8sDoc)
+    const pods = docs.find((d) => d.kind === 'StatefulSet' || d.kind === 'Deployment')
+    const template = pods?.spec?.template
+    if (pods === undefined || template === undefined) {
+      t.fail(`${file}: no StatefulSet or Deployment`)
+      continue
+    }
+    const app = template.metadata.labels.app
+    t.equal(pods.spec?.selector?.matchLabels?.app, app, `${file}: the ${pods.kind} selects its own pods`)
+    const services = docs.filter((d) => d.kind === 'Service')
+    t.ok(services.length > 0 && services.every((s) => s.spec?.selector?.app === app), `${file}: a Service for clients, every Service selecting the pods`)
+    if (pods.kind === 'StatefulSet') {
+      t.equal(services.find((s) => s.metadata.name === pods.spec?.serviceName)?.spec?.clusterIP, 'None', `${file}: serviceName ${pods.spec?.serviceName} is a headless Service of the file`)
+    }
+    const refs = template.spec.containers.flatMap((c) => c.env.flatMap((e) => e.valueFrom?.secretKeyRef ?? []))
+    t.ok(refs.length > 0, `${file}: the database URL from a Secret`)
+    for (const ref of refs) {
+      const secret = docs.find((d) => d.kind === 'Secret' && d.metadata.name === ref.name)
+      t.ok(secret?.stringData?.[ref.key] !== undefined, `${file}: Secret ${ref.name} with key ${ref.key} is in the file`)
+      if (ref.key === 'url') t.doesNotThrow(() => parseJdbcUrl(secret?.stringData?.[ref.key] ?? '', '', ''), `${file}: the Secret's URL parses`)
+    }
+  }
+})
+
+t.test('the production manifest is complete: every Secret and Service it names is in it, and its configuration loads', async (t) => {
+  const docs = parseAllDocuments(read('config/kubernetes/production.yaml')).map((d) => d.toJS() as K8sDoc)
+  const byKind = (kind: string) => docs.filter((d) => d.kind === kind)
+  const set = byKind('StatefulSet')[0]
+  t.ok(set !== undefined, 'a StatefulSet')
+  if (set?.spec?.template === undefined) return
+  const app = set.spec.template.metadata.labels.app
+  const governing = byKind('Service').find((d) => d.metadata.name === set.spec?.serviceName)
+  t.equal(governing?.spec?.clusterIP, 'None', `its serviceName ${set.spec.serviceName} is a headless Service of the file`)
+  t.ok(byKind('Service').every((d) => d.spec?.selector?.app === app), 'every Service selects its pods')
+  t.equal(byKind('PodDisruptionBudget')[0]?.spec?.selector?.matchLabels?.app, app, 'a disruption budget for them')
+  const container = set.spec.template.spec.containers[0]
+  const env: Record<string, string> = {}
+  for (const e of container?.env ?? []) {
+    const ref = e.valueFrom?.secretKeyRef
+    if (ref === undefined) {
+      env[e.name] = e.value ?? ''
+      continue
+    }
+    const secret = byKind('Secret').find((d) => d.metadata.name === ref.name)
+    t.ok(secret?.stringData?.[ref.key] !== undefined, `${e.name}: Secret ${ref.name} with key ${ref.key} is in the file`)
+    env[e.name] = secret?.stringData?.[ref.key] ?? ''
+  }
+  const known = new Set(Object.keys(KEYS).map(envName))
+  t.same(Object.keys(env).filter((k) => !known.has(k)), [], 'no unknown variable')
+  const { config } = loadConfig({ cwd: ROOT, env })
+  t.match(config.segment.store, { kind: 'mysql', hosts: [{ host: 'mysql-0.mysql' }, { host: 'mysql-1.mysql' }, { host: 'mysql-2.mysql' }] }, 'the host list')
+  const mounts = (container?.volumeMounts ?? []).map((m) => m.mountPath)
+  t.ok(mounts.some((m) => config.segment.stateFile?.startsWith(`${m}/`)), `the warm-start file ${config.segment.stateFile} is on a volume`)
+  t.ok(mounts.includes(config.snowflake.cacheDir), 'so is the worker-id cache')
+  t.equal(config.snowflake.workerIdSource, 'statefulset')
 })
 
 t.test('Prometheus scrapes /metrics of both replicas on their container port', async (t) => {
@@ -439,8 +513,8 @@ t.test('leaf1\'s environment, on the local MariaDB and ZooKeeper: both routes, h
   // What /docker-entrypoint-initdb.d does on the first start (the script is idempotent).
   const store = parseJdbcUrl(localEnv.LEAF_JDBC_URL, localEnv.LEAF_JDBC_USERNAME, localEnv.LEAF_JDBC_PASSWORD)
   if (store.kind !== 'mysql') throw new Error('not a MySQL URL')
-  const { host, port, user, password, database } = store
-  const conn = await mysql.createConnection({ host, port, user, password, database, multipleStatements: true })
+  const { hosts: [db], user, password, database } = store
+  const conn = await mysql.createConnection({ host: db?.host, port: db?.port, user, password, database, multipleStatements: true })
   await conn.query(read('sql/leaf_alloc.sql'))
   await conn.end()
 

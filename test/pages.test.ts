@@ -1,5 +1,6 @@
 import t from 'tap'
-import { duration, renderCachePage, sparkline, type InstanceView } from '../src/http/pages.js'
+import { duration, renderCachePage, sparkline, timeLeftLine, type InstanceView } from '../src/http/pages.js'
+import { horizonSeconds } from '../src/segment/rate-meter.js'
 import type { SegmentBufferView } from '../src/segment/segment-generator.js'
 import type { LeaseStatus } from '../src/snowflake/worker-id/worker-lease.js'
 
@@ -125,6 +126,18 @@ t.test('the dashboard: the instance panel, each tag\'s rate, buffer, loads and s
   t.match(renderCachePage(instance, [{ ...view, ended: true }], undefined, TWEPOCH), /badge bad">ID space ended/)
 })
 
+t.test('the horizon in seconds only at 1 ID/s or more: under it, the remnant of a burst, the tag is idle', async (t) => {
+  const horizon = (rate: number, bufferSeconds: number) =>
+    /data-horizon>([^<]*)</.exec(renderCachePage(instance, [{ ...view, buffered: 61_597, rate, bufferSeconds }], undefined, TWEPOCH))?.[1]
+  // What a tag showed once it went quiet: the rate decays towards 0 and never reaches it.
+  t.equal(horizon(61_597 / 2160684850.9, 2160684850.9), 'buffered 61,597 IDs in 2 segments · idle (under 1 ID/s)')
+  t.equal(horizon(0.99, 61_597 / 0.99), 'buffered 61,597 IDs in 2 segments · idle (under 1 ID/s)')
+  t.equal(horizon(0, Infinity), 'buffered 61,597 IDs in 2 segments · idle (under 1 ID/s)')
+  t.equal(horizon(1, 61_597), 'buffered 61,597 IDs in 2 segments · 61597.0 s at 1 IDs/s', 'at 1 ID/s the figure is shown')
+  t.equal(horizonSeconds({ rate: 0.5, bufferSeconds: 120 }), undefined)
+  t.equal(horizonSeconds({ rate: 40, bufferSeconds: 0 }), 0, 'an empty buffer under load is 0 s, not idle')
+})
+
 t.test('durations and sparklines for a person', async (t) => {
   t.equal(duration(5.25), '5.3 s')
   t.equal(duration(90), '90 s')
@@ -135,4 +148,40 @@ t.test('durations and sparklines for a person', async (t) => {
   const flat = sparkline([0, 0, 0], 100, 20)
   t.match(flat, /points="0\.0,19\.0 50\.0,19\.0 100\.0,19\.0"/, 'all zero: on the baseline')
   t.match(sparkline([0, 10], 100, 20), /points="0\.0,19\.0 100\.0,1\.0"/, 'the peak at the top')
+})
+
+t.test('the instance panel names the store the max_id guard sees, and the failovers it caught', async (t) => {
+  const none = renderCachePage({ ...instance, failover: { holdingMs: 0, raisesOwed: 0, regressions: 0, store: 'server_id 1' } }, [], undefined, TWEPOCH)
+  t.match(none, /<dd data-failovers>none · answering: server_id 1<\/dd>/)
+  const held = renderCachePage({
+    ...instance,
+    failover: {
+      holdingMs: 95_000,
+      raisesOwed: 0,
+      regressions: 2,
+      store: 'server_id 2',
+      last: { cause: 'max_id went back', key: 'order<b>', from: 'server_id 1', to: 'server_id 2', gap: 123_456n, at: new Date('2026-12-04T03:00:00Z') },
+    },
+  }, [], undefined, TWEPOCH)
+  t.match(held, /<b>2<\/b>; last 2026-12-04T03:00:00.000Z: max_id went back at order&lt;b&gt;, from server_id 1, 123,456 IDs behind · <span class="badge bad">allocations held 95 s more<\/span> · answering: server_id 2/)
+  t.notMatch(renderCachePage(instance, [], undefined, TWEPOCH), /data-failovers/, 'no segment mode: no line')
+})
+
+t.test('the snowflake panel shows the layout and when its time field runs out, flagged under 2 years and under 180 days', async (t) => {
+  const YEAR = 365.25 * 86_400
+  const end = Date.UTC(2039, 8, 7, 12)
+  t.equal(timeLeftLine({ spec: 'leaf', runsOutAt: end, secondsLeft: 12.8 * YEAR }), 'runs out 2039-09-07 (12.8 years left)')
+  t.equal(timeLeftLine({ spec: 'leaf', runsOutAt: end, secondsLeft: YEAR }), 'runs out 2039-09-07 (1.0 years left)')
+  t.equal(timeLeftLine({ spec: 'leaf', runsOutAt: end, secondsLeft: YEAR - 1 }), 'runs out 2039-09-07 (365 days left)', 'under a year: days')
+  t.equal(timeLeftLine({ spec: 'leaf', runsOutAt: end, secondsLeft: 2 * 86_400 }), 'runs out 2039-09-07 (2 days left)')
+  t.equal(timeLeftLine({ spec: 'leaf', runsOutAt: end, secondsLeft: 100_000 }), 'runs out 2039-09-07 (27.8 h left)', 'under 2 days: hours')
+  t.equal(timeLeftLine({ spec: 'leaf', runsOutAt: end, secondsLeft: 0 }), 'ran out 2039-09-07')
+
+  const line = (secondsLeft: number) => /<dd data-time-left>(.*?)<\/dd>/.exec(renderCachePage(instance, undefined, base, TWEPOCH, { spec: 'time=30s,worker=10,sequence=12,epoch=0', runsOutAt: end, secondsLeft }))?.[1]
+  t.match(renderCachePage(instance, undefined, base, TWEPOCH, { spec: 'a<b', runsOutAt: end, secondsLeft: 3 * YEAR }), /<dt>layout<\/dt><dd>a&lt;b<\/dd>/, 'the spec, escaped')
+  t.equal(line(2 * YEAR), 'runs out 2039-09-07 (2.0 years left)', '2 years: no badge')
+  t.equal(line(2 * YEAR - 1), 'runs out 2039-09-07 (2.0 years left) <span class="badge warn">under 2 years</span>')
+  t.equal(line(180 * 86_400), 'runs out 2039-09-07 (180 days left) <span class="badge warn">under 2 years</span>')
+  t.equal(line(180 * 86_400 - 1), 'runs out 2039-09-07 (179 days left) <span class="badge bad">under 180 days</span>')
+  t.notMatch(panel(base), /data-time-left/, 'no layout given: no line')
 })

@@ -21,7 +21,9 @@ t.test('the clock steps back at run time: 503 CLOCK_BACKWARDS, counted, and the 
 
   const first = await app.inject('/api/snowflake/get/k')
   t.equal(first.statusCode, 200)
-  t.same(decodeSnowflakeId(BigInt(first.body)), { timestamp: start, workerId: 5, sequence: decodeSnowflakeId(BigInt(first.body)).sequence })
+  const decoded = decodeSnowflakeId(BigInt(first.body))
+  t.same({ timestamp: decoded.timestamp, workerId: decoded.workerId }, { timestamp: start, workerId: 5 }, 'the injected clock\'s millisecond, the configured worker id')
+  t.ok(decoded.sequence >= 0 && decoded.sequence < 100, `a new millisecond's sequence starts below 100, as Leaf's (${decoded.sequence})`)
 
   now = start + 50
   t.equal((await app.inject('/api/snowflake/get/k')).statusCode, 200)

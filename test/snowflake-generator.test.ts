@@ -192,7 +192,8 @@ t.test('worker ids outside [0, 1023] are refused', async (t) => {
 t.test('a real clock: 100,000 IDs, all unique and increasing', async (t) => {
   const gen = createSnowflakeGenerator({ workerId: 5 })
   const ids = await gen.nextBatch('k', 100_000)
-  t.ok(ids.every((id, i) => i === 0 || id > (ids[i - 1] as bigint)))
+  t.equal(ids.length, 100_000, 'as many as asked for')
+  t.ok(ids.every((id, i) => i === 0 || id > (ids[i - 1] as bigint)), 'each above the last, so none twice')
 })
 
 t.test('nextRanges: one range per millisecond, its sequence running up by one', async (t) => {

@@ -189,6 +189,28 @@ t.test('borrowing never goes more than borrowAheadMs ahead of the clock', async 
   t.equal(frozen.borrowedMs(), 3, 'still 3 ms ahead, no more')
 })
 
+t.test('borrowing at its bound spins out the clock\'s next millisecond, as Leaf does without borrowing, instead of sleeping', async (t) => {
+  const f = fakeTime()
+  // A clock that moves a millisecond every 6,000 reads: slower than the sequence is used (a read
+  // an ID), so the generator reaches its bound, where it spins some 2,000 reads a millisecond.
+  // The spin's real-time bound never runs out here: a test process preempted mid-spin (tap runs
+  // files in parallel) must not turn it into a wait.
+  const moving = () => { if (f.time.reads % 6_000 === 5_999) f.time.now++; return f.clock() }
+  const gen = createSnowflakeGenerator({ workerId: 7, clock: moving, sleep: f.sleep, spinClock: () => 0, random: () => 0, borrowAheadMs: 3 })
+  const ids: bigint[] = []
+  const ahead: number[] = []
+  for (let i = 0; i < 24 * PER_MS; i++) {
+    const id = gen.next()
+    if (typeof id !== 'bigint') return t.fail(`ID ${i} waited for a timer`)
+    ids.push(id)
+    ahead.push(gen.decode(id).timestamp - f.time.now)
+  }
+  t.same(f.time.slept, [], 'twenty-four milliseconds of sequence, no sleep')
+  t.ok(ids.every((id, i) => i === 0 || id > (ids[i - 1] as bigint)), 'increasing')
+  t.equal(Math.max(...ahead), 3, 'at the bound (3 ms ahead), never past it')
+  t.ok(ahead.filter((a) => a === 3).length > PER_MS, 'and held there while the clock moved on')
+})
+
 t.test('a restart after borrowing never issues below the borrowed time', async (t) => {
   /**
    * A guard as the lease is: extend(ms) records ms, and allows IDs up to ms + window; a restart

@@ -3,12 +3,12 @@ import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import t, { type Test } from 'tap'
 import { ConfigError, loadConfig, type Config } from '../src/config/load-config.js'
-import { createMysqlRunner } from '../src/segment/stores/mysql-pool.js'
+import { createMysqlRunner } from '../src/segment/stores/mysql-hosts.js'
 import { CACHE_FILE } from '../src/snowflake/worker-id/cache-file.js'
 import { MYSQL_LEASE_DDL, createDbLeasePool } from '../src/snowflake/worker-id/db-lease-pool.js'
 import { RecyclableLease, type ClaimResult, type LeasePool } from '../src/snowflake/worker-id/recyclable-lease.js'
 import { acquireWorkerId, ordinalOf } from '../src/snowflake/worker-id/sources.js'
-import { LeaseRefused, type WorkerLease } from '../src/snowflake/worker-id/worker-lease.js'
+import type { WorkerLease } from '../src/snowflake/worker-id/worker-lease.js'
 import { createZookeeperLeasePool } from '../src/snowflake/worker-id/zookeeper-lease-pool.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
@@ -16,6 +16,7 @@ import { TEST_MYSQL, createTestDatabase } from './helpers/mysql.js'
 import { TEST_ZK, inspector, uniqueName, zookeeperProxy } from './helpers/zookeeper.js'
 import { leafLayout } from '../src/snowflake/layout.js'
 import { withSqlite } from './helpers/sqlite.js'
+import { LeaseRefused } from '../src/errors.js'
 
 const mysqlServer = new URL(TEST_MYSQL)
 
@@ -166,7 +167,7 @@ t.test('mysql2 counts matched rows in affectedRows: an UPDATE that changes nothi
   const db = await createTestDatabase()
   t.teardown(() => db.drop())
   const url = new URL(TEST_MYSQL)
-  const { run, close } = createMysqlRunner({ host: url.hostname, port: Number(url.port), user: url.username, password: url.password, database: db.name, connectTimeoutMs: 2000, queryTimeoutMs: 2000, poolSize: 1 })
+  const { run, close } = createMysqlRunner({ hosts: [{ host: url.hostname, port: Number(url.port) }], user: url.username, password: url.password, database: db.name, connectTimeoutMs: 2000, queryTimeoutMs: 2000, poolSize: 1 })
   t.teardown(close)
   await run('CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)')
   await run('INSERT INTO t VALUES (1, 5)')

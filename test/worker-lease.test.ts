@@ -2,13 +2,14 @@ import { writeFileSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { readWorkerCache, writeWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
-import { LeaseRefused, acquireWorkerLease, restartWindow, type WorkerLease, type WorkerLeaseOptions } from '../src/snowflake/worker-id/worker-lease.js'
+import { acquireWorkerLease, restartWindow, type WorkerLease, type WorkerLeaseOptions } from '../src/snowflake/worker-id/worker-lease.js'
 import { parseLayout } from '../src/snowflake/layout.js'
 import { CreateMode, connectZookeeper, sessionIdOf } from '../src/snowflake/worker-id/zookeeper.js'
 import { tempDir } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { createProxy, type TcpProxy } from './helpers/tcp-proxy.js'
 import { TEST_ZK, TEST_ZK_HOST, TEST_ZK_PORT, inspector, uniqueName, zk, zookeeperProxy } from './helpers/zookeeper.js'
+import { LeaseRefused } from '../src/errors.js'
 
 const HEARTBEAT = 3000
 

@@ -157,6 +157,11 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
         const e = err instanceof LeafClientError ? err : new LeafClientError(CLIENT_CODES.NETWORK, `${server}: ${String(err)}`, { server, cause: err })
         counters.failures++
         if (lowerMaxBatch(e, asked)) continue
+        // A request the call's own budget cut short (less than requestTimeoutMs was left) timed
+        // out because the time ran out, not because its server failed: the call ends with the
+        // failure before it, or as no server answered (every server refusing stays NETWORK,
+        // not a TIMEOUT of 3 ms), and the server is not marked failed.
+        if (e.code === CLIENT_CODES.TIMEOUT && remaining < o.requestTimeoutMs) throw exhausted(last, attempts, deadline)
         if (!e.retryable) throw withAttempts(e, attempts)
         ring.failed(server)
         last = withAttempts(e, attempts)
@@ -223,14 +228,28 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
 
   const bufferOf = (mode: Mode, key: string): KeyBuffer => mode === 'segment' ? segmentBuffer(key) : mode === 'snowflake' ? snowflakeBuffer(key) : buffer(mode, key)
 
-  /** Without prefetch: each call is its own requests, `count` IDs in batches of at most maxBatch. */
-  async function direct (mode: Mode, key: string, count: number): Promise<bigint[]> {
-    if (closed !== undefined) throw closed
+  /**
+   * Without prefetch: each call is its own requests, `count` IDs in batches of at most maxBatch.
+   * Its deadline is a timer (clock.timer), as a caller's waiting on a buffer is: it keeps the
+   * process alive while the call waits, and ends the call if its requests have not by then.
+   */
+  function direct (mode: Mode, key: string, count: number): Promise<bigint[]> {
+    if (closed !== undefined) return Promise.reject(closed)
     const deadline = clock.now() + o.timeoutMs
+    let last: LeafClientError | undefined
+    return new Promise((resolve, reject) => {
+      const cancel = clock.timer(() => reject(exhausted(last, last?.attempts ?? 0, deadline)), o.timeoutMs)
+      fetchAll(mode, key, count, deadline, (e) => { last = e }).then(
+        (ids) => { cancel(); resolve(ids) },
+        (err: unknown) => { cancel(); reject(err) })
+    })
+  }
+
+  async function fetchAll (mode: Mode, key: string, count: number, deadline: number, onAttemptFailed: (err: LeafClientError) => void): Promise<bigint[]> {
     const ids = new Array<bigint>(count)
     let filled = 0
     while (filled < count) {
-      const batch = await fetchBatch(mode, key, count - filled, deadline, noop)
+      const batch = await fetchBatch(mode, key, count - filled, deadline, onAttemptFailed)
       for (const r of batch.ranges) {
         for (let id = r.first; id <= r.last && filled < count; id++) ids[filled++] = id
       }
@@ -327,8 +346,6 @@ function withAttempts (e: LeafClientError, attempts: number): LeafClientError {
   if (e.attempts === attempts) return e
   return new LeafClientError(e.code, e.message, { status: e.status, server: e.server, attempts, cause: e.cause })
 }
-
-function noop (): void {}
 
 type Settled = Required<Omit<LeafClientOptions, 'token' | 'transport' | 'clock'>>
 

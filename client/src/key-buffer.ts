@@ -8,8 +8,13 @@ export interface Batch { ranges: IdRange[], count: number, fetchedAt: number, se
 /** Time as the buffers see it; tests give a fake one. */
 export interface Clock {
   now (): number
+  /** A wait between attempts, which a background refill makes too; never keeps the process alive. */
   sleep (ms: number): Promise<void>
-  /** Runs `fn` after `ms` unless the returned function is called first; never keeps the process alive. */
+  /**
+   * A waiting caller's deadline: runs `fn` after `ms` unless the returned function is called
+   * first. It keeps the process alive until then, so that a script awaiting a call gets its
+   * answer or its error (with every timer unref()ed, Node ended it with exit code 13).
+   */
   timer (fn: () => void, ms: number): () => void
 }
 
@@ -18,7 +23,6 @@ export const REAL_CLOCK: Clock = {
   sleep: (ms) => new Promise((resolve) => { setTimeout(resolve, ms).unref() }),
   timer (fn, ms) {
     const t = setTimeout(fn, ms)
-    t.unref()
     return () => clearTimeout(t)
   },
 }
@@ -432,7 +436,9 @@ export class KeyBuffer {
     this.stats.failedFetches++
     if (this.closed !== undefined) return
     const e = err instanceof LeafClientError ? err : new LeafClientError(CLIENT_CODES.NETWORK, String(err), { cause: err })
-    this.lastError = e
+    // A fetch whose budget ran out before any server failed in it (TIMEOUT, no server named)
+    // does not hide the failure an earlier fetch met.
+    if (!(e.code === CLIENT_CODES.TIMEOUT && e.server === undefined && this.lastError !== undefined)) this.lastError = e
     if (!e.retryable) {
       // The same answer would come again (KEY_NOT_FOUND, UNAUTHORIZED): every waiter gets it.
       this.rejectAll(e)

@@ -66,7 +66,7 @@ export function createUndiciTransport (options: UndiciTransportOptions): Transpo
       return ranges
     } catch (err) {
       if (err instanceof LeafClientError) throw err
-      if (abort.signal.aborted) throw new LeafClientError(CLIENT_CODES.TIMEOUT, `${server}: no answer within ${timeoutMs} ms`, { server, cause: err })
+      if (abort.signal.aborted) throw new LeafClientError(CLIENT_CODES.TIMEOUT, `${server}: no answer within ${Math.ceil(timeoutMs)} ms`, { server, cause: err })
       const e = err as { code?: string, message?: string }
       throw new LeafClientError(CLIENT_CODES.NETWORK, `${server}: ${e.code ?? 'error'}: ${e.message ?? String(err)}`, { server, cause: err })
     } finally {

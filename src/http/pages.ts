@@ -1,6 +1,9 @@
 import type { LeafAllocRow } from '../segment/store.js'
 import type { SegmentBufferView } from '../segment/segment-generator.js'
+import { MIN_HORIZON_RATE, horizonSeconds } from '../segment/rate-meter.js'
+import type { GuardView } from '../segment/max-id-guard.js'
 import type { LeaseStatus } from '../snowflake/worker-id/worker-lease.js'
+import { CRITICAL_SECONDS_LEFT, WARN_SECONDS_LEFT, YEAR_SECONDS } from '../snowflake/time-left.js'
 
 // Server-rendered pages for a person: Leaf's /cache and /db monitors, with pictures where they
 // help. No scripts, no external assets; every value is escaped. /cache reloads itself every
@@ -63,6 +66,8 @@ export interface InstanceView {
   ratesAgeMs: number | undefined
   /** Where the segment store is (never a password); undefined without segment mode. */
   store: string | undefined
+  /** The max_id guard: the store it last saw, the failovers it caught. */
+  failover?: GuardView
   readiness: { ready: boolean, reason?: string, modes: Record<string, { ready: boolean, reason?: string }> }
   /** ID requests that failed, by mode and code, since the start. */
   errors: { mode: string, code: string, count: number }[]
@@ -108,13 +113,41 @@ function tagCard (v: SegmentBufferView): string {
   const held = v.segments.map((s, i) => segmentBar(i, s.value, s.max, s.step, i === 0, true))
   if (held.length === 1) held.push(segmentBar(1, 0n, 0n, 0, false, false))
   const bars = v.initOk ? held.join('') : '<p>The first segment loads on the first request for this tag.</p>'
-  const horizon = Number.isFinite(v.bufferSeconds) ? `${v.bufferSeconds.toFixed(1)} s at ${v.rate.toFixed(0)} IDs/s` : 'idle'
+  const seconds = horizonSeconds(v)
+  const horizon = seconds === undefined ? `idle (under ${MIN_HORIZON_RATE} ID/s)` : `${seconds.toFixed(1)} s at ${v.rate.toFixed(0)} IDs/s`
   return `<section class="card tag" data-key="${escapeHtml(v.key)}"><div class="head"><h2>${escapeHtml(v.key)}</h2>${badge}</div>${tagStats(v)}${sparkline(v.history)}${bars}
 <div class="label" data-horizon>buffered ${v.buffered.toLocaleString('en-US')} IDs in ${v.segments.length} segment${v.segments.length === 1 ? '' : 's'} · ${horizon}</div>
 <div class="label">step ${v.step} · min step ${v.minStep} · last adapted load ${v.updateTimestamp ? new Date(v.updateTimestamp).toISOString() : '—'}</div></section>`
 }
 
-function snowflakePanel (status: LeaseStatus | undefined, twepoch: number): string {
+/** The snowflake layout in use, for the /cache page. */
+export interface LayoutView {
+  spec: string
+  /** The first millisecond its time field cannot hold. */
+  runsOutAt: number
+  /** Seconds left until then on the generator's clock; 0 once past. */
+  secondsLeft: number
+}
+
+/** When the layout runs out, for a person: runs out 2039-09-07 (12.8 years left). */
+export function timeLeftLine (v: LayoutView): string {
+  const day = new Date(v.runsOutAt).toISOString().slice(0, 10)
+  if (v.secondsLeft <= 0) return `ran out ${day}`
+  const left = v.secondsLeft >= YEAR_SECONDS
+    ? `${num(v.secondsLeft / YEAR_SECONDS, 1)} years`
+    : v.secondsLeft >= 172_800 ? `${num(Math.floor(v.secondsLeft / 86_400))} days` : duration(v.secondsLeft)
+  return `runs out ${day} (${left} left)`
+}
+
+function layoutRows (v: LayoutView | undefined): string {
+  if (v === undefined) return ''
+  const badge = v.secondsLeft < CRITICAL_SECONDS_LEFT
+    ? ' <span class="badge bad">under 180 days</span>'
+    : v.secondsLeft < WARN_SECONDS_LEFT ? ' <span class="badge warn">under 2 years</span>' : ''
+  return `\n<dt>layout</dt><dd>${escapeHtml(v.spec)}</dd>\n<dt>time field</dt><dd data-time-left>${escapeHtml(timeLeftLine(v))}${badge}</dd>`
+}
+
+function snowflakePanel (status: LeaseStatus | undefined, twepoch: number, layout?: LayoutView): string {
   if (status === undefined) return '<section class="card snowflake"><h2>Snowflake</h2><p>Snowflake mode is disabled.</p></section>'
   const zk = status.issuedUntil !== undefined
     ? status.unavailable === undefined ? '<span class="badge ok">leased</span>' : '<span class="badge bad">lease lost</span>'
@@ -134,7 +167,7 @@ ${status.issuedUntil === undefined
 <dt>lease expires</dt><dd>${status.leaseExpiresAt === undefined ? 'lost' : escapeHtml(new Date(status.leaseExpiresAt).toISOString())}</dd>
 <dt>issued until</dt><dd>${status.issuedUntil} (${status.issuedUntil > 0 ? new Date(status.issuedUntil).toISOString() : '—'})</dd>`}
 <dt>cache file</dt><dd>${escapeHtml(status.cacheFile)}</dd>
-<dt>twepoch</dt><dd>${twepoch} (${new Date(twepoch).toISOString()})</dd></dl></section>`
+<dt>twepoch</dt><dd>${twepoch} (${new Date(twepoch).toISOString()})</dd>${layoutRows(layout)}</dl></section>`
 }
 
 function instancePanel (i: InstanceView, snowflake: LeaseStatus | undefined): string {
@@ -153,18 +186,30 @@ function instancePanel (i: InstanceView, snowflake: LeaseStatus | undefined): st
     `${i.readiness.ready ? '<span class="badge ok">ready</span>' : '<span class="badge bad">not ready</span>'}</div><dl>
 <dt>uptime</dt><dd>${escapeHtml(duration(i.uptimeSeconds))} (Node ${escapeHtml(i.node)})</dd>
 <dt>database</dt><dd>${i.store === undefined ? 'segment mode off' : escapeHtml(i.store)}</dd>
+${i.failover === undefined ? '' : `<dt>store failovers</dt><dd data-failovers>${failoverLine(i.failover)}</dd>`}
 <dt>ZooKeeper</dt><dd>${zk}</dd>
 ${i.readiness.reason === undefined ? '' : `<dt>readiness</dt><dd>${escapeHtml(i.readiness.reason)}</dd>`}${modes}
 <dt>errors since start</dt><dd data-errors>${errorList}</dd></dl></section>`
 }
 
-export function renderCachePage (instance: InstanceView, views: SegmentBufferView[] | undefined, snowflake: LeaseStatus | undefined, twepoch: number): string {
+function failoverLine (v: GuardView): string {
+  const seen = v.store === undefined ? '' : ` · answering: ${escapeHtml(v.store)}`
+  if (v.last === undefined) return `none${seen}`
+  const { last } = v
+  const gap = last.gap === undefined ? '' : `, ${escapeHtml(last.gap.toLocaleString('en-US'))} IDs behind`
+  const hold = v.holdingMs > 0 ? ` · <span class="badge bad">allocations held ${num(Math.ceil(v.holdingMs / 1000))} s more</span>` : ''
+  return `<b>${num(v.regressions)}</b>; last ${escapeHtml(last.at.toISOString())}: ${escapeHtml(last.cause)}${last.key === undefined ? '' : ` at ${escapeHtml(last.key)}`}` +
+    `${last.from === undefined ? '' : `, from ${escapeHtml(last.from)}`}${gap}${hold}${seen}`
+}
+
+export function renderCachePage (instance: InstanceView, views: SegmentBufferView[] | undefined, snowflake: LeaseStatus | undefined, twepoch: number,
+  layout?: LayoutView): string {
   const tags = views === undefined
     ? '<p>Segment mode is disabled.</p>'
     : views.length === 0 ? '<p>No tags in leaf_alloc.</p>' : `<div class="grid">${views.map(tagCard).join('')}</div>`
   const rendered = new Date(instance.renderedAt).toISOString()
   const age = `<p class="age" data-age>rendered ${escapeHtml(rendered)}${instance.ratesAgeMs === undefined ? '' : `; rates sampled ${num(instance.ratesAgeMs)} ms before`}; reloads every ${REFRESH_SECONDS} s</p>`
-  return page('Segment cache', `${age}${instancePanel(instance, snowflake)}${tags}<h1 style="margin-top:2rem">Snowflake</h1>${snowflakePanel(snowflake, twepoch)}`, REFRESH_SECONDS)
+  return page('Segment cache', `${age}${instancePanel(instance, snowflake)}${tags}<h1 style="margin-top:2rem">Snowflake</h1>${snowflakePanel(snowflake, twepoch, layout)}`, REFRESH_SECONDS)
 }
 
 export function renderDbPage (rows: LeafAllocRow[]): string {

@@ -1,6 +1,8 @@
 import type { Config } from '../config/load-config.js'
 import type { Logger } from '../logger.js'
+import { layoutEnd, type Layout } from '../snowflake/layout.js'
 import { createSnowflakeGenerator, type SnowflakeGenerator, type SnowflakeGeneratorOptions } from '../snowflake/snowflake-generator.js'
+import { timeLeftSeconds, WARN_SECONDS_LEFT, YEAR_SECONDS } from '../snowflake/time-left.js'
 import { acquireWorkerId, aheadOfClockMs, type SourceHooks } from '../snowflake/worker-id/sources.js'
 import type { WorkerLease } from '../snowflake/worker-id/worker-lease.js'
 
@@ -36,5 +38,16 @@ export async function startSnowflakeMode (
   lease.onWorkerChange = (workerId, notBefore) => generator.rebind(workerId, notBefore)
   const waitMs = Math.max(0, lease.notBefore - clock())
   logger.info({ workerId: lease.workerId, source: lease.status().source, layout: s.layout.spec, borrowAheadMs: s.borrowAheadMs, restartWindowMs: waitMs }, 'snowflake mode enabled')
+  warnIfEnding(s.layout, clock(), logger)
   return { lease, generator, clock, close: () => lease.close() }
+}
+
+/** Under 2 years left (LeafSnowflakeLayoutEnding's warning), the start says so. */
+function warnIfEnding (layout: Layout, now: number, logger: Logger): void {
+  const left = timeLeftSeconds(layout, now)
+  if (left >= WARN_SECONDS_LEFT) return
+  const runsOutAt = new Date(layoutEnd(layout)).toISOString()
+  logger.warn({ layout: layout.spec, runsOutAt, timeLeftSeconds: Math.floor(left) },
+    `the time field of snowflake layout ${layout.spec} runs out on ${runsOutAt}, in ${(left / YEAR_SECONDS).toFixed(1)} years: ` +
+    'after that every snowflake request answers 503 ID_SPACE_EXHAUSTED; move to a layout with more time bits before then (docs/id-layouts.md)')
 }

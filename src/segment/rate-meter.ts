@@ -8,6 +8,21 @@ export const HISTORY_BUCKETS = 90
 /** A sample closer than this to the last one is too short to read a rate from. */
 const MIN_SAMPLE_MS = 100
 
+/**
+ * The least rate (IDs/s) at which a tag's horizon is given in seconds (/cache, /api/cache and
+ * leaf_segment_buffer_seconds); under it the tag is idle: its buffered count alone, and +Inf in
+ * the gauge. Rates are sampled once a second (RATE_SAMPLE_MS), so a second with any ID issued
+ * reads about 1 ID/s or more: a rate under it is the remnant of an earlier burst, which falls by
+ * e every 20 s and never reaches 0. Divided by it, the buffer would last ever more seconds, a
+ * different figure on every load (61,597 IDs at 0.0000285 IDs/s: 2,160,684,850.9 s).
+ */
+export const MIN_HORIZON_RATE = 1
+
+/** How long the tag's buffered IDs last at its rate, in seconds; undefined while it is idle (under MIN_HORIZON_RATE). */
+export function horizonSeconds (v: { rate: number, bufferSeconds: number }): number | undefined {
+  return v.rate >= MIN_HORIZON_RATE && Number.isFinite(v.bufferSeconds) ? v.bufferSeconds : undefined
+}
+
 export class RateMeter {
   /**
    * IDs per second for the horizon: a burst raises it at once (the rate since the last

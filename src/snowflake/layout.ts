@@ -72,6 +72,8 @@ export interface LayoutContext {
   now: number
   /** The years the time field must have left; MIN_YEARS_LEFT unless a test says otherwise. */
   minYearsLeft?: number
+  /** For reading IDs only (decode): a time field that has run out, or soon will, is accepted. */
+  decodeOnly?: boolean
 }
 
 /** The Vesta presets: version 1, type 1, genMethod 2, then time, sequence and machine. */
@@ -136,7 +138,10 @@ export function parseLayout (value: string, c: LayoutContext): Layout {
   let unitGiven = false
   for (const item of presetName !== undefined ? items.slice(1) : items) {
     const eq = item.indexOf('=')
-    if (eq === -1) throw new LayoutError(`"${item}" is neither a preset (${LAYOUT_PRESETS.join(', ')}) nor name=value`)
+    if (eq === -1) {
+      const meant = item === first ? nearPreset(item) : undefined
+      throw new LayoutError(`"${item}" is neither a preset (${LAYOUT_PRESETS.join(', ')}) nor name=value${meant === undefined ? '' : `: did you mean "${meant}"?`}`)
+    }
     const name = item.slice(0, eq).trim()
     const raw = item.slice(eq + 1).trim()
     if (seen.has(name)) throw new LayoutError(`${name} is given twice`)
@@ -169,6 +174,41 @@ export function parseLayout (value: string, c: LayoutContext): Layout {
   const layout = build(presetName ?? 'custom', spec, Boolean(presetName !== undefined && items.length > 1))
   check(layout, spec, c)
   return layout
+}
+
+/** How many characters a misspelt preset may have inserted, deleted or changed and still be named. */
+const PRESET_TYPOS = 2
+
+/**
+ * The preset a name that is none was likely meant to be: compared in lower case with `_` and
+ * spaces read as `-` (`JS_SAFE` is js-safe), the one within PRESET_TYPOS edits (`uidgenerator`,
+ * `leaf2`) when no other is as near; undefined for a name further from all (`snowflake`).
+ */
+function nearPreset (name: string): LayoutPreset | undefined {
+  const norm = name.toLowerCase().replace(/[_\s]/g, '-')
+  let nearest: LayoutPreset | undefined
+  let least = PRESET_TYPOS + 1
+  let tied = false
+  for (const preset of LAYOUT_PRESETS) {
+    const d = editDistance(norm, preset)
+    if (d < least) [nearest, least, tied] = [preset, d, false]
+    else if (d === least) tied = true
+  }
+  return tied ? undefined : nearest
+}
+
+/** Levenshtein's distance: the fewest characters inserted, deleted or changed to turn a into b. */
+function editDistance (a: string, b: string): number {
+  let above = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i]
+    for (let j = 1; j <= b.length; j++) {
+      const change = (above[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1)
+      row.push(Math.min(change, (above[j] as number) + 1, (row[j - 1] as number) + 1))
+    }
+    above = row
+  }
+  return above[b.length] as number
 }
 
 function parseEpoch (raw: string): number {
@@ -235,7 +275,7 @@ function check (layout: Layout, spec: LayoutSpec, c: LayoutContext): void {
   const end = layoutEnd(layout)
   if (end > MAX_DATE_MS) throw new LayoutError(`the ${layout.time.bits}-bit time field in ${layout.unit === 'ms' ? 'milliseconds' : 'seconds'} outlasts the dates JavaScript can hold: give it fewer bits`)
   const minYears = c.minYearsLeft ?? MIN_YEARS_LEFT
-  if (end - c.now < minYears * YEAR_MS) {
+  if (c.decodeOnly !== true && end - c.now < minYears * YEAR_MS) {
     const what = `the ${layout.time.bits}-bit time field in ${layout.unit === 'ms' ? 'milliseconds' : 'seconds'} from ${new Date(layout.epoch).toISOString()}`
     throw new LayoutError(`${what} ${end <= c.now ? 'ran out' : 'runs out'} on ${new Date(end).toISOString()}; a layout needs at least ${minYears} years left: ` +
       'set more time bits (time=<bits>' + layout.unit + ') or a later epoch (epoch=<ms or ISO-8601>)' +

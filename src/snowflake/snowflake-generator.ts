@@ -49,6 +49,8 @@ export interface SnowflakeGeneratorOptions {
   clock?: () => number
   /** Resolves after `ms`; injectable for tests. */
   sleep?: (ms: number) => Promise<void>
+  /** Real time (ms, monotonic) that bounds a spin at the borrowing bound; injectable for tests. */
+  spinClock?: () => number
   /** An integer in [0, n). */
   random?: (n: number) => number
   /** No ID is issued for a millisecond before this one (the restart window). */
@@ -87,6 +89,8 @@ export interface SnowflakeGenerator {
 
 /** A request waits for this many fresh time units at most while their sequences are used up. */
 const EXHAUSTED_WAIT_PASSES = 3
+/** Borrowing at its bound spins at most this long (real ms) for the clock's next millisecond. */
+const BORROW_SPIN_MS = 1.5
 
 export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): SnowflakeGenerator {
   const {
@@ -96,6 +100,7 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
     borrowAheadMs = 0,
     clock = Date.now,
     sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+    spinClock = () => performance.now(),
     random = (n) => Math.floor(Math.random() * n),
     notBefore: firstAllowed = 0,
     maxRestartWaitMs = Infinity,
@@ -181,9 +186,20 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
    * back, and never one that begins more than borrowAheadMs ahead of it.
    */
   function borrow (now: number, time: number): boolean {
-    const limit = timeAt(now + borrowAheadMs)
+    let limit = timeAt(now + borrowAheadMs)
     const target = lastTime >= time && lastTime >= minTime && sequence < maxSequence ? lastTime : Math.max(lastTime + 1, minTime, time)
-    if (target > limit) return false
+    if (target > limit) {
+      // At the bound, the next millisecond comes within reach when the clock's does: spin it
+      // out, as the unborrowed path does, rather than sleep (a timer takes a millisecond or
+      // more, and the steady rate lost a third to it). Anything further waits, and so does a
+      // clock that stepped back meanwhile or did not move within BORROW_SPIN_MS.
+      if (unitMs !== 1 || target > limit + 1) return false
+      const spinEnd = spinClock() + BORROW_SPIN_MS
+      for (let t = clock(); target > limit; t = clock()) {
+        if (timeAt(t) < time || spinClock() > spinEnd) return false
+        limit = timeAt(t + borrowAheadMs)
+      }
+    }
     if (target === lastTime) {
       if (lastEnd > guard.issuableUntil) guard.extend(lastEnd)
       sequence++

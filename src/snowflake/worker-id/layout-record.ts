@@ -1,5 +1,5 @@
+import { LeaseRefused } from '../../errors.js'
 import type { Layout } from '../layout.js'
-import { LeaseRefused } from './worker-lease.js'
 import { CreateMode, isNoNode, isNodeExists, zk, type Client } from './zookeeper.js'
 
 // The ID layout is part of a fleet's identity: two instances of one leaf.name with different

@@ -5,8 +5,9 @@ import { createDbLeasePool } from './db-lease-pool.js'
 import { acquireDisposableWorkerId } from './disposable.js'
 import { firstNonLoopbackIPv4 } from './local-ip.js'
 import { acquireRecyclableLease, type ClaimResult, type LeasePool } from './recyclable-lease.js'
-import { acquireWorkerLease, LeaseRefused, workerCacheDir, type WorkerLease } from './worker-lease.js'
+import { acquireWorkerLease, workerCacheDir, type WorkerLease } from './worker-lease.js'
 import { createZookeeperLeasePool } from './zookeeper-lease-pool.js'
+import { LeaseRefused } from '../../errors.js'
 
 // Where the worker id comes from (leaf.snowflake.worker-id.source). Every source returns a
 // WorkerLease, so the generator and the routes never know which one is in use.

@@ -1,6 +1,6 @@
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { LeafError, StartRefused } from '../../errors.js'
+import { LeafError, LeaseRefused } from '../../errors.js'
 import type { Logger } from '../../logger.js'
 import { createLogThrottle, type LogThrottle } from '../../log-throttle.js'
 import { sleep, withTimeout } from '../../timers.js'
@@ -14,13 +14,6 @@ import {
 } from './zookeeper.js'
 
 /** A condition under which the instance must not start (or issue): it could hand out an ID twice. */
-export class LeaseRefused extends StartRefused {
-  constructor (message: string) {
-    super(message)
-    this.name = 'LeaseRefused'
-  }
-}
-
 /**
  * ZooKeeper expires a session some time after its timeout (its expiry runs once per tick):
  * waiting for another session's node to go allows this much beyond our session timeout.

@@ -3,10 +3,11 @@ import type { Layout } from '../layout.js'
 import { recordZookeeperLayout } from './layout-record.js'
 import { withTimeout } from '../../timers.js'
 import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
-import { EXPIRY_MARGIN_MS, LeaseRefused } from './worker-lease.js'
+import { EXPIRY_MARGIN_MS } from './worker-lease.js'
 import {
   CreateMode, closeZookeeper, createZookeeper, isConnected, isNoNode, isNodeExists, ownerOf, sessionIdOf, waitConnected, zk, type Client,
 } from './zookeeper.js'
+import { LeaseRefused } from '../../errors.js'
 
 // The zookeeper-lease pool, under /snowflake/<leaf.name>/lease:
 // - holders/<id>: an ephemeral node per leased id. Creating it is the claim; ZooKeeper deletes
