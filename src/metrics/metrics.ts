@@ -1,13 +1,20 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import { HotCounter, HotHistogram, type HistogramChild } from './hot-metrics.js'
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
+import { HotCounter, HotHistogram, type HistogramChild, type MetricValue } from './hot-metrics.js'
+import { OTHER_KEY, TagCounter, TagHistogram, TagPlan, type TagSignal } from './tag-series.js'
 import { checkReadiness } from '../modes/readiness.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
 import type { LeaseSource } from '../snowflake/worker-id/worker-lease.js'
+import type { Regression } from '../segment/max-id-guard.js'
+import type { SegmentBufferView } from '../segment/segment-generator.js'
+import { horizonSeconds } from '../segment/rate-meter.js'
+import { timeLeftSeconds } from '../snowflake/time-left.js'
 
 /** Snowflake keys are the caller's choice: past this many distinct keys, count under `_other`. */
 export const MAX_SNOWFLAKE_KEYS = 100
-export const OTHER_KEY = '_other'
+export { OTHER_KEY }
+/** LeafSegmentBufferLow's threshold (config/alerts.yml): a tag under it keeps its series past the cap. */
+const BUFFER_LOW_SECONDS = 60
 /** The worker-id sources that hold a ZooKeeper session (`cache`: the zookeeper source started from its cache file). */
 const ZOOKEEPER_SOURCES: ReadonlySet<LeaseSource> = new Set(['zookeeper', 'cache', 'zookeeper-lease'])
 /**
@@ -15,6 +22,7 @@ const ZOOKEEPER_SOURCES: ReadonlySet<LeaseSource> = new Set(['zookeeper', 'cache
  * appears at its first increment hides that increment, or that whole burst, from increase().
  */
 const ALERTED_ERRORS = { segment: ['SEGMENTS_NOT_READY'], snowflake: ['CLOCK_BACKWARDS'] } as const
+const REGRESSION_CAUSES: readonly Regression['cause'][] = ['store changed', 'max_id went back']
 
 export interface Metrics {
   registry: Registry
@@ -24,6 +32,10 @@ export interface Metrics {
   segmentLoad (key: string, seconds: number, ok: boolean): void
   /** IDs of a tag given back at a graceful stop: to max_id, or parked for the next start. */
   segmentGiveBack (key: string, ids: bigint, to: 'table' | 'successor'): void
+  /** An allocation repeated after a conflict (Galera's certification, a lock wait). */
+  segmentRetry (key: string, reason: string): void
+  /** The store failed over and may be behind (max-id-guard.ts). */
+  segmentRegression (r: { cause: string }): void
   clockBackwards (): void
   /** A worker-id claim's result (recyclable sources). */
   leaseClaim (result: string): void
@@ -33,6 +45,26 @@ export interface Metrics {
   errorCounts (): { mode: string, code: string, count: number }[]
   /** What the scrape-time gauges read. */
   watch (modes: { segment: SegmentMode | undefined, snowflake: SnowflakeMode | undefined }): void
+  /** The text of /metrics: decides which tags keep series of their own (tag-series.ts), then renders. */
+  scrape (): Promise<string>
+}
+
+export interface MetricsOptions {
+  /** leaf.metrics.max-tag-series: most segment tags with series of their own; the rest are summed under `_other`. */
+  maxTagSeries: number
+  /** Monotonic ms, for how long ago a tag was active; tests inject one. */
+  now?: () => number
+}
+
+/** A metric prom-client's Registry can render from a list of values (the interface HotCounter implements). */
+function valuesMetric (name: string, help: string, type: 'counter' | 'gauge', values: () => MetricValue[]) {
+  return { name, help, type, aggregator: 'sum', get: () => ({ name, help, type, values: values(), aggregator: 'sum' }) }
+}
+
+/** Buffer under a minute while serving, or the current segment used up with none after it. */
+function alerting (v: SegmentBufferView): boolean {
+  const seconds = horizonSeconds(v)
+  return (seconds !== undefined && seconds < BUFFER_LOW_SECONDS) || (v.initOk && !v.nextReady && v.value0 >= v.max0)
 }
 
 /**
@@ -40,36 +72,44 @@ export interface Metrics {
  * children kept in maps (a map lookup and an addition per request); gauges are computed when
  * scraped, never on the ID path.
  */
-export function createMetrics (): Metrics {
+export function createMetrics ({ maxTagSeries, now = () => performance.now() }: MetricsOptions): Metrics {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   let modes: Parameters<Metrics['watch']>[0] = { segment: undefined, snowflake: undefined }
+  const plan = new TagPlan(maxTagSeries, now)
+  /** The segment generator's views as of the last scrape, split by the plan: every per-tag gauge reads these. */
+  let keptViews: SegmentBufferView[] = []
+  let foldedViews: SegmentBufferView[] = []
 
   const httpDuration = new HotHistogram('http_request_duration_seconds', 'HTTP request duration by method, route pattern and status code.',
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5])
-  const idsIssued = new HotCounter('leaf_ids_issued_total', 'IDs handed out.')
+  // The per-tag counters of segment mode, folded past the cap at each scrape (tag-series.ts).
+  const segmentIssued = new TagCounter({ mode: 'segment' }, { otherFromStart: true })
+  const idsIssued = new HotCounter('leaf_ids_issued_total', 'IDs handed out.',
+    () => modes.segment === undefined ? [] : segmentIssued.values(plan))
   const idErrors = new HotCounter('leaf_id_errors_total', 'ID requests that failed, by error code.')
-  const loadSeconds = new Histogram({
-    name: 'leaf_segment_db_load_seconds',
-    help: 'Time to reserve a segment in the database.',
-    labelNames: ['key'],
-    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+  const loadSeconds = new TagHistogram('leaf_segment_db_load_seconds', 'Time to reserve a segment in the database.',
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10], plan)
+  // 0 for every tag with a series of its own, and for _other (see ALERTED_ERRORS for why).
+  const loadFailures = new TagCounter({}, { otherFromStart: true, zeroForKept: true })
+  const returnedTo = { table: new TagCounter({ to: 'table' }), successor: new TagCounter({ to: 'successor' }) }
+  const tagCounters = [segmentIssued, loadFailures, returnedTo.table, returnedTo.successor]
+  const perTagCounters = [
+    valuesMetric('leaf_segment_db_load_failures_total', 'Segment loads that failed.', 'counter',
+      () => modes.segment === undefined ? [] : loadFailures.values(plan)),
+    valuesMetric('leaf_segment_ids_returned_total', 'Unused IDs given back at a graceful stop: to="table" by a compare-and-set on max_id, to="successor" parked for the next start of this instance.',
+      'counter', () => [...returnedTo.table.values(plan), ...returnedTo.successor.values(plan)]),
+  ]
+  const retries = new Counter({
+    name: 'leaf_segment_allocate_retries_total',
+    help: 'Allocations repeated at once in a new transaction after a conflict: reason="ER_LOCK_DEADLOCK" (Galera\'s certification, or a deadlock) or "ER_LOCK_WAIT_TIMEOUT".',
+    labelNames: ['reason'],
     registers: [registry],
   })
-  const loadFailures = new Counter({
-    name: 'leaf_segment_db_load_failures_total',
-    help: 'Segment loads that failed.',
-    labelNames: ['key'],
-    registers: [registry],
-    collect () {
-      // 0 for every known tag (see ALERTED_ERRORS for why).
-      for (const v of modes.segment?.generator.views() ?? []) this.inc({ key: v.key }, 0)
-    },
-  })
-  const returned = new Counter({
-    name: 'leaf_segment_ids_returned_total',
-    help: 'Unused IDs given back at a graceful stop: to="table" by a compare-and-set on max_id, to="successor" parked for the next start of this instance.',
-    labelNames: ['key', 'to'],
+  const regressions = new Counter({
+    name: 'leaf_segment_store_regressions_total',
+    help: 'Store failovers that may have lost allocations: cause="store changed" (another server or cluster answers) or "max_id went back" (a range came back below one served). Each raises every tag and holds allocations.',
+    labelNames: ['cause'],
     registers: [registry],
   })
   const backwards = new Counter({ name: 'leaf_snowflake_clock_backwards_total', help: 'Times the clock was found behind the last snowflake ID.', registers: [registry] })
@@ -83,62 +123,42 @@ export function createMetrics (): Metrics {
 
   // Scrape-time gauges: prom-client calls collect() on each scrape.
   const segmentGauges = [new Gauge({
-    name: 'leaf_segment_step',
-    help: 'Current (adapted) step per tag.',
-    labelNames: ['key'],
+    name: 'leaf_segment_failover_hold_seconds',
+    help: 'Seconds left of the hold on new allocations after a store failover (0: none).',
     registers: [],
     collect () {
-      this.reset()
-      for (const v of modes.segment?.generator.views() ?? []) this.set({ key: v.key }, v.step)
-    },
-  }), new Gauge({
-    name: 'leaf_segment_remaining',
-    help: 'IDs left in the current segment per tag.',
-    labelNames: ['key'],
-    registers: [],
-    collect () {
-      this.reset()
-      for (const v of modes.segment?.generator.views() ?? []) {
-        this.set({ key: v.key }, Number(v.max0 - v.value0))
-      }
-    },
-  }), new Gauge({
-    name: 'leaf_segment_buffered_ids',
-    help: 'IDs held and not handed out yet, in every loaded segment of the tag.',
-    labelNames: ['key'],
-    registers: [],
-    collect () {
-      this.reset()
-      for (const v of modes.segment?.generator.views() ?? []) this.set({ key: v.key }, v.buffered)
-    },
-  }), new Gauge({
-    name: 'leaf_segment_buffer_seconds',
-    help: 'How long the buffered IDs of the tag last at its current issue rate; +Inf while it is idle.',
-    labelNames: ['key'],
-    registers: [],
-    collect () {
-      this.reset()
-      for (const v of modes.segment?.generator.views() ?? []) this.set({ key: v.key }, v.bufferSeconds)
-    },
-  }), new Gauge({
-    name: 'leaf_segment_loaded_segments',
-    help: 'Segments the tag holds, the current one included.',
-    labelNames: ['key'],
-    registers: [],
-    collect () {
-      this.reset()
-      for (const v of modes.segment?.generator.views() ?? []) this.set({ key: v.key }, v.segments.length)
-    },
-  }), new Gauge({
-    name: 'leaf_segment_next_ready',
-    help: '1 when the next segment of the tag is loaded.',
-    labelNames: ['key'],
-    registers: [],
-    collect () {
-      this.reset()
-      for (const v of modes.segment?.generator.views() ?? []) this.set({ key: v.key }, v.nextReady ? 1 : 0)
+      this.set((modes.segment?.guard.view().holdingMs ?? 0) / 1000)
     },
   })]
+  /**
+   * A per-tag gauge: one series per kept tag, and `_other` over the folded ones (those `inOther`
+   * accepts) when there are any, their sum or their worst as `fold` says.
+   */
+  const tagGauge = (name: string, help: string, read: (v: SegmentBufferView) => number, fold: (a: number, b: number) => number,
+    inOther: (v: SegmentBufferView) => boolean = () => true) =>
+    valuesMetric(name, help, 'gauge', () => {
+      const out: MetricValue[] = []
+      let other: number | undefined
+      for (const v of keptViews) out.push({ labels: { key: v.key }, value: read(v) })
+      for (const v of foldedViews) if (inOther(v)) other = other === undefined ? read(v) : fold(other, read(v))
+      if (other !== undefined) out.push({ labels: { key: OTHER_KEY }, value: other })
+      return out
+    })
+  const sum = (a: number, b: number) => a + b
+  const perTagGauges = [
+    tagGauge('leaf_segment_step', 'Current (adapted) step per tag; _other: the largest.', (v) => v.step, Math.max),
+    tagGauge('leaf_segment_remaining', 'IDs left in the current segment per tag; _other: their sum.', (v) => Number(v.max0 - v.value0), sum),
+    tagGauge('leaf_segment_buffered_ids', 'IDs held and not handed out yet, in every loaded segment of the tag; _other: their sum.', (v) => v.buffered, sum),
+    // _other: the lowest, so LeafSegmentBufferLow still fires when tags under a minute outnumber the cap.
+    tagGauge('leaf_segment_buffer_seconds', 'How long the buffered IDs of the tag last at its current issue rate; +Inf while it is idle (under 1 ID/s); _other: the lowest.',
+      (v) => horizonSeconds(v) ?? Infinity, Math.min),
+    tagGauge('leaf_segment_loaded_segments', 'Segments the tag holds, the current one included; _other: their sum.', (v) => v.segments.length, sum),
+    // A tag that never loaded has no segment to follow: _other is the lowest among those that did.
+    tagGauge('leaf_segment_next_ready', '1 when the next segment of the tag is loaded; _other: 0 when any loaded folded tag lacks it.',
+      (v) => v.nextReady ? 1 : 0, Math.min, (v) => v.initOk),
+    valuesMetric('leaf_segment_folded_tags', `Segment tags without series of their own, summed under key="${OTHER_KEY}" (past leaf.metrics.max-tag-series, for idle tags).`,
+      'gauge', () => [{ labels: {}, value: plan.folded }]),
+  ]
   const leaseGauge = (name: string, help: string, read: (s: ReturnType<SnowflakeMode['lease']['status']>) => number | undefined) =>
     new Gauge({
       name,
@@ -171,6 +191,10 @@ export function createMetrics (): Metrics {
         if (modes.snowflake !== undefined) this.set(modes.snowflake.generator.borrowedMs() / 1000)
       },
     }),
+    // No series at all with snowflake mode off: an unlabelled Gauge would read 0 there, and 0
+    // fires LeafSnowflakeLayoutEnding.
+    valuesMetric('leaf_snowflake_time_left_seconds', 'Seconds until the time field of the layout in use runs out (no snowflake ID after it); 0 once it has.',
+      'gauge', () => modes.snowflake === undefined ? [] : [{ labels: {}, value: timeLeftSeconds(modes.snowflake.generator.layout, modes.snowflake.clock()) }]),
   ]
 
   // What /readyz would answer now, for an alert on `leaf_ready == 0`: the same function, asked
@@ -191,6 +215,28 @@ export function createMetrics (): Metrics {
   const errorChildren = new Map<string, { value: number }>()
   const requestChildren = new Map<string, Map<string, Map<number, HistogramChild>>>()
 
+  /** Once per scrape: which tags were active, the plan, and each per-tag count moved to its series. */
+  function foldTags (): void {
+    const views = modes.segment?.generator.views() ?? []
+    const signals = new Map<string, TagSignal>()
+    const at = (key: string): TagSignal => {
+      let s = signals.get(key)
+      if (s === undefined) signals.set(key, s = { alert: false, moved: false, failed: false })
+      return s
+    }
+    for (const v of views) at(v.key).alert = alerting(v)
+    const moved = (key: string, m: boolean) => { if (m) at(key).moved = true; else at(key) }
+    for (const counter of [segmentIssued, returnedTo.table, returnedTo.successor]) counter.signals(moved)
+    loadSeconds.signals(moved)
+    loadFailures.signals((key, m) => { const s = at(key); if (m) s.moved = s.failed = true })
+    plan.decide(signals)
+    for (const counter of tagCounters) counter.fold(plan)
+    loadSeconds.fold()
+    keptViews = []
+    foldedViews = []
+    for (const v of views) (plan.kept(v.key) ? keptViews : foldedViews).push(v)
+  }
+
   function errorChild (mode: string, code: string): { value: number } {
     const id = mode + '\0' + code
     let child = errorChildren.get(id)
@@ -201,25 +247,32 @@ export function createMetrics (): Metrics {
     return child
   }
 
-  for (const metric of [httpDuration, idsIssued, idErrors, readyGauge, ...segmentGauges, ...snowflakeGauges]) {
+  for (const metric of [httpDuration, idsIssued, idErrors, loadSeconds, ...perTagCounters, readyGauge, ...segmentGauges, ...perTagGauges, ...snowflakeGauges]) {
     registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0])
   }
 
   return {
     registry,
     issued (mode, key, count) {
-      const byKey = mode === 'segment' ? issuedSegment : issuedSnowflake
-      let child = byKey.get(key)
+      // One addition site per mode: their children have different shapes (tag-series.ts keeps a
+      // segment tag's folding state beside its count), and one site would see both.
+      if (mode === 'segment') {
+        let child = issuedSegment.get(key)
+        if (child === undefined) issuedSegment.set(key, child = segmentIssued.child(key))
+        child.value += count
+        return
+      }
+      let child = issuedSnowflake.get(key)
       if (child === undefined) {
-        if (mode === 'snowflake' && snowflakeKeys.size >= MAX_SNOWFLAKE_KEYS) {
+        if (snowflakeKeys.size >= MAX_SNOWFLAKE_KEYS) {
           // Keys past the cap share one child and are not remembered one by one.
           otherKeys ??= idsIssued.child({ mode, key: OTHER_KEY })
           otherKeys.value += count
           return
         }
-        if (mode === 'snowflake') snowflakeKeys.add(key)
+        snowflakeKeys.add(key)
         child = idsIssued.child({ mode, key })
-        byKey.set(key, child)
+        issuedSnowflake.set(key, child)
       }
       child.value += count
     },
@@ -243,11 +296,17 @@ export function createMetrics (): Metrics {
       child.observe(seconds)
     },
     segmentLoad (key, seconds, ok) {
-      loadSeconds.labels({ key }).observe(seconds)
-      if (!ok) loadFailures.labels({ key }).inc()
+      loadSeconds.observe(key, seconds)
+      if (!ok) loadFailures.child(key).value++
     },
     segmentGiveBack (key, ids, to) {
-      returned.labels({ key, to }).inc(Number(ids))
+      returnedTo[to].child(key).value += Number(ids)
+    },
+    segmentRetry (key, reason) {
+      retries.labels({ reason }).inc()
+    },
+    segmentRegression (r) {
+      regressions.labels({ cause: r.cause }).inc()
     },
     clockBackwards () {
       backwards.inc()
@@ -260,9 +319,15 @@ export function createMetrics (): Metrics {
     },
     watch (m) {
       modes = m
+      // 0 from the start: LeafSegmentStoreFailover reads increase() of it (see ALERTED_ERRORS).
+      if (m.segment !== undefined) for (const cause of REGRESSION_CAUSES) regressions.labels({ cause }).inc(0)
       for (const mode of ['segment', 'snowflake'] as const) {
         if (m[mode] !== undefined) for (const code of ALERTED_ERRORS[mode]) errorChild(mode, code)
       }
+    },
+    async scrape () {
+      foldTags()
+      return await registry.metrics()
     },
   }
 }

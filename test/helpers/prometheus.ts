@@ -7,6 +7,11 @@ export interface Sample { name: string, labels: Record<string, string>, value: n
 const SAMPLE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?$/
 const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g
 
+/** A sample's value: a Go float, `+Inf` and `-Inf` spelled as the format spells them. */
+function valueIn (text: string): number {
+  return text === '+Inf' ? Infinity : text === '-Inf' ? -Infinity : Number(text)
+}
+
 export function parseSamples (text: string): Sample[] {
   const samples: Sample[] = []
   for (const line of text.split('\n')) {
@@ -17,7 +22,7 @@ export function parseSamples (text: string): Sample[] {
     for (const [, k, v] of (m[2] ?? '').matchAll(LABEL)) {
       labels[k as string] = (v as string).replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c))
     }
-    samples.push({ name: m[1] as string, labels, value: Number(m[3]) })
+    samples.push({ name: m[1] as string, labels, value: valueIn(m[3] as string) })
   }
   return samples
 }
