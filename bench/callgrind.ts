@@ -174,7 +174,7 @@ export function readDump (file: string, path: string): { perRequest: number, com
 }
 
 /**
- * V8's runtime function behind the slow path src/tick-shape.ts keeps off: with the feedback of
+ * V8's runtime function behind the tick records' slow path (docs/performance.md): with the feedback of
  * Node's nextTick literal megamorphic, each nextTick record defines its properties through it
  * (20 to 30 calls and 25,000 to 37,000 instructions per request).
  */

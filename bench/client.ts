@@ -59,7 +59,16 @@ export const CLIENT_TARGETS = {
   tryNextIdShareOfCeiling: 0.75,
   awaitNextIdPerSecond: 5_000_000,
   requestsPerMillionIds: 200,
-  p9999Us: 5,
+  /**
+   * nextId's p99.99 at most this far above its floor's (an await of a bare counter, measured in
+   * the same run): an absolute figure judged the host, whose own floor moved from 4 to 51 µs.
+   */
+  p9999OverFloorUs: 1,
+}
+
+/** Whether nextId's p99.99 is within its target of the floor measured beside it. */
+export function latencyMet (latency: { p9999Us: number, floorP9999Us: number }): boolean {
+  return latency.p9999Us <= latency.floorP9999Us + CLIENT_TARGETS.p9999OverFloorUs
 }
 
 const E2E_SECONDS = Number(process.env.BENCH_CLIENT_SECONDS ?? 10)
@@ -263,7 +272,7 @@ export function clientLines (c: ClientBench): string[] {
     `  ${'await nextId, warm buffer'.padEnd(44)} ${fmt(c.awaitNextId).padStart(14)} IDs/s  (target ≥ ${fmt(CLIENT_TARGETS.awaitNextIdPerSecond)}: ${verdict(c.awaitNextId >= CLIENT_TARGETS.awaitNextIdPerSecond)})`,
     `  ${`end to end, ${e.callers} callers, ${fmt(e.seconds, 1)} s`.padEnd(44)} ${fmt(e.idsPerSecond).padStart(14)} IDs/s  ${fmt(e.ids)} IDs, ${fmt(e.requests)} requests = ${fmt(e.requestsPerMillionIds, 1)} per million IDs (target ≤ ${CLIENT_TARGETS.requestsPerMillionIds}: ${verdict(e.requestsPerMillionIds <= CLIENT_TARGETS.requestsPerMillionIds && e.errors === 0)}), ${fmt(e.errors)} errors`,
     `  ${'server CPU per million IDs'.padEnd(44)} ${fmt(e.serverCpuPerMillionIds * 1000, 1).padStart(14)} ms  through the client; ${fmt(e.singleRouteCpuPerMillionIds * 1000, 0)} ms through the single-ID route (${fmt(e.singleRouteFailed)} failed): ${fmt(e.singleRouteCpuPerMillionIds / e.serverCpuPerMillionIds, 0)}x less`,
-    `  ${`nextId latency, one caller, ${c.latency.seconds} s warm`.padEnd(44)} p50 ${fmt(c.latency.p50Us, 2)} µs, p99.9 ${fmt(c.latency.p999Us, 2)} µs, p99.99 ${fmt(c.latency.p9999Us, 2)} µs (target ≤ ${CLIENT_TARGETS.p9999Us} µs: ${verdict(c.latency.p9999Us <= CLIENT_TARGETS.p9999Us)}), max ${fmt(c.latency.maxUs, 0)} µs over ${fmt(c.latency.samples)} calls`,
+    `  ${`nextId latency, one caller, ${c.latency.seconds} s warm`.padEnd(44)} p50 ${fmt(c.latency.p50Us, 2)} µs, p99.9 ${fmt(c.latency.p999Us, 2)} µs, p99.99 ${fmt(c.latency.p9999Us, 2)} µs (target ≤ the floor's + ${CLIENT_TARGETS.p9999OverFloorUs} µs: ${verdict(latencyMet(c.latency))}), max ${fmt(c.latency.maxUs, 0)} µs over ${fmt(c.latency.samples)} calls`,
     `  ${'floor: await of a bare bigint counter'.padEnd(44)} p99.9 ${fmt(c.latency.floorP999Us, 2)} µs, p99.99 ${fmt(c.latency.floorP9999Us, 2)} µs (blocks interleaved with nextId's)`,
     `  ${'nextId calls that waited for a fetch'.padEnd(44)} ${fmt(c.latency.waited).padStart(14)} of ${fmt(c.latency.samples)} measured`,
   ]
@@ -274,7 +283,7 @@ export function clientTargetsMet (c: ClientBench): boolean {
   return c.tryNextId / c.bigintCounter >= CLIENT_TARGETS.tryNextIdShareOfCeiling &&
     c.awaitNextId >= CLIENT_TARGETS.awaitNextIdPerSecond &&
     c.e2e.requestsPerMillionIds <= CLIENT_TARGETS.requestsPerMillionIds && c.e2e.errors === 0 &&
-    c.latency.p9999Us <= CLIENT_TARGETS.p9999Us
+    latencyMet(c.latency)
 }
 
 /**

@@ -26,6 +26,8 @@ export const BURST = 4 * 4096
 export const BURST_BORROW_MS = 10
 export const BORROWING_ROW = `snowflake generator, borrow-ahead-ms=${BURST_BORROW_MS}`
 export const burstRow = (borrowMs: number) => `leaf burst of ${BURST} IDs, borrow-ahead-ms=${borrowMs}`
+/** The same burst on a clock moved on a millisecond per 4,096 reads: it never waits, so it costs only CPU. */
+export const BURST_FLOOR_ROW = `leaf burst of ${BURST} IDs on a clock that never makes it wait (CPU floor)`
 
 const BLOCK = 10_000
 
@@ -75,23 +77,24 @@ function measureAwaiting (seconds: number, gen: SnowflakeGenerator): Promise<num
 }
 
 /**
- * The median time (ms) to hand out BURST IDs in one synchronous run, after an idle 20 ms each
- * time (so borrowed time is paid back), over `rounds` bursts.
+ * The median time (ms) each generator takes to hand out BURST IDs in one synchronous run, after
+ * an idle 20 ms each time (so borrowed time is paid back), over `rounds` rounds. The generators
+ * take turns within each round: a change in the machine's speed reaches them all alike.
  */
-async function burstMs (borrowAheadMs: number, rounds = 41): Promise<number> {
-  const gen = createSnowflakeGenerator({ workerId: 1, borrowAheadMs })
-  const times: number[] = []
+async function burstMs (generators: SnowflakeGenerator[], rounds = 41): Promise<number[]> {
+  const times: number[][] = generators.map(() => [])
   for (let r = 0; r < rounds; r++) {
     await new Promise((resolve) => setTimeout(resolve, 20))
-    const start = performance.now()
-    for (let i = 0; i < BURST; i++) {
-      const id = gen.next()
-      if (typeof id !== 'bigint') await id
+    for (const [g, gen] of generators.entries()) {
+      const start = performance.now()
+      for (let i = 0; i < BURST; i++) {
+        const id = gen.next()
+        if (typeof id !== 'bigint') await id
+      }
+      times[g]?.push(performance.now() - start)
     }
-    times.push(performance.now() - start)
   }
-  times.sort((a, b) => a - b)
-  return times[Math.floor(rounds / 2)] as number
+  return times.map((t) => t.sort((a, b) => a - b)[Math.floor(rounds / 2)] as number)
 }
 
 /** A store with ranges large enough that no load happens while measuring. */
@@ -122,9 +125,17 @@ export async function runInProcess (seconds = 3): Promise<InProcessRow[]> {
     const rate = await measureAwaiting(seconds, createSnowflakeGenerator({ workerId: 1, layout }))
     rows.push({ name: `${preset} generator`, idsPerSecond: rate, limit, note: `${(rate / limit * 100).toFixed(1)}% of the ${limit.toLocaleString('en-US')} IDs/s layout limit` })
   }
-  for (const borrow of [0, BURST_BORROW_MS]) {
-    const ms = await burstMs(borrow)
-    rows.push({ name: burstRow(borrow), idsPerSecond: BURST / (ms / 1000), burstMs: ms, note: `median ${ms.toFixed(2)} ms per burst` })
+  // The floor: the real clock, moved on a millisecond more per 4,096 reads (the generator reads
+  // it once per ID), so a full sequence never waits; each read still costs a Date.now().
+  let reads = 0
+  const floorClock = () => Date.now() + Math.floor(reads++ / 4096)
+  const [plainMs, borrowedMs, floorMs] = await burstMs([
+    createSnowflakeGenerator({ workerId: 1 }),
+    createSnowflakeGenerator({ workerId: 1, borrowAheadMs: BURST_BORROW_MS }),
+    createSnowflakeGenerator({ workerId: 1, clock: floorClock }),
+  ]) as [number, number, number]
+  for (const [name, ms] of [[burstRow(0), plainMs], [burstRow(BURST_BORROW_MS), borrowedMs], [BURST_FLOOR_ROW, floorMs]] as const) {
+    rows.push({ name, idsPerSecond: BURST / (ms / 1000), burstMs: ms, note: `median ${ms.toFixed(2)} ms per burst` })
   }
 
   const sapphire = new Snowflake(DEFAULT_TWEPOCH)

@@ -2,11 +2,12 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { ROOT, staleFigures } from '../scripts/run-info.js'
 import { withFigures } from './render.js'
-import type { BenchResults } from './results.js'
+import { judge, type BenchResults } from './results.js'
 
 // `npm run bench:publish`: rewrites the performance table of docs/performance.md from
 // bench/results/latest.json (as `npm run bench -- --publish` does at the end of a run).
-// Refuses figures that do not describe the src/ checked out now, or that lack the count.
+// Refuses figures that do not describe the code checked out now, that lack the count, or that
+// miss a target (naming the rows).
 
 export const RESULTS_FILE = join(ROOT, 'bench/results/latest.json')
 /** The page that holds the published figures, between render.ts's markers. */
@@ -19,6 +20,8 @@ export function readResults (): BenchResults {
 /** Why these figures may not be published, or undefined when they may. */
 export function publishable (r: BenchResults): string | undefined {
   if (r.callgrind === null) return 'the instructions were not counted, so the single-ID target was not checked'
+  const missed = judge(r).filter((v) => v.met === false)
+  if (missed.length > 0) return `a target was missed: ${missed.map((v) => `${v.row} (${v.target}: ${v.why})`).join('; ')}`
   return staleFigures(r.run)
 }
 

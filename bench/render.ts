@@ -1,5 +1,5 @@
-import { BORROWING_ROW, BURST, BURST_BORROW_MS, burstRow, LAYOUT_PRESET_ROWS } from './in-process.js'
-import { BATCH_ROUTE, CEILING, CLIENT_AWAIT_ROW, CLIENT_E2E_ROW, CLIENT_LATENCY_ROW, CLIENT_TRY_ROW, judge, LAYOUT_LIMIT, median, SINGLE_ID_ROUTES, type BenchResults, type Verdict } from './results.js'
+import { BORROWING_ROW, BURST, BURST_BORROW_MS, BURST_FLOOR_ROW, burstRow, LAYOUT_PRESET_ROWS } from './in-process.js'
+import { BATCH_ROUTE, CEILING, CLIENT_AWAIT_ROW, CLIENT_E2E_ROW, CLIENT_LATENCY_ROW, CLIENT_TRY_ROW, judge, LAYOUT_LIMIT, median, SINGLE_ID_ROUTES, VARIANT_MODULES, variantRow, type BenchResults, type Verdict } from './results.js'
 
 // The published performance figures, rendered from a results file (bench/results/latest.json):
 // a line naming the run, then the table. docs/performance.md holds them between two markers;
@@ -26,7 +26,7 @@ export function renderFigures (r: BenchResults): string {
   rows.push(['`@sapphire/snowflake`, same loop (reference; it enforces no per-millisecond limit)', `${fmt(inProcess('@sapphire/snowflake (reference)'))} IDs/s`, undefined])
   const borrowing = r.inProcess.find((x) => x.name === BORROWING_ROW)
   if (borrowing !== undefined) {
-    rows.push([`snowflake generator with \`borrow-ahead-ms=${BURST_BORROW_MS}\`, in process`, `${fmt(borrowing.idsPerSecond)} IDs/s = ${pct(borrowing.idsPerSecond / LAYOUT_LIMIT)} of ${fmt(LAYOUT_LIMIT)} (the layout's limit: borrowing moves waits, it cannot pass the limit for long)`, undefined])
+    rows.push([`snowflake generator with \`borrow-ahead-ms=${BURST_BORROW_MS}\`, in process`, `${fmt(borrowing.idsPerSecond)} IDs/s = ${pct(borrowing.idsPerSecond / LAYOUT_LIMIT)} of ${fmt(LAYOUT_LIMIT)} (the layout's limit: borrowing moves waits, it cannot pass the limit for long)`, verdict(BORROWING_ROW)])
   }
   for (const preset of LAYOUT_PRESET_ROWS) {
     const row = r.inProcess.find((x) => x.name === `${preset} generator`)
@@ -35,9 +35,11 @@ export function renderFigures (r: BenchResults): string {
   }
   const plain = r.inProcess.find((x) => x.name === burstRow(0))?.burstMs
   const borrowed = r.inProcess.find((x) => x.name === burstRow(BURST_BORROW_MS))?.burstMs
-  if (plain !== undefined && borrowed !== undefined) {
-    rows.push([`a burst of ${fmt(BURST)} IDs (\`leaf\`: 4 ms of sequence) after 20 ms idle, in process`,
-      `median ${fmt(plain, 2)} ms without borrowing (it waits for each millisecond), ${fmt(borrowed, 2)} ms with \`borrow-ahead-ms=${BURST_BORROW_MS}\`: ${fmt(plain / borrowed, 1)}x faster`, undefined])
+  const floor = r.inProcess.find((x) => x.name === BURST_FLOOR_ROW)?.burstMs
+  if (plain !== undefined && borrowed !== undefined && floor !== undefined) {
+    rows.push([`a burst of ${fmt(BURST)} IDs (\`leaf\`: 4 ms of sequence) after 20 ms idle, in process, the three taking turns`,
+      `median ${fmt(plain, 2)} ms without borrowing (it waits for each millisecond), ${fmt(borrowed, 2)} ms with \`borrow-ahead-ms=${BURST_BORROW_MS}\` (${fmt(plain / borrowed, 1)}x faster), ` +
+      `${fmt(floor, 2)} ms on a clock that never makes it wait: **${fmt(borrowed / floor, 2)}x** that floor`, verdict(burstRow(BURST_BORROW_MS))])
   }
 
   const ceiling = http(CEILING)
@@ -51,12 +53,24 @@ export function renderFigures (r: BenchResults): string {
     const counted = r.callgrind?.routes.find((c) => c.name === name)
     const count = counted === undefined
       ? 'instructions not counted'
-      : `${fmt(Math.max(...counted.counts))} instructions (largest of ${counted.counts.length} counts, ${range(counted.counts, fmt)}), **${pct(Math.max(...counted.ratios))}** (${range(counted.ratios, pct)}); ${fmt(Math.max(...counted.tickSlowPath), 1)} tick-record slow-path calls`
-    rows.push([`\`${name}\``, `${fmt(row?.cpuMicrosPerRequest ?? NaN, 1)} µs CPU/request, ${pct(row?.cpuRatioToCeiling ?? NaN)} of the ceiling; ${count}; ${fmt(row?.failed ?? NaN)} failed`, verdict(name)])
+      : `${fmt(median(counted.counts))} instructions (median of ${counted.counts.length} pairs, ${range(counted.counts, fmt)}), **${pct(median(counted.ratios))}** of the pair's ceiling (${range(counted.ratios, pct)}); ${fmt(Math.max(...counted.tickSlowPath), 1)} tick-record slow-path calls`
+    const cpuRange = row?.cpuRatios === undefined || row.cpuRatios === null ? '' : ` (${range(row.cpuRatios, pct)})`
+    rows.push([`\`${name}\``, `${fmt(row?.cpuMicrosPerRequest ?? NaN, 1)} µs CPU/request, ${pct(row?.cpuRatioToCeiling ?? NaN)} of the ceiling${cpuRange}; ${count}; ${fmt(row?.failed ?? NaN)} failed`, verdict(name)])
+  }
+
+  for (const module of VARIANT_MODULES) {
+    const variant = r.callgrind?.variants?.find((v) => v.module === module)
+    if (variant === undefined) continue
+    const perRoute = SINGLE_ID_ROUTES.map((name) => {
+      const withIt = r.callgrind?.routes.find((x) => x.name === name)?.counts ?? []
+      const without = variant.routes.find((x) => x.name === name)?.counts ?? []
+      return `\`${name}\` ${fmt(median(withIt))} with (${range(withIt, fmt)}), ${fmt(median(without))} without (${range(without, fmt)}): **${fmt(median(without) - median(withIt))}** more instructions per request without it`
+    })
+    rows.push([variantRow(module), `${perRoute.join('; ')} (the same pairs, a process of each build)`, verdict(variantRow(module))])
   }
 
   const batch = http(BATCH_ROUTE)
-  rows.push([`\`${BATCH_ROUTE}\``, `${fmt(batch?.cpuMicrosPerRequest ?? NaN, 1)} µs CPU/request, ${fmt(batch?.idsPerCpuSecond ?? NaN)} IDs per CPU second: **${fmt(r.batchToSingle)}x** the single-ID route; ${fmt(batch?.failed ?? NaN)} failed`, verdict(BATCH_ROUTE)])
+  rows.push([`\`${BATCH_ROUTE}\``, `${fmt(batch?.cpuMicrosPerRequest ?? NaN, 1)} µs CPU/request, ${fmt(batch?.idsPerCpuSecond ?? NaN)} IDs per CPU second: **${fmt(r.batchToSingle)}x** the single-ID route${r.batchRatios === undefined ? '' : ` (${range(r.batchRatios, (n) => `${fmt(n)}x`)})`}; ${fmt(batch?.failed ?? NaN)} failed`, verdict(BATCH_ROUTE)])
 
   const c = r.client
   if (c !== undefined) {
@@ -68,8 +82,10 @@ export function renderFigures (r: BenchResults): string {
     rows.push([`\`@leaf-ts/client\` \`nextId\` latency, one caller, ${c.latency.seconds} s warm`, `p99.9 ${fmt(c.latency.p999Us, 2)} µs, p99.99 ${fmt(c.latency.p9999Us, 2)} µs over ${fmt(c.latency.samples)} calls${c.latency.floorP9999Us === undefined ? '' : `; the floor (an await of a bare bigint counter, interleaved) p99.9 ${fmt(c.latency.floorP999Us, 2)} µs, p99.99 ${fmt(c.latency.floorP9999Us, 2)} µs`}; ${fmt(c.latency.waited)} of them waited for a fetch`, verdict(CLIENT_LATENCY_ROW)])
   }
 
-  const caption = `Commit \`${r.run.commit.slice(0, 12)}\`${r.run.dirty ? ' with uncommitted changes in `src/`' : ''}, ${r.run.date.slice(0, 10)}, ` +
-    `${r.run.cores} cores, Node ${r.node}, \`${r.command}\` (${r.rounds} wall-clock round${r.rounds === 1 ? '' : 's'}, ${r.callgrind === null ? 'no' : r.callgrind.routes[0]?.counts.length ?? 0} counts per route):`
+  const caption = `Commit \`${r.run.commit.slice(0, 12)}\`${r.run.dirty ? ' with uncommitted changes in the measured code' : ''}, ${r.run.date.slice(0, 10)}, ` +
+    `${r.run.cores} cores, Node ${r.node}, \`${r.command}\` (` + (r.pairs === undefined
+      ? `${r.rounds} wall-clock round${r.rounds === 1 ? '' : 's'}, ${r.callgrind === null ? 'no' : r.callgrind.routes[0]?.counts.length ?? 0} counts per route):`
+      : `each ratio on ${r.pairs} interleaved pairs of fresh processes, service and ceiling: the median, and the range in brackets):`)
   return [
     caption,
     '',

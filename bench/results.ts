@@ -1,6 +1,6 @@
 import type { RunInfo } from '../scripts/run-info.js'
-import { CLIENT_TARGETS, type ClientBench } from './client.js'
-import type { InProcessRow } from './in-process.js'
+import { CLIENT_TARGETS, latencyMet, type ClientBench } from './client.js'
+import { BORROWING_ROW, BURST_BORROW_MS, BURST_FLOOR_ROW, burstRow, type InProcessRow } from './in-process.js'
 
 // What a bench run records in bench/results/latest.json, and the targets it is judged by.
 // run.ts writes the file and exits non-zero when a target is missed; render.ts turns the same
@@ -17,8 +17,10 @@ export interface HttpRow {
   requests: number
   /** Requests answered otherwise, or not at all, over all rounds: any fails the row. */
   failed: number
-  /** Median over rounds of (this row's CPU per request / the ceiling's, same body length, same round). */
+  /** Median over pairs of (this row's CPU per request / the ceiling's, same body length, same pair). */
   cpuRatioToCeiling: number | null
+  /** Each pair's ratio (absent in runs from before the pairs). */
+  cpuRatios?: number[] | null
   idsPerCpuSecond: number
 }
 
@@ -52,7 +54,7 @@ export interface CountedRow {
   counts: number[]
   /** Body length of the answer before each count. */
   bodyLengths: number[]
-  /** Calls per request of V8's slow path for Node's tick records, one per count (see src/tick-shape.ts). */
+  /** Calls per request of V8's slow path for Node's tick records, one per count (docs/performance.md). */
   tickSlowPath: number[]
   /** Instructions per request spent in V8's garbage collection, one per count. */
   gc: number[]
@@ -61,8 +63,15 @@ export interface CountedRow {
 }
 
 export interface CountedRoute extends CountedRow {
-  /** Each count over the median of the ceiling's counts for a body of the same length. */
+  /** Each pair's count over the ceiling's count, in the same pair, for a body of the same length. */
   ratios: number[]
+}
+
+/** The single-ID routes counted in a build without one module (bench/variants.ts), a process per pair. */
+export interface CountedVariant {
+  name: string
+  module: string
+  routes: CountedRow[]
 }
 
 export interface BenchResults {
@@ -71,13 +80,18 @@ export interface BenchResults {
   command: string
   node: string
   pinned: boolean
+  /** Wall-clock rounds: one per pair of fresh processes (service and ceiling) since the pairs. */
   rounds: number
+  /** Interleaved pairs of fresh processes each ratio is measured on (absent in runs from before them). */
+  pairs?: number
   inProcess: InProcessRow[]
   http: HttpRow[]
-  /** Median over rounds of the batch route's IDs per CPU second over the single-ID segment route's. */
+  /** Median over pairs of the batch route's IDs per CPU second over the single-ID segment route's. */
   batchToSingle: number
+  /** Each pair's batch ratio (absent in runs from before the pairs). */
+  batchRatios?: number[]
   /** null: not counted (valgrind missing, or BENCH_CALLGRIND=0). */
-  callgrind: { countedRequests: number, ceiling: CountedRow[], routes: CountedRoute[] } | null
+  callgrind: { countedRequests: number, ceiling: CountedRow[], routes: CountedRoute[], variants?: CountedVariant[] } | null
   /** The @leaf-ts/client rows (bench/client.ts); absent in runs from before the client. */
   client?: ClientBench
 }
@@ -93,15 +107,35 @@ export const SINGLE_ID_ROUTES = [SEGMENT_ROUTE, SNOWFLAKE_ROUTE]
 export const BATCH = 1000
 export const BATCH_ROUTE = `${SEGMENT_ROUTE}?count=${BATCH}`
 export const CEILING = 'bare Fastify (ceiling)'
+/** The engine tricks each bench run counts a build without (bench/variants.ts). */
+export const VARIANT_MODULES = ['src/metrics/hot-metrics.ts']
+export const variantRow = (module: string) => `\`${module}\`, with and without`
 export const LAYOUT_LIMIT = 4_096_000
 
 export const TARGETS = {
   segmentIdsPerSecond: 20_000_000,
   snowflakeShareOfLimit: 0.85,
-  /** The largest count of a single-ID route over the ceiling's, same body length. */
+  /** Borrowed time moves waits: flat out, it must cost (almost) nothing against the limit. */
+  borrowingShareOfLimit: 0.95,
+  /**
+   * A burst of 4 ms of sequence with 10 ms to borrow, against the same burst on a clock that never
+   * makes it wait, taking turns in the same run: borrowing removes the waits (without it the
+   * burst waits about 3 ms). Not a gain over the unborrowed burst: that divides a clock-bound
+   * time by a CPU-bound one, and moves with the machine's speed (docs/performance.md).
+   */
+  borrowedBurstToFloor: 1.25,
+  /** A single-ID route's count over the ceiling's, same body length, same pair: the median of the pairs. */
   singleToCeiling: 1.11,
   batchToSingle: 300,
-  /** Fewer calls per request of the tick records' slow path than this: 0 while src/tick-shape.ts works, 20 to 30 when not. */
+  /**
+   * A ratio row passes when the median of its pairs meets the target and the range's far end
+   * (the largest ratio against a ceiling, the smallest gain) stays within one point of it:
+   * 112% against 111%; 297x against 300x (a point of the target).
+   */
+  rangePoint: 0.01,
+  /** Interleaved pairs of processes a ratio is judged on, at least. */
+  pairs: 5,
+  /** Fewer calls per request of the tick records' slow path than this: 0 in every count of the runs since issue 27, 20 to 30 when it comes. */
   tickSlowPathCalls: 1,
 }
 
@@ -142,6 +176,18 @@ export function judge (r: BenchResults): Verdict[] {
   })
   const snowflake = inProcess('snowflake generator') / LAYOUT_LIMIT
   verdicts.push({ row: 'snowflake generator', target: `≥ ${pct(TARGETS.snowflakeShareOfLimit)} of the layout's limit`, met: snowflake >= TARGETS.snowflakeShareOfLimit, why: pct(snowflake) })
+  // (Rows that results published before they existed lack are not judged.)
+  const borrowing = r.inProcess.find((row) => row.name === BORROWING_ROW)
+  if (borrowing !== undefined) {
+    const share = borrowing.idsPerSecond / LAYOUT_LIMIT
+    verdicts.push({ row: BORROWING_ROW, target: `≥ ${pct(TARGETS.borrowingShareOfLimit)} of the layout's limit`, met: share >= TARGETS.borrowingShareOfLimit, why: pct(share) })
+  }
+  const borrowedBurst = r.inProcess.find((row) => row.name === burstRow(BURST_BORROW_MS))?.burstMs
+  const floorBurst = r.inProcess.find((row) => row.name === BURST_FLOOR_ROW)?.burstMs
+  if (borrowedBurst !== undefined && floorBurst !== undefined) {
+    const ratio = borrowedBurst / floorBurst
+    verdicts.push({ row: burstRow(BURST_BORROW_MS), target: `≤ ${TARGETS.borrowedBurstToFloor}x the same burst on a clock that never makes it wait, measured in the same run`, met: ratio <= TARGETS.borrowedBurstToFloor, why: `${fmt(ratio, 2)}x` })
+  }
 
   const ceilingFailure = noFailures(http(CEILING))
   verdicts.push({ row: CEILING, target: 'no failed request', met: ceilingFailure === undefined, why: ceilingFailure ?? 'none failed' })
@@ -149,26 +195,55 @@ export function judge (r: BenchResults): Verdict[] {
   for (const name of SINGLE_ID_ROUTES) {
     const failure = noFailures(http(name))
     const counted = r.callgrind?.routes.find((row) => row.name === name)
-    const target = `≤ ${pct(TARGETS.singleToCeiling)} of the ceiling (largest count); no tick-record slow path; no failed request`
+    const bound = TARGETS.singleToCeiling + TARGETS.rangePoint
+    const target = `median ≤ ${pct(TARGETS.singleToCeiling)} of the ceiling over ≥ ${TARGETS.pairs} pairs, none over ${pct(bound)}; no tick-record slow path; no failed request`
     if (failure !== undefined) verdicts.push({ row: name, target, met: false, why: failure })
     else if (counted === undefined) verdicts.push({ row: name, target, met: null, why: 'instructions not counted' })
     else {
+      const middle = median(counted.ratios)
       const largest = Math.max(...counted.ratios)
       const slowPath = Math.max(...counted.tickSlowPath)
       verdicts.push({
         row: name,
         target,
-        met: largest <= TARGETS.singleToCeiling && slowPath < TARGETS.tickSlowPathCalls,
-        why: `largest of ${counted.ratios.length} counts: ${pct(largest)}; tick-record slow path: at most ${fmt(slowPath, 1)} calls per request`,
+        met: counted.ratios.length >= TARGETS.pairs && middle <= TARGETS.singleToCeiling && largest <= bound && slowPath < TARGETS.tickSlowPathCalls,
+        why: `median of ${counted.ratios.length} pairs ${pct(middle)}, range ${pct(Math.min(...counted.ratios))}..${pct(largest)}; tick-record slow path: at most ${fmt(slowPath, 1)} calls per request`,
       })
     }
   }
 
+  // Each engine trick's with/without row: it stays while every count without it is above every
+  // count with it, route by route (a gain beyond both ranges).
+  for (const module of VARIANT_MODULES) {
+    const row = variantRow(module)
+    const target = `every count without it above every count with it, on each single-ID route, over ≥ ${TARGETS.pairs} pairs`
+    const variant = r.callgrind?.variants?.find((v) => v.module === module)
+    if (r.callgrind === null || variant === undefined) {
+      verdicts.push({ row, target, met: null, why: 'not counted' })
+      continue
+    }
+    const gains = SINGLE_ID_ROUTES.map((name) => {
+      const withIt = r.callgrind?.routes.find((x) => x.name === name)?.counts ?? []
+      const without = variant.routes.find((x) => x.name === name)?.counts ?? []
+      const met = without.length >= TARGETS.pairs && withIt.length > 0 && Math.min(...without) > Math.max(...withIt)
+      return { met, why: `${name}: with ${fmt(Math.min(...withIt))}..${fmt(Math.max(...withIt))}, without ${fmt(Math.min(...without))}..${fmt(Math.max(...without))} instructions (median ${fmt(median(without) - median(withIt))} more, ${without.length} processes)` }
+    })
+    verdicts.push({ row, target, met: gains.every((g) => g.met), why: gains.map((g) => g.why).join('; ') })
+  }
+
   const batchFailure = noFailures(http(BATCH_ROUTE))
-  const batchTarget = `≥ ${TARGETS.batchToSingle}x the single-ID route's IDs per CPU second, no failed request`
+  const batchFloor = TARGETS.batchToSingle * (1 - TARGETS.rangePoint)
+  const batchTarget = `median ≥ ${TARGETS.batchToSingle}x the single-ID route's IDs per CPU second over ≥ ${TARGETS.pairs} pairs, none under ${fmt(batchFloor)}x; no failed request`
+  // (Results from before the pairs hold the median alone.)
+  const batchRatios = r.batchRatios ?? [r.batchToSingle]
   verdicts.push(batchFailure !== undefined
     ? { row: BATCH_ROUTE, target: batchTarget, met: false, why: batchFailure }
-    : { row: BATCH_ROUTE, target: batchTarget, met: r.batchToSingle >= TARGETS.batchToSingle, why: `${fmt(r.batchToSingle)}x` })
+    : {
+        row: BATCH_ROUTE,
+        target: batchTarget,
+        met: batchRatios.length >= TARGETS.pairs && r.batchToSingle >= TARGETS.batchToSingle && Math.min(...batchRatios) >= batchFloor,
+        why: `median of ${batchRatios.length} pairs ${fmt(r.batchToSingle)}x, range ${fmt(Math.min(...batchRatios))}x..${fmt(Math.max(...batchRatios))}x`,
+      })
 
   const c = r.client
   if (c !== undefined) {
@@ -183,9 +258,9 @@ export function judge (r: BenchResults): Verdict[] {
     })
     verdicts.push({
       row: CLIENT_LATENCY_ROW,
-      target: `p99.99 ≤ ${CLIENT_TARGETS.p9999Us} µs`,
-      met: c.latency.p9999Us <= CLIENT_TARGETS.p9999Us,
-      why: `p99.99 ${fmt(c.latency.p9999Us, 2)} µs, ${fmt(c.latency.waited)} call${c.latency.waited === 1 ? '' : 's'} waited for a fetch`,
+      target: `p99.99 ≤ the floor's p99.99 + ${CLIENT_TARGETS.p9999OverFloorUs} µs, measured in the same run`,
+      met: latencyMet(c.latency),
+      why: `p99.99 ${fmt(c.latency.p9999Us, 2)} µs beside a floor of ${fmt(c.latency.floorP9999Us, 2)} µs, ${fmt(c.latency.waited)} call${c.latency.waited === 1 ? '' : 's'} waited for a fetch`,
     })
   }
   return verdicts

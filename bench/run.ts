@@ -9,28 +9,34 @@ import { clientLines, runClientBenchInChild } from './client.js'
 import { runInProcess } from './in-process.js'
 import { startServer, type ServerProcess } from '../test/helpers/server-process.js'
 import { cpuSeconds } from './cpu-time.js'
+import { withoutHotMetrics } from './variants.js'
 import { publishable, RESULTS_FILE, writeFigures } from './publish.js'
-import { BATCH, BATCH_ROUTE, CEILING, judge, median, roundOf, SEGMENT_ROUTE, SNOWFLAKE_ROUTE, type BenchResults, type CountedRoute, type HttpRow, type Round } from './results.js'
+import { BATCH, BATCH_ROUTE, CEILING, judge, median, roundOf, SEGMENT_ROUTE, SNOWFLAKE_ROUTE, TARGETS, type BenchResults, type CountedRow, type CountedRoute, type HttpRow, type Round } from './results.js'
 
 // The benchmark harness: in-process generator throughput, then the HTTP routes beside a bare
-// Fastify ceiling measured in the same run. The HTTP comparison is the server's CPU time per
-// request (from /proc/<pid>/task/*/schedstat) over a fixed number of requests, in interleaved
-// rounds, as the median of per-round ratios; server and load generator pinned to different
-// cores. Then, where valgrind is installed, the deterministic count: instructions per request
-// under callgrind (bench/callgrind.ts), which the machine's load does not move, and by which
-// the single-ID target is judged. Writes bench/results/latest.json; exits 1 when a target is
-// missed. `--publish` also rewrites the table of docs/performance.md from it (bench/publish.ts).
+// Fastify ceiling measured in the same run. Every ratio is taken on PAIRS interleaved pairs of
+// fresh processes, the service and the ceiling, and published as the median and the range of
+// the pairs' ratios: a process's own state (its hidden classes, its GC timing) moves its
+// figures, so one process is one sample. The HTTP comparison is the server's CPU time per
+// request (from /proc/<pid>/task/*/schedstat) over a fixed number of requests; server and load
+// generator pinned to different cores. Then, where valgrind is installed, the deterministic
+// count: instructions per request under callgrind (bench/callgrind.ts), which the machine's
+// load does not move, and by which the single-ID target is judged, on pairs of its own. Writes
+// bench/results/latest.json; exits 1 when a target is missed. `--publish` also rewrites the
+// table of docs/performance.md from it (bench/publish.ts).
 
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5)
-const COUNTS = Number(process.env.BENCH_COUNTS ?? 3)
+const PAIRS = Number(process.env.BENCH_PAIRS ?? TARGETS.pairs)
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 20_000)
-const BATCH_REQUESTS = Number(process.env.BENCH_BATCH_REQUESTS ?? 2_000)
+// A batch request costs about 50 us of CPU: 10,000 of them are half a second of the server's CPU, as
+// 20,000 single-ID requests are (2,000 were a tenth of a second, and the pairs' batch ratios
+// ranged from 257x to 622x in one run).
+const BATCH_REQUESTS = Number(process.env.BENCH_BATCH_REQUESTS ?? 10_000)
 const CONNECTIONS = 10
 const cores = Number(spawnSync('nproc', { encoding: 'utf8' }).stdout.trim() || 1)
 const pinned = cores >= 2 && spawnSync('taskset', ['-V']).status === 0
 const publish = process.argv.includes('--publish')
 
-if (!(COUNTS >= 3)) throw new Error(`BENCH_COUNTS=${COUNTS}: the single-ID target is judged on at least 3 counts per route`)
+if (!(PAIRS >= 1)) throw new Error(`BENCH_PAIRS=${process.env.BENCH_PAIRS}: at least 1 (and ${TARGETS.pairs} for the targets to be judged)`)
 
 type Server = ServerProcess
 
@@ -58,6 +64,7 @@ function summarize (name: string, path: string, rounds: Round[], ratios: number[
     requests: rounds.reduce((a, r) => a + r.ok, 0),
     failed: rounds.reduce((a, r) => a + r.failed, 0),
     cpuRatioToCeiling: ratios === null ? null : median(ratios),
+    cpuRatios: ratios,
     idsPerCpuSecond: idsPerRequest / cpu,
   }
 }
@@ -68,10 +75,10 @@ const ceilingPath = (bodyLength: number) => `/api/ceiling/get/${bodyLength}`
 const dataDirs: string[] = []
 
 /** The service as a user runs it, both modes on, on the embedded store in a fresh folder. */
-function leafArgs (): string[] {
+function leafArgs (server = join(ROOT, 'dist/server.js')): string[] {
   const data = mkdtempSync(join(tmpdir(), 'leaf-bench-'))
   dataDirs.push(data)
-  return [join(ROOT, 'dist/server.js'), '--server.host=127.0.0.1', '--server.port=0',
+  return [server, '--server.host=127.0.0.1', '--server.port=0',
     '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(data, 'leaf.db')}`,
     '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`]
 }
@@ -83,27 +90,26 @@ const SINGLE = [
 
 /**
  * The HTTP rows, and the batch route's IDs per CPU second over the single-ID segment route's,
- * as the median of per-round ratios (both measured in the same round, seconds apart). Before
- * each single-ID row's round, the ceiling answers as many requests with a body as long as the
- * route's answer just then.
+ * on PAIRS pairs of fresh processes, each pair warmed and then measured once: before each
+ * single-ID row, the ceiling answers as many requests with a body as long as the route's
+ * answer just then. Each ratio is the pair's.
  */
-async function runHttp (): Promise<{ rows: HttpRow[], batchToSingle: number }> {
-  const ceiling = await start(CEILING_ARGS)
-  const leaf = await start(leafArgs())
-  try {
-    const batchPath = `/api/segment/get/order?count=${BATCH}`
-    // Warm-up: JIT both servers and let the segment step adapt.
-    for (const r of SINGLE) {
-      await load(ceiling, ceilingPath(await answerLength(leaf.url + r.path)), REQUESTS)
-      await load(leaf, r.path, REQUESTS)
-    }
-    await load(leaf, batchPath, BATCH_REQUESTS)
-
-    const ceilingRounds: Round[] = []
-    const single = SINGLE.map(() => ({ rounds: [] as Round[], ratios: [] as number[] }))
-    const batchRounds: Round[] = []
-    const batchRatios: number[] = []
-    for (let round = 0; round < ROUNDS; round++) {
+async function runHttp (): Promise<{ rows: HttpRow[], batchToSingle: number, batchRatios: number[] }> {
+  const batchPath = `/api/segment/get/order?count=${BATCH}`
+  const ceilingRounds: Round[] = []
+  const single = SINGLE.map(() => ({ rounds: [] as Round[], ratios: [] as number[] }))
+  const batchRounds: Round[] = []
+  const batchRatios: number[] = []
+  for (let pair = 0; pair < PAIRS; pair++) {
+    const ceiling = await start(CEILING_ARGS)
+    const leaf = await start(leafArgs())
+    try {
+      // Warm-up: JIT both servers and let the segment step adapt.
+      for (const r of SINGLE) {
+        await load(ceiling, ceilingPath(await answerLength(leaf.url + r.path)), REQUESTS)
+        await load(leaf, r.path, REQUESTS)
+      }
+      await load(leaf, batchPath, BATCH_REQUESTS)
       for (const [i, r] of SINGLE.entries()) {
         const c = await load(ceiling, ceilingPath(await answerLength(leaf.url + r.path)), REQUESTS)
         ceilingRounds.push(c)
@@ -113,38 +119,77 @@ async function runHttp (): Promise<{ rows: HttpRow[], batchToSingle: number }> {
       }
       const b = await load(leaf, batchPath, BATCH_REQUESTS)
       batchRounds.push(b)
-      batchRatios.push((BATCH * (single[0]?.rounds[round]?.cpuPerRequest ?? NaN)) / b.cpuPerRequest)
-      process.stderr.write(`round ${round + 1}/${ROUNDS} done\n`)
+      batchRatios.push((BATCH * (single[0]?.rounds[pair]?.cpuPerRequest ?? NaN)) / b.cpuPerRequest)
+    } finally {
+      ceiling.proc.kill('SIGTERM')
+      leaf.proc.kill('SIGTERM')
     }
-    return {
-      rows: [
-        summarize(CEILING, '/api/ceiling/get/:length', ceilingRounds, null, 1),
-        ...SINGLE.map((r, i) => summarize(r.name, r.path, single[i]?.rounds ?? [], single[i]?.ratios ?? [], 1)),
-        summarize(BATCH_ROUTE, batchPath, batchRounds, null, BATCH),
-      ],
-      batchToSingle: median(batchRatios),
-    }
-  } finally {
-    ceiling.proc.kill('SIGTERM')
-    leaf.proc.kill('SIGTERM')
+    process.stderr.write(`HTTP pair ${pair + 1}/${PAIRS} done\n`)
+  }
+  return {
+    rows: [
+      summarize(CEILING, '/api/ceiling/get/:length', ceilingRounds, null, 1),
+      ...SINGLE.map((r, i) => summarize(r.name, r.path, single[i]?.rounds ?? [], single[i]?.ratios ?? [], 1)),
+      summarize(BATCH_ROUTE, batchPath, batchRounds, null, BATCH),
+    ],
+    batchToSingle: median(batchRatios),
+    batchRatios,
   }
 }
 
+/** A route's counts so far; `more` appended to them. */
+function append (row: CountedRow, more: CountedRow): void {
+  row.bodyLengths.push(...more.bodyLengths)
+  row.counts.push(...more.counts)
+  row.tickSlowPath.push(...more.tickSlowPath)
+  row.gc.push(...more.gc)
+  row.refused.push(...more.refused)
+}
+
 /**
- * The single-ID routes counted COUNTS times each in one service process, then the ceiling
- * counted as often in one process for each body length the routes answered.
+ * The single-ID routes counted on PAIRS pairs of processes: each pair a service process that
+ * counts each route once, then a ceiling process that counts once each body length the routes
+ * answered in it. A route's ratio is its count over its pair's ceiling count, same length.
+ * Each pair also counts each route once in a process of each variant build (bench/variants.ts).
  */
 async function runCounts (): Promise<NonNullable<BenchResults['callgrind']>> {
   const pin = pinned ? ['taskset', '-c', '0'] : []
-  const routes = await countRoutes(leafArgs(), SINGLE, COUNTS, ROOT, pin)
-  const lengths = [...new Set(routes.flatMap((r) => r.bodyLengths))].sort((a, b) => a - b)
-  const ceiling = (await countRoutes(CEILING_ARGS, lengths.map((n) => ({ name: `${n}-byte body`, path: ceilingPath(n) })), COUNTS, ROOT, pin))
-  const ceilingMedian = new Map(ceiling.map((c, i) => [lengths[i] as number, median(c.counts)]))
-  const counted: CountedRoute[] = routes.map((r) => ({
-    ...r,
-    ratios: r.counts.map((n, i) => n / (ceilingMedian.get(r.bodyLengths[i] as number) as number)),
-  }))
-  return { countedRequests: COUNTED_REQUESTS, ceiling, routes: counted }
+  const routes: CountedRoute[] = SINGLE.map((r) => ({ ...r, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], refused: [], ratios: [] }))
+  const ceiling = new Map<number, CountedRow>()
+  const builds = [withoutHotMetrics()]
+  const variants = builds.map((b) => ({ name: b.name, module: b.module, routes: SINGLE.map((r): CountedRow => ({ ...r, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], refused: [] })) }))
+  try {
+    for (let pair = 0; pair < PAIRS; pair++) {
+      await countPair(pair)
+      for (const [i, build] of builds.entries()) {
+        const counted = await countRoutes(leafArgs(build.server), SINGLE, 1, ROOT, pin)
+        for (const [j, c] of counted.entries()) append(variants[i]?.routes[j] as CountedRow, c)
+      }
+      process.stderr.write(`counted pair ${pair + 1}/${PAIRS}\n`)
+    }
+  } finally {
+    for (const b of builds) b.remove()
+  }
+  return { countedRequests: COUNTED_REQUESTS, ceiling: [...ceiling.entries()].sort(([a], [b]) => a - b).map(([, row]) => row), routes, variants }
+
+  async function countPair (pair: number): Promise<void> {
+    const counted = await countRoutes(leafArgs(), SINGLE, 1, ROOT, pin)
+    const lengths = [...new Set(counted.flatMap((r) => r.bodyLengths))].sort((a, b) => a - b)
+    const ceilingCounted = await countRoutes(CEILING_ARGS, lengths.map((n) => ({ name: `${n}-byte body`, path: ceilingPath(n) })), 1, ROOT, pin)
+    const ceilingCount = new Map(lengths.map((n, i) => [n, ceilingCounted[i]?.counts[0] as number]))
+    for (const [i, c] of ceilingCounted.entries()) {
+      const n = lengths[i] as number
+      const row = ceiling.get(n) ?? { name: c.name, path: c.path, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], refused: [] }
+      append(row, c)
+      ceiling.set(n, row)
+    }
+    for (const [i, c] of counted.entries()) {
+      const r = routes[i] as CountedRoute
+      append(r, c)
+      r.ratios.push(...c.counts.map((n, j) => n / (ceilingCount.get(c.bodyLengths[j] as number) as number)))
+    }
+    process.stderr.write(`pair ${pair + 1}: service and ceiling counted\n`)
+  }
 }
 
 function fmt (n: number, digits = 0): string {
@@ -155,19 +200,20 @@ const spread = (values: number[], show: (n: number) => string) => `${show(Math.m
 const run = runInfo()
 const startedAt = performance.now()
 if (pinned) spawnSync('taskset', ['-cp', '1', String(process.pid)], { stdio: 'ignore' })
-console.log(`Leaf-TS benchmark · ${run.commit.slice(0, 12)}${run.dirty ? ' + uncommitted src/' : ''} · node ${process.version} · ${cores} cores · ${pinned ? 'server on core 0, load on core 1' : 'not pinned'} · ${ROUNDS} rounds`)
+console.log(`Leaf-TS benchmark · ${run.commit.slice(0, 12)}${run.dirty ? ' + uncommitted changes' : ''} · node ${process.version} · ${cores} cores · ${pinned ? 'server on core 0, load on core 1' : 'not pinned'} · ${PAIRS} pairs of processes per ratio`)
 console.log('\nIn process (3 s each after a warm-up)')
 const inProcess = await runInProcess(3)
 for (const row of inProcess) console.log(`  ${row.name.padEnd(34)} ${fmt(row.idsPerSecond).padStart(14)} IDs/s  ${row.note ?? ''}`)
 
-console.log(`\nHTTP (${CONNECTIONS} connections, ${fmt(REQUESTS)} requests per row and round; batch rows ${fmt(BATCH_REQUESTS)})`)
-const { rows: http, batchToSingle } = await runHttp()
+console.log(`\nHTTP (${CONNECTIONS} connections, ${fmt(REQUESTS)} requests per row, once in each of ${PAIRS} pairs of fresh processes; batch rows ${fmt(BATCH_REQUESTS)})`)
+const { rows: http, batchToSingle, batchRatios } = await runHttp()
 console.log(`  ${'route'.padEnd(34)} ${'CPU µs/req'.padStart(10)} ${'vs ceiling'.padStart(10)} ${'req/s'.padStart(9)} ${'p50 ms'.padStart(7)} ${'p99 ms'.padStart(7)} ${'failed'.padStart(6)} ${'IDs per CPU s'.padStart(14)}`)
 for (const r of http) {
   const ratio = r.cpuRatioToCeiling === null ? '' : `${fmt(r.cpuRatioToCeiling * 100, 1)}%`
-  console.log(`  ${r.name.padEnd(34)} ${fmt(r.cpuMicrosPerRequest, 1).padStart(10)} ${ratio.padStart(10)} ${fmt(r.requestsPerSecond).padStart(9)} ${fmt(r.p50Ms, 1).padStart(7)} ${fmt(r.p99Ms, 1).padStart(7)} ${String(r.failed).padStart(6)} ${fmt(r.idsPerCpuSecond).padStart(14)}`)
+  const ratios = r.cpuRatios === null || r.cpuRatios === undefined ? '' : `  (pairs ${spread(r.cpuRatios, (n) => `${fmt(n * 100, 1)}%`)})`
+  console.log(`  ${r.name.padEnd(34)} ${fmt(r.cpuMicrosPerRequest, 1).padStart(10)} ${ratio.padStart(10)} ${fmt(r.requestsPerSecond).padStart(9)} ${fmt(r.p50Ms, 1).padStart(7)} ${fmt(r.p99Ms, 1).padStart(7)} ${String(r.failed).padStart(6)} ${fmt(r.idsPerCpuSecond).padStart(14)}${ratios}`)
 }
-console.log(`\n  batch of ${BATCH}: ${fmt(batchToSingle, 0)}x the single-ID route's IDs per CPU second (median of per-round ratios)`)
+console.log(`\n  batch of ${BATCH}: ${fmt(batchToSingle, 0)}x the single-ID route's IDs per CPU second (median of the pairs' ratios, ${spread(batchRatios, (n) => `${fmt(n)}x`)})`)
 
 console.log('\n@leaf-ts/client (a process of its own: in process 3 s each; end to end against a server on the embedded store)')
 const client = runClientBenchInChild()
@@ -179,24 +225,29 @@ if (process.env.BENCH_CALLGRIND === '0') {
 } else if (!callgrindAvailable()) {
   console.log('\nInstructions per request: skipped (valgrind is not installed)')
 } else {
-  console.log(`\nInstructions per request (callgrind, main thread, node --single-threaded, ${COUNTS} counts of ${fmt(COUNTED_REQUESTS)} requests per route in one warmed process; deterministic)`)
+  console.log(`\nInstructions per request (callgrind, main thread, node --single-threaded, a count of ${fmt(COUNTED_REQUESTS)} requests per route in each of ${PAIRS} pairs of warmed processes; deterministic)`)
   callgrind = await runCounts()
   for (const c of callgrind.ceiling) console.log(`  ${`${CEILING}, ${c.name}`.padEnd(50)} ${spread(c.counts, (n) => fmt(n))}  GC ${spread(c.gc, (n) => fmt(n))} of each`)
   for (const r of callgrind.routes) {
     const refused = r.refused.length === 0 ? '' : `  (${r.refused.length} counts refused: V8 recompiled during them)`
     console.log(`  ${`${r.name}, ${r.bodyLengths.join('/')}-byte body`.padEnd(50)} ${spread(r.counts, (n) => fmt(n))}  ${spread(r.ratios, (n) => `${fmt(n * 100, 1)}%`)} of the ceiling, GC ${spread(r.gc, (n) => fmt(n))} of each, tick-record slow path ${spread(r.tickSlowPath, (n) => fmt(n, 1))} calls/request${refused}`)
   }
+  for (const v of callgrind.variants ?? []) {
+    for (const r of v.routes) console.log(`  ${`${r.name}, ${v.name}`.padEnd(50)} ${spread(r.counts, (n) => fmt(n))}  GC ${spread(r.gc, (n) => fmt(n))} of each`)
+  }
 }
 
 const results: BenchResults = {
   run,
-  command: [...['BENCH_ROUNDS', 'BENCH_COUNTS', 'BENCH_REQUESTS', 'BENCH_BATCH_REQUESTS'].flatMap((v) => process.env[v] === undefined ? [] : [`${v}=${process.env[v]}`]), 'npm run bench'].join(' '),
+  command: [...['BENCH_PAIRS', 'BENCH_REQUESTS', 'BENCH_BATCH_REQUESTS'].flatMap((v) => process.env[v] === undefined ? [] : [`${v}=${process.env[v]}`]), 'npm run bench'].join(' '),
   node: process.version,
   pinned,
-  rounds: ROUNDS,
+  rounds: PAIRS,
+  pairs: PAIRS,
   inProcess,
   http,
   batchToSingle,
+  batchRatios,
   callgrind,
   client,
 }
@@ -219,6 +270,6 @@ if (publish) {
   }
 }
 if (verdicts.some((v) => v.met === false)) {
-  console.log('A target was missed.')
+  console.log(`A target was missed: ${verdicts.filter((v) => v.met === false).map((v) => v.row).join(', ')}.`)
   process.exitCode = 1
 }

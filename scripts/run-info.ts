@@ -3,13 +3,23 @@ import { availableParallelism } from 'node:os'
 import { fileURLToPath } from 'node:url'
 
 // What every published figure carries, so a reader can rerun it on the same code: the commit,
-// whether `src/` had uncommitted changes, the date and the machine's core count.
+// whether the code it measures had uncommitted changes, the date and the machine's core count.
 
 export const ROOT = fileURLToPath(new URL('../', import.meta.url))
 
+/**
+ * What published figures describe: the server and the client, the harnesses that measure them
+ * (the bench, the fault suite), the dependencies and the compiler settings. A change to any of
+ * them makes the figures stale; the results files themselves are not part of it.
+ */
+export const MEASURED_PATHS = [
+  'src', 'client/src', 'bench', 'test/fault', 'package-lock.json', ':(glob)tsconfig*.json', ':(glob)client/tsconfig*.json',
+  ':(exclude)bench/results', ':(exclude)test/fault/results',
+]
+
 export interface RunInfo {
   commit: string
-  /** `src/` differed from `commit` (changed or untracked files) when the run started. */
+  /** The code of MEASURED_PATHS differed from `commit` (changed or untracked files) when the run started. */
   dirty: boolean
   date: string
   cores: number
@@ -22,19 +32,27 @@ function git (...args: string[]): string {
 export function runInfo (): RunInfo {
   return {
     commit: git('rev-parse', 'HEAD'),
-    dirty: git('status', '--porcelain', '--', 'src') !== '',
+    dirty: git('status', '--porcelain', '--', ...MEASURED_PATHS) !== '',
     date: new Date().toISOString(),
     cores: availableParallelism(),
   }
 }
 
-/** Why figures from `info` do not describe the `src/` checked out now, or undefined when they do. */
+/** The files of MEASURED_PATHS that differ between `commit` and the working tree; throws when git does not know `commit`. */
+export function measuredChangesSince (commit: string): string[] {
+  const out = execFileSync('git', ['diff', '--name-only', commit, '--', ...MEASURED_PATHS], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim()
+  return out === '' ? [] : out.split('\n')
+}
+
+/** Why figures from `info` do not describe the code checked out now, or undefined when they do. */
 export function staleFigures (info: Pick<RunInfo, 'commit' | 'dirty'>): string | undefined {
-  if (info.dirty) return `the figures were taken with uncommitted changes in src/ (commit ${info.commit})`
+  if (info.dirty) return `the figures were taken with uncommitted changes to the code they measure (commit ${info.commit})`
+  let files: string[]
   try {
-    execFileSync('git', ['diff', '--quiet', info.commit, '--', 'src'], { cwd: ROOT, stdio: 'ignore' })
+    files = measuredChangesSince(info.commit)
   } catch {
-    return `src/ changed since ${info.commit}, the commit the figures came from: rerun them`
+    return `${info.commit}, the commit the figures came from, is not in this repository: rerun them`
   }
-  return undefined
+  if (files.length === 0) return undefined
+  return `${files.slice(0, 5).join(', ')}${files.length > 5 ? ` and ${files.length - 5} more` : ''} changed since ${info.commit}, the commit the figures came from: rerun them`
 }

@@ -5,7 +5,7 @@ import { FIGURES_PAGE, LATEST, readFigures, renderFigures, type FaultResults } f
 import { SCENARIOS } from './fault/scenarios.js'
 
 // The reliability figures of docs/reliability.md are the published run's, of every scenario,
-// all passing, taken on the src/ checked out now. Publishing: `npm run test:fault -- --publish`.
+// all passing, taken on the code checked out now (scripts/run-info.ts's MEASURED_PATHS). Publishing: `npm run test:fault -- --publish`.
 
 const page = readFileSync(FIGURES_PAGE, 'utf8')
 const latest = JSON.parse(readFileSync(LATEST, 'utf8')) as FaultResults
@@ -17,8 +17,18 @@ t.test('docs/reliability.md\'s figures are the render of test/fault/results/late
 
 t.test('the published run has every scenario of the suite, each PASS', async (t) => {
   t.same(latest.scenarios.map((s) => ({ id: s.id, title: s.title, status: s.status })), SCENARIOS.map((s) => ({ id: s.id, title: s.title, status: 'PASS' })))
+  t.same(latest.selected, [], 'a run of every scenario (none named)')
 })
 
-t.test('the published run was taken on the src/ checked out now', async (t) => {
+t.test('each published scenario did what it says: it sent requests, checked its IDs (none twice), failed none beyond what it expects, and has no problem', async (t) => {
+  for (const s of latest.scenarios) {
+    t.ok(s.requests > 0 && s.ids > 0, `${s.id}: ${s.requests} requests, ${s.ids} IDs checked`)
+    t.equal(s.duplicates, 0, `${s.id}: no ID twice`)
+    t.equal(s.failed, 0, `${s.id}: no failed request (${s.expected} answers it expects: ${s.expectedWhat || 'none'})`)
+    t.same(s.problems, [], `${s.id}: no problem recorded`)
+  }
+})
+
+t.test('the published run was taken on the code checked out now', async (t) => {
   t.equal(staleFigures(latest.run), undefined)
 })

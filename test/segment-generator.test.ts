@@ -152,7 +152,7 @@ t.test('DB down: buffered IDs keep flowing, then SEGMENTS_NOT_READY in time, the
   const started = Date.now()
   await t.rejects(Promise.resolve().then(() => generator.next('order')), { code: 'SEGMENTS_NOT_READY' })
   const waited = Date.now() - started
-  t.ok(waited >= 190 && waited < 1000, `waited about the timeout (${waited} ms)`)
+  t.ok(waited >= 190 && waited < 200 + 300, `waited the timeout (200 ms), not much longer (${waited} ms; 300 ms of scheduling slack)`)
   store.failing = false
   const after = BigInt(await generator.next('order'))
   t.ok(after > 100n, 'recovers by itself once the store answers')

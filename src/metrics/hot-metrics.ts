@@ -9,13 +9,14 @@
 
 type Labels = Record<string, string | number>
 
-interface MetricValue { labels: Labels, value: number, metricName?: string }
+export interface MetricValue { labels: Labels, value: number, metricName?: string }
 
 export class HotCounter {
   readonly type = 'counter'
   private readonly children: { labels: Labels, value: number }[] = []
 
-  constructor (readonly name: string, readonly help: string) {}
+  /** `more`: further values rendered with the children's (segment tags' folded series, tag-series.ts). */
+  constructor (readonly name: string, readonly help: string, private readonly more?: () => MetricValue[]) {}
 
   /** A child to keep: `child.value += n` is the whole cost of counting. */
   child (labels: Labels): { value: number } {
@@ -25,7 +26,9 @@ export class HotCounter {
   }
 
   get () {
-    return { name: this.name, help: this.help, type: this.type, values: this.children.map((c) => ({ labels: c.labels, value: c.value })) as MetricValue[], aggregator: 'sum' }
+    const values: MetricValue[] = this.children.map((c) => ({ labels: c.labels, value: c.value }))
+    if (this.more !== undefined) values.push(...this.more())
+    return { name: this.name, help: this.help, type: this.type, values, aggregator: 'sum' }
   }
 }
 

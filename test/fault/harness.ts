@@ -63,6 +63,21 @@ export class Report {
   }
 }
 
+/** Scheduling slack on the shared 2-core machine, added to a latency bound derived from the configuration. */
+export const SCHEDULING_SLACK_MS = 1000
+
+/**
+ * The outage scenarios' latency rule: no ID request took longer than `waitMs`, the longest wait
+ * on the ID path that `why` names from the configuration, plus SCHEDULING_SLACK_MS. Notes the
+ * slowest answer beside its bound either way.
+ */
+export function checkSlowest (report: Report, waitMs: number, why: string): void {
+  const bound = waitMs + SCHEDULING_SLACK_MS
+  const formula = `${why} ${fmtMs(waitMs)} + ${fmtMs(SCHEDULING_SLACK_MS)} scheduling slack = ${fmtMs(bound)}`
+  report.check(report.slowestMs <= bound, `the slowest answer took ${fmtMs(report.slowestMs)}, over its bound: ${formula}`)
+  report.note(`slowest answer ${fmtMs(report.slowestMs)} (bound ${formula})`)
+}
+
 export type Mode = 'segment' | 'snowflake'
 
 export interface LeafOptions {
@@ -73,8 +88,6 @@ export interface LeafOptions {
   args?: string[]
   /** Environment variables: keys an older build (FAULT_SERVER_JS) does not know are ignored there, not refused. */
   env?: Record<string, string>
-  /** Runs the server under this command (see StartOptions.wrapper). */
-  wrapper?: string[]
   /** false: not kept for cleanUpServers (the caller stops it and keeps its output). */
   keep?: boolean
   /** How long to wait for it to listen (default 20 s). */
@@ -102,7 +115,7 @@ export async function startLeaf (suite: Suite, label: string, o: LeafOptions): P
   }
   args.push(...o.args ?? [])
   // A working folder of its own: no config/leaf.properties is read, every key is given here.
-  const server = await startServer({ args, env: o.env, cwd: suite.dir, script: SERVER_SCRIPT, onSpawn: track, wrapper: o.wrapper, timeoutMs: o.timeoutMs })
+  const server = await startServer({ args, env: o.env, cwd: suite.dir, script: SERVER_SCRIPT, onSpawn: track, timeoutMs: o.timeoutMs })
   const leaf = Object.assign(server, { label, pid: server.proc.pid ?? 0 })
   if (o.keep !== false) started.push(leaf)
   return leaf

@@ -328,6 +328,10 @@ function routeAnswers (f: RequestFacts, target: string): { allowed: Set<string>,
     const id = param('/api/snowflake/decode/') as string
     if (id === '') add('404 NOT_FOUND')
     add(isInt64(decode(id)) ? '200' : '400 INVALID_ID')
+    // A layout to read it in: the parser may refuse the spec.
+    if (query.getAll('layout').some((spec) => spec !== '')) add('400 INVALID_LAYOUT')
+  } else if (path === '/api/snowflake/decode' && get) {
+    add('400 INVALID_ID') // the ID missing: its message names the path's :id
   } else if (path === '/decodeSnowflakeId' && get) {
     const ids = query.getAll('snowflakeId')
     add(ids.length === 1 && isInt64(ids[0]) ? '200' : '400 INVALID_ID')

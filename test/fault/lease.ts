@@ -23,7 +23,8 @@ export interface LeaseOptions {
   cacheDir: string
   /** The store's port as this instance reaches it (a proxy's); the private service's by default. */
   storePort?: number
-  wrapper?: string[]
+  /** Environment variables (a clock ahead: services.offsetClock). */
+  env?: Record<string, string>
   keep?: boolean
   /** More keys (`--key=value`). */
   args?: string[]
@@ -46,7 +47,7 @@ export function startLeaseLeaf (suite: Suite, label: string, o: LeaseOptions): P
     name: o.name,
     snowflake: { zk, port: o.port, cacheDir: o.cacheDir, heartbeatMs: o.heartbeatMs, sessionTimeoutMs: o.ttlMs },
     args,
-    wrapper: o.wrapper,
+    env: o.env,
     keep: o.keep,
     timeoutMs: o.timeoutMs,
   })
@@ -71,11 +72,15 @@ export async function heldInStore (suite: Suite, source: LeaseSource, name: stri
   }
 }
 
-/** How many ids of pool `name` the store shows as leased now. */
+/**
+ * How many ids of pool `name` have a holder in the store now: a row with an owner, a holder
+ * node. A dead holder's lease counts until another takes it over, as it does for a claimant,
+ * which must watch an expired lease stand still for a TTL before it takes it.
+ */
 export async function heldCount (suite: Suite, source: LeaseSource, name: string, inspector?: { children (path: string): Promise<string[]> }): Promise<number> {
   if (source === 'db-lease') {
     const rows = await suite.db.query<{ n: string | number }[]>(
-      'SELECT COUNT(*) AS n FROM leaf_worker_lease WHERE pool = ? AND owner IS NOT NULL AND expires_at >= NOW(3)', [name])
+      'SELECT COUNT(*) AS n FROM leaf_worker_lease WHERE pool = ? AND owner IS NOT NULL', [name])
     return Number(rows[0]?.n ?? 0)
   }
   if (inspector === undefined) throw new Error('a ZooKeeper inspector is needed')
@@ -127,17 +132,6 @@ export const LOST_MSG = 'worker-id lease lost: snowflake issuing stopped'
 /** The largest `waitMs` a server logged while waiting for a previous holder's last millisecond (0: none). */
 export function largestWait (leaf: { output: string[] }): number {
   return Math.max(0, ...logLines(leaf, WAIT_MSG).map((l) => Number(l.waitMs)).filter(Number.isFinite))
-}
-
-/** The node process's pid as the server logs it (under a wrapper, `proc.pid` is the wrapper's). */
-export function serverPid (leaf: Leaf): number {
-  for (const line of leaf.output) {
-    try {
-      const pid = (JSON.parse(line) as { pid?: unknown }).pid
-      if (typeof pid === 'number') return pid
-    } catch {}
-  }
-  return leaf.pid
 }
 
 export function isLeaseLost (a: Answer): boolean {

@@ -78,7 +78,7 @@ export function renderFigures (results: FaultResults): string {
   const summary = `${results.scenarios.length - failed} passed, ${failed} failed`
   return [
     FIGURES_START,
-    `The latest published run: commit \`${run.commit.slice(0, 12)}\`${run.dirty ? ' with uncommitted changes in src/' : ''}, ` +
+    `The latest published run: commit \`${run.commit.slice(0, 12)}\`${run.dirty ? ' with uncommitted changes in the measured code' : ''}, ` +
       `${run.date.slice(0, 10)}, ${run.cores} cores, ${fmtMs(results.totalMs)} in all, ${summary}:`,
     '',
     renderTable(results.scenarios),

@@ -138,7 +138,7 @@ async function main (): Promise<number> {
     mkdirSync(dirname(LATEST), { recursive: true })
     writeFileSync(LATEST, JSON.stringify(results, null, 2) + '\n')
     writeFileSync(FIGURES_PAGE, page)
-    log(`published: ${LATEST} and the figures of docs/reliability.md${info.dirty ? ' (src/ had uncommitted changes: the figures say so)' : ''}`)
+    log(`published: ${LATEST} and the figures of docs/reliability.md${info.dirty ? ' (the measured code had uncommitted changes: the figures say so)' : ''}`)
   }
   const failed = rows.filter((r) => r.status === 'FAIL').length
   process.stdout.write(`${rows.length - failed} passed, ${failed} failed\n`)

@@ -118,18 +118,8 @@ export class PrivateMariaDb {
   }
 
   /** True when a fresh connection runs a query. */
-  async ping (): Promise<boolean> {
-    try {
-      const conn = await mysql.createConnection({ host: '127.0.0.1', port: this.port, user: 'root', connectTimeout: 1000 })
-      try {
-        await conn.query('SELECT 1')
-      } finally {
-        conn.destroy()
-      }
-      return true
-    } catch {
-      return false
-    }
+  ping (): Promise<boolean> {
+    return pingMariaDb(this.port)
   }
 
   /** A query as root on the `leaf` database (rejects while the server is down). */
@@ -241,8 +231,37 @@ const LIBFAKETIME = ['/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1', '/
  * Its monotonic clock is left alone.
  */
 export function steppableClock (file: string, offset = '+0'): Record<string, string> {
+  writeFileSync(file, `${offset}\n`)
+  return { LD_PRELOAD: libfaketime(), FAKETIME_TIMESTAMP_FILE: file, FAKETIME_CACHE_DURATION: '1', FAKETIME_DONT_FAKE_MONOTONIC: '1' }
+}
+
+/**
+ * The environment that runs a process with its clock `offset` ahead (`+4s`), as `faketime -f`
+ * does, but preloaded into the process itself: the faketime wrapper forks, and a wrapper killed
+ * before its child leaves its named semaphore behind, which fails a later wrapper that gets the
+ * same pid ("sem_open: File exists").
+ */
+export function offsetClock (offset: string): Record<string, string> {
+  return { LD_PRELOAD: libfaketime(), FAKETIME: offset }
+}
+
+function libfaketime (): string {
   const lib = LIBFAKETIME.find((path) => existsSync(path))
   if (lib === undefined) throw new Error(`libfaketime not found (${LIBFAKETIME.join(', ')}): scripts/test-services.sh installs it with the faketime package`)
-  writeFileSync(file, `${offset}\n`)
-  return { LD_PRELOAD: lib, FAKETIME_TIMESTAMP_FILE: file, FAKETIME_CACHE_DURATION: '1', FAKETIME_DONT_FAKE_MONOTONIC: '1' }
+  return lib
+}
+
+/** True when root runs `SELECT 1` on a fresh connection to the MariaDB on `port`. */
+export async function pingMariaDb (port: number): Promise<boolean> {
+  try {
+    const conn = await mysql.createConnection({ host: '127.0.0.1', port, user: 'root', connectTimeout: 1000 })
+    try {
+      await conn.query('SELECT 1')
+    } finally {
+      conn.destroy()
+    }
+    return true
+  } catch {
+    return false
+  }
 }

@@ -30,7 +30,7 @@ export interface StartOptions {
   script?: string
   /** Told of the child process as soon as it is spawned (to kill it on any exit). */
   onSpawn?: (proc: ChildProcess) => void
-  /** A command the server runs under (`['faketime', '-f', '+2s']`): its process is `proc`. */
+  /** A command that execs the server (`['taskset', '-c', '0']`): its process is `proc`. */
   wrapper?: string[]
   /**
    * Let a server started in a folder without config/leaf.properties fall back to the shipped
@@ -67,8 +67,7 @@ export function startServer ({ args = [], env = {}, cwd = ROOT, timeoutMs = 20_0
   const output: string[] = []
   // 'exit' can come before the last lines are read from the pipes (Node's docs say so), and a
   // check of the last log lines (a SIGTERM's 'worker-id lease released') then misses them: so
-  // exited waits for both pipes to end too, at most OUTPUT_GRACE_MS (a wrapper's child, as
-  // under faketime, may hold them open).
+  // exited waits for both pipes to end too, at most OUTPUT_GRACE_MS.
   const ended = (stream: Readable) => stream.readableEnded ? Promise.resolve() : new Promise<void>((resolve) => { stream.once('end', resolve); stream.once('close', resolve) })
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => {
     const grace = setTimeout(() => resolve(code), OUTPUT_GRACE_MS)

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
-import { fmtMs, metrics, startLeaf, takeIds, unique, type Leaf, type LeafOptions, type Report, type Suite } from '../harness.js'
+import { checkSlowest, fmtMs, metrics, startLeaf, takeIds, unique, type Leaf, type LeafOptions, type Report, type Suite } from '../harness.js'
 import { HttpClient, runLoad } from '../load.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'
 import { sleep, waitUntil } from '../services.js'
@@ -11,6 +11,8 @@ const DELAYS_MS = [1100, 2500, 5000]
 /** Longer than a reset lasts, so that a reset never costs the session. */
 const SESSION_TIMEOUT_MS = 6000
 const HEARTBEAT_MS = 1000
+/** leaf.segment.wait-timeout-ms's default, which this scenario keeps. */
+const SEGMENT_WAIT_TIMEOUT_MS = 3000
 const RESETS = 5
 /** Each reset: connections cut and refused for this long, then ZooKeeper reachable again. */
 const RESET_MS = 150
@@ -101,6 +103,9 @@ export async function zookeeperLate (suite: Suite, report: Report): Promise<void
     report.check(workerIds.size === 1, `worker ids seen: ${[...workerIds].join(', ')}`)
     report.note(`${lives.join('; ')}; ZooKeeper connected ${reconnects.map(fmtMs).join(', ')} after each delay ended; ${RESETS} resets of ${RESET_MS} ms per life`)
     report.recover = reconnects.length === 0 ? 'never' : `ZK back within ${fmtMs(Math.max(...reconnects))}`
+    // Neither ID path waits on ZooKeeper: a segment request waits for a load at most the wait
+    // timeout (the default, 3000 ms), a snowflake one at most the restart window (a heartbeat).
+    checkSlowest(report, Math.max(SEGMENT_WAIT_TIMEOUT_MS, HEARTBEAT_MS), 'the longer of leaf.segment.wait-timeout-ms (3000 ms, the default) and the heartbeat')
   } finally {
     await proxy.close()
   }

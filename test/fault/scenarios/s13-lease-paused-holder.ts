@@ -1,5 +1,5 @@
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
-import { fmtMs, unique, type Leaf, type Report, type Suite } from '../harness.js'
+import { checkSlowest, fmtMs, unique, type Leaf, type Report, type Suite } from '../harness.js'
 import { HttpClient } from '../load.js'
 import {
   LEASE_SOURCES, cacheDirOf, decodeAll, largestWait, loadHolder, logLines, serveFor, snowflakeStatus, startLeaseLeaf, waitReleased,
@@ -49,6 +49,9 @@ export async function leasePausedHolder (suite: Suite, report: Report): Promise<
     `(issuedUntil wait ${fmtMs(f.bWaitMs)}); after SIGCONT A answered ${f.lost} WORKER_LEASE_LOST (first ${f.firstLostMs === undefined ? 'none' : fmtMs(f.firstLostMs)} after), ` +
     `served again under worker id ${X + 1} ${f.reclaimMs === undefined ? 'never' : `${fmtMs(f.reclaimMs)} after SIGCONT`}; IDs: A ${f.aIds}, B ${f.bIds}`).join('; '))
   report.recover = figures.map((f) => `${f.source === 'db-lease' ? 'db' : 'zk'} ${f.reclaimMs === undefined ? 'never' : fmtMs(f.reclaimMs)}`).join(', ')
+  // A request A took just before SIGSTOP is answered after SIGCONT; otherwise the longest wait
+  // on the ID path is the restart window, a heartbeat.
+  checkSlowest(report, Math.max(...figures.map((f) => f.stoppedMs)) + HEARTBEAT_MS, 'the longest pause (SIGSTOP to SIGCONT, as measured) + heartbeat')
 }
 
 async function paused (suite: Suite, report: Report, source: LeaseSource): Promise<Figures> {

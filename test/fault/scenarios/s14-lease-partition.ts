@@ -1,5 +1,5 @@
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
-import { fmtMs, unique, type Leaf, type Report, type Suite } from '../harness.js'
+import { checkSlowest, fmtMs, unique, type Leaf, type Report, type Suite } from '../harness.js'
 import { HttpClient } from '../load.js'
 import {
   LEASE_SOURCES, LOST_MSG, cacheDirOf, decodeAll, largestWait, loadHolder, logLines, serveFor, snowflakeStatus, startLeaseLeaf, waitReleased,
@@ -47,6 +47,8 @@ export async function leasePartition (suite: Suite, report: Report): Promise<voi
     `X free in the store ${fmtMs(f.freeAfterMs)} after the cut, B's issuedUntil wait ${fmtMs(f.bWaitMs)}, cut for ${fmtMs(f.cutMs)}, ` +
     `${f.lost} WORKER_LEASE_LOST answers, A served under ${X + 1} ${f.recoverMs === undefined ? 'never' : `${fmtMs(f.recoverMs)} after the cut healed`}`).join('; '))
   report.recover = figures.map((f) => `${f.source === 'db-lease' ? 'db' : 'zk'} fence ${f.fenceMs === undefined ? 'never' : fmtMs(f.fenceMs)}, back ${f.recoverMs === undefined ? 'never' : fmtMs(f.recoverMs)}`).join('; ')
+  // The ID path never waits on the store: the longest wait on it is the restart window, a heartbeat.
+  checkSlowest(report, HEARTBEAT_MS, 'heartbeat (the restart window)')
 }
 
 async function partitioned (suite: Suite, report: Report, source: LeaseSource): Promise<Figures> {

@@ -1,7 +1,7 @@
 import { alive, fmtMs, takeIds, unique, type Leaf, type Report, type Suite } from '../harness.js'
 import { HttpClient, runLoad } from '../load.js'
-import { LEASE_SOURCES, LEASED_MSG, cacheDirOf, decodeAll, largestWait, logLines, serverPid, startLeaseLeaf, waitReleased, type LeaseSource } from '../lease.js'
-import { sleep, waitUntil } from '../services.js'
+import { LEASE_SOURCES, LEASED_MSG, cacheDirOf, decodeAll, largestWait, logLines, startLeaseLeaf, waitReleased, type LeaseSource } from '../lease.js'
+import { offsetClock, sleep, waitUntil } from '../services.js'
 
 const TTL_MS = 2000
 const HEARTBEAT_MS = 500
@@ -31,7 +31,7 @@ interface Figures {
 
 /**
  * 15. A holder whose clock runs ahead, per recyclable source. The old holder runs under
- * `faketime -f +4s` (pool X..X) and serves under load, then is SIGKILLed. Once the store shows
+ * libfaketime +4s (pool X..X) and serves under load, then is SIGKILLed. Once the store shows
  * X free, a new instance (right clock, pool X..X) leases X: it must wait for the old holder's
  * recorded issuedUntil, so that none of its IDs is at or before the old holder's last
  * millisecond. Passes when the new holder's first IDs come after the old holder's last
@@ -49,13 +49,10 @@ export async function leaseClockAhead (suite: Suite, report: Report): Promise<vo
 async function clockAhead (suite: Suite, report: Report, source: LeaseSource): Promise<Figures> {
   const name = unique(`fault-s15-${source === 'db-lease' ? 'db' : 'zk'}`)
   const common = { source, name, ttlMs: TTL_MS, heartbeatMs: HEARTBEAT_MS, min: X, max: X }
-  const old = await startLeaseLeaf(suite, `${source}-old`, { ...common, port: 7901, cacheDir: cacheDirOf(suite, name, 'old'), wrapper: ['faketime', '-f', AHEAD] })
-  // faketime forks: the server is its child, with a pid of its own.
-  const oldPid = serverPid(old)
+  const old = await startLeaseLeaf(suite, `${source}-old`, { ...common, port: 7901, cacheDir: cacheDirOf(suite, name, 'old'), env: offsetClock(AHEAD) })
   const fig: Figures = { source, oldIds: 0, oldMaxTs: 0, oldAheadMs: 0, previousIssuedUntil: 0, waitMs: 0, newIds: 0, newMinTs: 0, newStartMs: 0 }
   let fresh: Leaf | undefined
   try {
-    report.check(oldPid !== old.pid, `${source}: the server under faketime logged no pid of its own`)
     const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
     const oldIds: bigint[] = []
     const state = { stop: false, killed: false }
@@ -73,7 +70,7 @@ async function clockAhead (suite: Suite, report: Report, source: LeaseSource): P
     })
     await sleep(OLD_SERVES_MS)
     state.killed = true
-    process.kill(oldPid, 'SIGKILL')
+    process.kill(old.pid, 'SIGKILL')
     const killedWall = Date.now()
     state.stop = true
     await load
@@ -108,9 +105,8 @@ async function clockAhead (suite: Suite, report: Report, source: LeaseSource): P
     report.check(fig.waitMs > 0, `${source}: the new holder logged no wait for the previous holder's last millisecond`)
     await fresh.stop('SIGTERM')
   } finally {
-    // Under faketime, killing proc kills the wrapper only.
-    if (alive(oldPid)) process.kill(oldPid, 'SIGKILL')
-    await waitUntil(() => !alive(oldPid), 5000)
+    if (alive(old.pid)) process.kill(old.pid, 'SIGKILL')
+    await waitUntil(() => !alive(old.pid), 5000)
   }
   return fig
 }

@@ -1,5 +1,5 @@
 import { join } from 'node:path'
-import { fmtMs, startLeaf, steadyLoad, unique, type Leaf, type Report, type Suite } from '../harness.js'
+import { SCHEDULING_SLACK_MS, fmtMs, startLeaf, steadyLoad, unique, type Leaf, type Report, type Suite } from '../harness.js'
 import { cacheDirOf, decodeAll, logLines, startLeaseLeaf } from '../lease.js'
 import { sleep } from '../services.js'
 import { createProxy, type HeldStatement, type TcpProxy } from '../../helpers/tcp-proxy.js'
@@ -16,9 +16,8 @@ const HEARTBEAT_MS = 1000
 const KILL_HOLD_MS = LONG_HOLD_MS + 3000
 /** leaf.segment.wait-timeout-ms (the default): a segment answer waits for a load at most this, plus the slack. */
 const WAIT_TIMEOUT_MS = 3000
-const SLACK_MS = 1000
-const SNOWFLAKE_BOUND_MS = SLACK_MS
-const SEGMENT_BOUND_MS = WAIT_TIMEOUT_MS + SLACK_MS
+const SNOWFLAKE_BOUND_MS = SCHEDULING_SLACK_MS
+const SEGMENT_BOUND_MS = WAIT_TIMEOUT_MS + SCHEDULING_SLACK_MS
 
 const CLAIM = /^START TRANSACTION; INSERT INTO leaf_worker_lease/
 const RENEW = /^UPDATE leaf_worker_lease SET expires_at/

@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fmtMs, steadyLoad, unique, type Report, type Suite } from '../harness.js'
-import { LOST_MSG, cacheDirOf, decodeAll, logLines, serverPid, startLeaseLeaf } from '../lease.js'
+import { LOST_MSG, cacheDirOf, decodeAll, logLines, startLeaseLeaf } from '../lease.js'
 import { PrivateMariaDb, freePort, sleep, steppableClock } from '../services.js'
 
 /** The lease settings of the measurement in issue 25: TTL 9 s, and the default heartbeat. */
@@ -33,7 +33,7 @@ export async function databaseClockStep (suite: Suite, report: Report): Promise<
     const name = unique('fault-s21')
     const common = { source: 'db-lease' as const, name, ttlMs: TTL_MS, heartbeatMs: HEARTBEAT_MS, min: 0, max: 0, storePort: db.port }
     const a = await startLeaseLeaf(suite, 'A', { ...common, port: 7941, cacheDir: cacheDirOf(suite, name, 'A') })
-    const aPid = serverPid(a)
+    const aPid = a.pid
     const aLoad = steadyLoad(report, a, { mode: 'snowflake', key: 'k', stream: 'A', boundMs: ANSWER_BOUND_MS, expected: (x) => x.status === 0 })
     await sleep(HOLDER_SERVES_MS)
     const skew = async () => {

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
-import { Timeline, fmtMs, metrics, startLeaf, takeIds, unique, zkInspector, type Report, type Suite, type ZkInspector } from '../harness.js'
+import { SCHEDULING_SLACK_MS, Timeline, fmtMs, metrics, startLeaf, takeIds, unique, zkInspector, type Report, type Suite, type ZkInspector } from '../harness.js'
 import { HttpClient, runLoad } from '../load.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'
 import { sleep, waitUntil } from '../services.js'
@@ -13,9 +13,8 @@ const HEARTBEAT_MS = 1000
 const BLINK_MS = 5000
 /** Bounds the /metrics scrape loop (every 50 ms: 150 s). */
 const MAX_SCRAPES = 3000
-/** leaf.segment.wait-timeout-ms (given explicitly, though segment mode is off): the latency bound is this plus LATENCY_SLACK_MS. */
+/** leaf.segment.wait-timeout-ms (given explicitly, though segment mode is off): the latency bound is this plus SCHEDULING_SLACK_MS. */
 const WAIT_TIMEOUT_MS = 3000
-const LATENCY_SLACK_MS = 1000
 
 /**
  * 5. ZooKeeper stopped (SIGKILL) twice under snowflake load; the instance reaches it through
@@ -132,7 +131,7 @@ export async function zookeeperOutage (suite: Suite, report: Report): Promise<vo
     report.check(connected.join(',') === '1,0,1,0,1', `leaf_zookeeper_connected went ${connected.join(' -> ')} (expected 1 -> 0 -> 1 -> 0 -> 1)`)
     report.check(scrapeErrors.length === 0, `/metrics failed ${scrapeErrors.length} times: ${scrapeErrors.slice(0, 3).join(' | ')}`)
     const { slowest } = timeline
-    report.check(slowest.ms <= WAIT_TIMEOUT_MS + LATENCY_SLACK_MS, `an answer took ${fmtMs(slowest.ms)} (${slowest.what}; bound ${WAIT_TIMEOUT_MS} + ${LATENCY_SLACK_MS} ms)`)
+    report.check(slowest.ms <= WAIT_TIMEOUT_MS + SCHEDULING_SLACK_MS, `an answer took ${fmtMs(slowest.ms)} (${slowest.what}; bound ${WAIT_TIMEOUT_MS} + ${SCHEDULING_SLACK_MS} ms)`)
     const gap = timeline.largestGap(downA, loadEnd)
     report.check(workerIds.size === 1, `worker ids seen: ${[...workerIds].join(', ')}`)
     report.note(`${result.requests} requests in ${fmtMs(result.ms)}; phase A: ZooKeeper down ${fmtMs(upA - downA)}, connected again ${fmtMs(recoverA)} after its restart, ` +
