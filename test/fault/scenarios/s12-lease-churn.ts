@@ -35,10 +35,15 @@ const REFUSAL_WINDOW_MS = 1000
 /**
  * How each start ends, by its number, in a cycle of 20: SIGKILL (its id stays leased until
  * its TTL runs out), SIGTERM (a clean release), SIGSTOP past the TTL then SIGCONT (its id is
- * taken meanwhile: it must stop issuing under it), or started with its clock 4 s ahead and
- * SIGKILLed (the next holder of its id must wait for the last millisecond it recorded).
+ * taken meanwhile: it must stop issuing under it), started with its clock 4 s ahead and
+ * SIGKILLed (the next holder of its id must wait for the last millisecond it recorded), or
+ * started 4 s ahead and SIGTERMed, then restarted at once with the clock set right: the
+ * restart reads the id from its cache folder, prefers it, and waits for the millisecond its
+ * earlier life released it at. (A killed holder's id is taken late or not at all where
+ * released ids are about: ZooKeeper ends the dead session after a TTL, and a claimant takes
+ * a free id before an expired one, so by then its last millisecond has passed.)
  */
-const ENDINGS = ['kill', 'term', 'ahead', 'kill', 'term', 'pause', 'kill', 'term', 'kill', 'ahead',
+const ENDINGS = ['kill', 'term', 'ahead', 'kill', 'term', 'pause', 'kill', 'term', 'kill', 'ahead-term',
   'term', 'kill', 'pause', 'kill', 'term', 'ahead', 'kill', 'term', 'pause', 'kill'] as const
 type Ending = typeof ENDINGS[number]
 
@@ -57,6 +62,9 @@ interface SourceRun {
   exhaustedWaits: number
   /** Starts that waited for a previous holder's last millisecond, and the longest wait. */
   issuedUntilWaits: number
+  /** Restarts after an 'ahead-term' ending that took the released id back, and those of them that waited. */
+  retaken: number
+  retakenWaited: number
   largestWaitMs: number
   /** After SIGCONT: answers WORKER_LEASE_LOST, and IDs served (under a new id or the old one still held). */
   pausedLost: number
@@ -76,7 +84,7 @@ interface SourceRun {
  * starts waited for a previous holder's last millisecond (the issuedUntil rule at work), the
  * pool ran near exhaustion (at most one id free at its peak, or a start waited for a free
  * one), and no ID repeats. The two sources churn at once: db-lease, whose claimants watch a
- * dead holder's row stand still for a TTL, sets the pace (300 starts in about 185 s, nearly
+ * dead holder's row stand still for a TTL, sets the pace (300 starts in 160 to 340 s, nearly
  * every one waiting for a free id), and zookeeper-lease ends within it.
  */
 export async function leaseChurn (suite: Suite, report: Report): Promise<void> {
@@ -85,7 +93,8 @@ export async function leaseChurn (suite: Suite, report: Report): Promise<void> {
   const runs = await Promise.all(LEASE_SOURCES.map((source) => churn(suite, report, source)))
   report.note(`${CHURN_STARTS} starts per source, ${CONCURRENCY} at a time, pool ${POOL_MIN}..${POOL_MAX}, TTL ${TTL_MS} ms, heartbeat ${HEARTBEAT_MS} ms, clock ahead ${AHEAD}, pause ${fmtMs(PAUSE_MS)}; ` +
     runs.map((r) => `${r.source}: ${r.starts} starts (${r.failedStarts} failed, ${r.refusedExhausted} refused with every id leased; ${r.endings.kill} SIGKILL, ${r.endings.term} SIGTERM (${r.badExits} exits not 0), ` +
-      `${r.endings.pause} SIGSTOP (after SIGCONT: ${r.pausedLost} WORKER_LEASE_LOST, ${r.pausedServed} served), ${r.endings.ahead} clock ahead), ` +
+      `${r.endings.pause} SIGSTOP (after SIGCONT: ${r.pausedLost} WORKER_LEASE_LOST, ${r.pausedServed} served), ${r.endings.ahead} clock ahead then SIGKILL, ` +
+      `${r.endings['ahead-term']} clock ahead then SIGTERM and a restart (${r.retaken} took the id back, ${r.retakenWaited} of them waited)), ` +
       `${r.ids} IDs, ${r.workerIds.size} distinct worker ids, peak ${r.peakHeld} of ${POOL_SIZE} ids leased, ${r.exhaustedWaits} starts waited for a free id, ` +
       `${r.issuedUntilWaits} waited for a previous holder's last millisecond (longest ${fmtMs(r.largestWaitMs)}), wall time ${fmtMs(r.ms)} (${(r.starts / (r.ms / 1000)).toFixed(1)} starts/s)`).join('; '))
   report.recover = runs.map((r) => `${r.source} ${r.starts} starts in ${fmtMs(r.ms)}`).join(', ')
@@ -98,13 +107,15 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
     starts: 0,
     failedStarts: 0,
     refusedExhausted: 0,
-    endings: { kill: 0, term: 0, pause: 0, ahead: 0 },
+    endings: { kill: 0, term: 0, pause: 0, ahead: 0, 'ahead-term': 0 },
     badExits: 0,
     ids: 0,
     workerIds: new Set(),
     peakHeld: 0,
     exhaustedWaits: 0,
     issuedUntilWaits: 0,
+    retaken: 0,
+    retakenWaited: 0,
     largestWaitMs: 0,
     pausedLost: 0,
     pausedServed: 0,
@@ -130,10 +141,15 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
   const fullBefore = (at: number) => samples.some((s) => s.at >= at - REFUSAL_WINDOW_MS && s.at <= at && s.held >= POOL_SIZE)
   try {
     await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
+      /** After an 'ahead-term' ending: its cache folder and worker id, for the restart that follows. */
+      let restartOf: { cacheDir: string, workerId: number | undefined } | undefined
       while (state.next < CHURN_STARTS) {
         const i = state.next++
         const ending = ENDINGS[i % ENDINGS.length] as Ending
         const label = `${source}-${i}-${ending}`
+        const restarting = restartOf
+        restartOf = undefined
+        const cacheDir = restarting?.cacheDir ?? cacheDirOf(suite, name, String(i))
         run.starts++
         let leaf: Leaf
         try {
@@ -145,9 +161,9 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
             ttlMs: TTL_MS,
             heartbeatMs: HEARTBEAT_MS,
             port: FIRST_PORT + i,
-            cacheDir: cacheDirOf(suite, name, String(i)),
+            cacheDir,
             keep: false,
-            ...(ending === 'ahead' ? { env: offsetClock(AHEAD) } : {}),
+            ...(ending === 'ahead' || ending === 'ahead-term' ? { env: offsetClock(AHEAD) } : {}),
           })
         } catch (err) {
           const message = (err as Error).message
@@ -186,7 +202,7 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
               run.ids += r.ids.length
             } else if (isLeaseLost(r.answer)) run.pausedLost++
           }
-          const kill = ending !== 'term'
+          const kill = ending !== 'term' && ending !== 'ahead-term'
           const code = await leaf.stop(kill ? 'SIGKILL' : 'SIGTERM')
           if (!kill && (code !== 0 || logLines(leaf, 'worker-id lease released').length !== 1)) {
             run.badExits++
@@ -194,6 +210,12 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
           }
           const waited = largestWait(leaf)
           if (waited > 0) run.issuedUntilWaits++
+          const workerId = decoded.workerIds.size === 1 ? [...decoded.workerIds][0] : undefined
+          if (restarting !== undefined && workerId !== undefined && workerId === restarting.workerId) {
+            run.retaken++
+            if (waited > 0) run.retakenWaited++
+          }
+          if (ending === 'ahead-term') restartOf = { cacheDir, workerId }
           run.largestWaitMs = Math.max(run.largestWaitMs, waited)
           if (leaf.output.some((line) => line.includes(WAIT_MSG_EXHAUSTED))) run.exhaustedWaits++
           logs.push(`--- ${label} (${kill ? 'SIGKILL' : 'SIGTERM'}, exit ${code})`, ...leaf.output)
