@@ -58,6 +58,8 @@ export interface CountedRow {
   tickSlowPath: number[]
   /** Instructions per request spent in V8's garbage collection, one per count. */
   gc: number[]
+  /** Instructions per request of V8's optimizing compiler, one per count, left out of `counts` (bench/callgrind.ts). */
+  compiler: number[]
   /** Counts taken while V8 recompiled, refused and taken again. */
   refused: { instructionsPerRequest: number, compileShare: number }[]
 }

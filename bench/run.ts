@@ -143,6 +143,7 @@ function append (row: CountedRow, more: CountedRow): void {
   row.counts.push(...more.counts)
   row.tickSlowPath.push(...more.tickSlowPath)
   row.gc.push(...more.gc)
+  row.compiler.push(...more.compiler)
   row.refused.push(...more.refused)
 }
 
@@ -154,10 +155,10 @@ function append (row: CountedRow, more: CountedRow): void {
  */
 async function runCounts (): Promise<NonNullable<BenchResults['callgrind']>> {
   const pin = pinned ? ['taskset', '-c', '0'] : []
-  const routes: CountedRoute[] = SINGLE.map((r) => ({ ...r, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], refused: [], ratios: [] }))
+  const routes: CountedRoute[] = SINGLE.map((r) => ({ ...r, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], compiler: [], refused: [], ratios: [] }))
   const ceiling = new Map<number, CountedRow>()
   const builds = [withoutHotMetrics()]
-  const variants = builds.map((b) => ({ name: b.name, module: b.module, routes: SINGLE.map((r): CountedRow => ({ ...r, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], refused: [] })) }))
+  const variants = builds.map((b) => ({ name: b.name, module: b.module, routes: SINGLE.map((r): CountedRow => ({ ...r, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], compiler: [], refused: [] })) }))
   try {
     for (let pair = 0; pair < PAIRS; pair++) {
       await countPair(pair)
@@ -179,7 +180,7 @@ async function runCounts (): Promise<NonNullable<BenchResults['callgrind']>> {
     const ceilingCount = new Map(lengths.map((n, i) => [n, ceilingCounted[i]?.counts[0] as number]))
     for (const [i, c] of ceilingCounted.entries()) {
       const n = lengths[i] as number
-      const row = ceiling.get(n) ?? { name: c.name, path: c.path, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], refused: [] }
+      const row = ceiling.get(n) ?? { name: c.name, path: c.path, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], compiler: [], refused: [] }
       append(row, c)
       ceiling.set(n, row)
     }
@@ -227,13 +228,13 @@ if (process.env.BENCH_CALLGRIND === '0') {
 } else {
   console.log(`\nInstructions per request (callgrind, main thread, node --single-threaded, a count of ${fmt(COUNTED_REQUESTS)} requests per route in each of ${PAIRS} pairs of warmed processes; deterministic)`)
   callgrind = await runCounts()
-  for (const c of callgrind.ceiling) console.log(`  ${`${CEILING}, ${c.name}`.padEnd(50)} ${spread(c.counts, (n) => fmt(n))}  GC ${spread(c.gc, (n) => fmt(n))} of each`)
+  for (const c of callgrind.ceiling) console.log(`  ${`${CEILING}, ${c.name}`.padEnd(50)} ${spread(c.counts, (n) => fmt(n))}  GC ${spread(c.gc, (n) => fmt(n))} of each, compiler ${spread(c.compiler, (n) => fmt(n))} left out`)
   for (const r of callgrind.routes) {
     const refused = r.refused.length === 0 ? '' : `  (${r.refused.length} counts refused: V8 recompiled during them)`
-    console.log(`  ${`${r.name}, ${r.bodyLengths.join('/')}-byte body`.padEnd(50)} ${spread(r.counts, (n) => fmt(n))}  ${spread(r.ratios, (n) => `${fmt(n * 100, 1)}%`)} of the ceiling, GC ${spread(r.gc, (n) => fmt(n))} of each, tick-record slow path ${spread(r.tickSlowPath, (n) => fmt(n, 1))} calls/request${refused}`)
+    console.log(`  ${`${r.name}, ${r.bodyLengths.join('/')}-byte body`.padEnd(50)} ${spread(r.counts, (n) => fmt(n))}  ${spread(r.ratios, (n) => `${fmt(n * 100, 1)}%`)} of the ceiling, GC ${spread(r.gc, (n) => fmt(n))} of each, compiler ${spread(r.compiler, (n) => fmt(n))} left out, tick-record slow path ${spread(r.tickSlowPath, (n) => fmt(n, 1))} calls/request${refused}`)
   }
   for (const v of callgrind.variants ?? []) {
-    for (const r of v.routes) console.log(`  ${`${r.name}, ${v.name}`.padEnd(50)} ${spread(r.counts, (n) => fmt(n))}  GC ${spread(r.gc, (n) => fmt(n))} of each`)
+    for (const r of v.routes) console.log(`  ${`${r.name}, ${v.name}`.padEnd(50)} ${spread(r.counts, (n) => fmt(n))}  GC ${spread(r.gc, (n) => fmt(n))} of each, compiler ${spread(r.compiler, (n) => fmt(n))} left out`)
   }
 }
 

@@ -31,7 +31,7 @@ t.test('every target is met by the published figures, each verdict recomputed fr
 /** A run that meets every target; each test below breaks one thing. */
 function passing (): BenchResults {
   const row = (name: string, cpu: number, ids = 1) => ({ name, path: '/', cpuMicrosPerRequest: cpu, requestsPerSecond: 1, p50Ms: 0, p99Ms: 0, requests: 100, failed: 0, cpuRatioToCeiling: null, idsPerCpuSecond: ids / cpu * 1e6 })
-  const counted = (name: string, counts: number[]) => ({ name, path: '/', counts, bodyLengths: counts.map(() => 5), tickSlowPath: counts.map(() => 0), gc: counts.map(() => 0), refused: [], ratios: counts.map((c) => c / 100) })
+  const counted = (name: string, counts: number[]) => ({ name, path: '/', counts, bodyLengths: counts.map(() => 5), tickSlowPath: counts.map(() => 0), gc: counts.map(() => 0), compiler: counts.map(() => 0), refused: [], ratios: counts.map((c) => c / 100) })
   return {
     run: { commit: 'c', dirty: false, date: '2026-01-01T00:00:00Z', cores: 2 },
     command: 'npm run bench',
@@ -133,5 +133,6 @@ t.test('a count reads the calls of the tick records\' slow path and the compiler
   t.equal(read.perRequest, 100_000)
   t.equal(read.tickSlowPath, 20, '60,000 calls over 3,000 requests')
   t.equal(read.compiled, 0.01)
+  t.equal(read.compilerPerRequest, 1000, 'the compiler\'s instructions per request, which the count leaves out')
   t.equal(read.gcPerRequest, 200, 'the inclusive cost of the calls to Heap::CollectGarbage')
 })
