@@ -255,8 +255,8 @@ t.test('SQLite: two handles on one file, allocating in turn, never overlap', asy
 })
 
 const STORE_MODULE = fileURLToPath(new URL('../src/segment/stores/sqlite-store.ts', import.meta.url))
-// A child process: opens the file, says "ready", waits for a line on stdin, then reserves as
-// fast as it can. A call that fails with SQLITE_BUSY (the other process held the write lock
+// A child process: opens the file, says "ready", waits for a line on stdin, then reserves,
+// a millisecond apart. A call that fails with SQLITE_BUSY (the other process held the write lock
 // longer than the busy timeout) is retried, as the generator retries a failed load.
 const CHILD = `
 const [, module, path, side, count, tableStep] = process.argv
@@ -273,6 +273,9 @@ for (let i = 0; i < Number(count);) {
     const alloc = await store.allocate('procs', step === undefined ? undefined : { step, tableStep: Number(tableStep) })
     reserved.push([String(alloc.maxId), step ?? alloc.step])
     i++
+    // A millisecond between reservations: 400 back to back take less time than the other
+    // process needs to wake up, and the two ran one after the other (1 turn in max_id order).
+    await new Promise((resolve) => setTimeout(resolve, 1))
   } catch (err) {
     if (err.code !== 'SQLITE_BUSY') throw err
     busy++
@@ -306,6 +309,10 @@ t.test('SQLite: two processes reserving at once on one file never overlap', asyn
   for (const c of children) c.proc.stdin.end('go\n')
   const results = await Promise.all(children.map((c) => c.done))
   t.comment(`SQLITE_BUSY retries: ${results.map((r) => r.busy).join(', ')}`)
+  // The race was run: in max_id order the two processes' reservations alternate, many times.
+  const merged = results.flatMap((r, side) => r.reserved.map((x) => ({ side, maxId: x.maxId }))).sort((a, b) => (a.maxId < b.maxId ? -1 : 1))
+  const turns = merged.filter((x, j) => j > 0 && x.side !== merged[j - 1]?.side).length
+  t.ok(turns >= 50, `the processes reserved in between each other's reservations (${turns} turns in max_id order), not one after the other`)
   checkReservations(t, results.map((r) => r.reserved), 1000n, await maxIdOf(store, 'procs'))
 })
 
