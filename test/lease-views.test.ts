@@ -95,6 +95,25 @@ t.test('zookeeper-lease with ZooKeeper silent at start: refused within the conne
   t.ok(tookMs >= 290 && tookMs < 300 + 500, `refused at the connect timeout (300 ms), not much later (${Math.round(tookMs)} ms; 500 ms of scheduling slack)`)
 })
 
+t.test('zookeeper-lease: a set-up call answered slowly at start takes what is left of the connect timeout, not the renewal\'s per-call bound', async (t) => {
+  const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST, protocol: 'zookeeper' })
+  t.teardown(() => proxy.close())
+  // TTL 2000 ms: one renewal call may take 667 ms. The first create of the tree's set-up is held 1200 ms.
+  const held = proxy.holdStatements({ match: /^create$/, holdMs: 1200 })
+  const pool = await createZookeeperLeasePool({
+    address: `127.0.0.1:${proxy.port}`,
+    name: `lease-slow-setup-${process.pid}-${Date.now()}`,
+    ttlMs: 2000,
+    connectTimeoutMs: 5000,
+    logger: silentLogger,
+    layout: LEAF,
+  })
+  t.teardown(() => pool.close())
+  t.equal(held.length, 1, 'the set-up\'s first create was held')
+  t.ok(held[0]?.deliveredAt !== undefined && held[0].deliveredAt - held[0].heldAt >= 1150, 'for longer than a renewal call may take')
+  t.ok(await pool.claim(1, 'owner-a', '10.0.0.1:1'), 'and the pool then leases')
+})
+
 t.test('zookeeper-lease: a connection gone silent is replaced by a new session after one session timeout', async (t) => {
   const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })
   t.teardown(() => proxy.close())

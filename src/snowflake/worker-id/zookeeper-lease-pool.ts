@@ -120,15 +120,24 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
     throw new Error(`ZooKeeper at ${o.address} went silent: reconnecting with a new session`)
   }
 
+  const connecting = performance.now()
   if (!await waitConnected(client, o.connectTimeoutMs)) {
     closed = true
     await closeZookeeper(client)
     throw new LeaseRefused(`ZooKeeper at ${o.address} did not answer within ${o.connectTimeoutMs} ms: the zookeeper-lease source cannot lease a worker id without it`)
   }
+  // The tree's set-up holds no lease yet, so nothing needs fencing: it may take what is left
+  // of the connect timeout (a loaded ZooKeeper or host answers a first call slowly), not the
+  // renewal's per-call bound.
+  const setUp = async () => {
+    await zk.mkdirp(client, holders)
+    await zk.mkdirp(client, issued)
+    await recordZookeeperLayout(client, o.name, o.layout)
+  }
   try {
-    await call(client, zk.mkdirp(client, holders))
-    await call(client, zk.mkdirp(client, issued))
-    await call(client, recordZookeeperLayout(client, o.name, o.layout))
+    await withTimeout(setUp(), Math.max(callTimeoutMs, o.connectTimeoutMs - (performance.now() - connecting)),
+      `ZooKeeper at ${o.address} did not set up ${base} within leaf.snowflake.zk.connect-timeout-ms (${o.connectTimeoutMs} ms)`)
+    answeredAt = performance.now()
   } catch (err) {
     closed = true
     await closeZookeeper(client)
