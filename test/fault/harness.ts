@@ -21,6 +21,8 @@ export interface Suite {
   logDir: string
   /** The documented errors table (docs/operations.md): status -> codes. */
   documented: Map<number, Set<string>>
+  /** The servers started for the scenario running on this suite, for cleanUpServers. */
+  servers: Leaf[]
 }
 
 export class Report {
@@ -99,8 +101,6 @@ export interface Leaf extends ServerProcess {
   pid: number
 }
 
-const started: Leaf[] = []
-
 /** The built server (`node dist/server.js`) on 127.0.0.1, port 0, no config file. */
 export async function startLeaf (suite: Suite, label: string, o: LeafOptions): Promise<Leaf> {
   const args = ['--server.port=0', '--server.host=127.0.0.1', `--leaf.name=${o.name}`, '--log.level=info']
@@ -117,7 +117,7 @@ export async function startLeaf (suite: Suite, label: string, o: LeafOptions): P
   // A working folder of its own: no config/leaf.properties is read, every key is given here.
   const server = await startServer({ args, env: o.env, cwd: suite.dir, script: SERVER_SCRIPT, onSpawn: track, timeoutMs: o.timeoutMs })
   const leaf = Object.assign(server, { label, pid: server.proc.pid ?? 0 })
-  if (o.keep !== false) started.push(leaf)
+  if (o.keep !== false) suite.servers.push(leaf)
   return leaf
 }
 
@@ -125,17 +125,17 @@ export async function startLeaf (suite: Suite, label: string, o: LeafOptions): P
 export const SERVER_SCRIPT = process.env.FAULT_SERVER_JS ?? SERVER_JS
 
 /** Kills what a scenario left running and writes each server's output to the log folder. */
-export async function cleanUpServers (logDir: string, scenario: string): Promise<void> {
-  for (const [i, leaf] of started.entries()) {
+export async function cleanUpServers (suite: Suite, scenario: string): Promise<void> {
+  for (const [i, leaf] of suite.servers.entries()) {
     if (leaf.proc.exitCode === null && leaf.proc.signalCode === null) {
       leaf.proc.kill('SIGTERM')
       const timer = setTimeout(() => leaf.proc.kill('SIGKILL'), 5000)
       await leaf.exited
       clearTimeout(timer)
     }
-    writeFileSync(join(logDir, `${scenario}-${i}-${leaf.label}.log`), leaf.output.join('\n') + '\n')
+    writeFileSync(join(suite.logDir, `${scenario}-${i}-${leaf.label}.log`), leaf.output.join('\n') + '\n')
   }
-  started.length = 0
+  suite.servers.length = 0
 }
 
 export interface IdAnswer {

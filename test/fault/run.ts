@@ -5,12 +5,13 @@ import { runInfo } from '../../scripts/run-info.js'
 import { ROOT } from '../helpers/server-process.js'
 import { Report, SERVER_SCRIPT, cleanUpServers, documentedErrors, fmtMs, type Suite } from './harness.js'
 import { FIGURES_END, FIGURES_PAGE, FIGURES_START, LATEST, readFigures, renderFigures, renderTable, replaceFigures, type FaultResults, type ScenarioResult } from './render.js'
-import { SCENARIOS } from './scenarios.js'
+import { SCENARIOS, STAGES, type Scenario } from './scenarios.js'
 import { PrivateMariaDb, PrivateZooKeeper, freePort } from './services.js'
 
 // The fault and load suite: real server processes against a private MariaDB and ZooKeeper
 // that the scenarios stop and start. Usage: node --import tsx test/fault/run.ts [1 2 ...]
-// [--publish] (no numbers: all scenarios). Needs the build (npm run build). Prints one table,
+// [--publish] (no numbers: all scenarios). Runs them in scenarios.ts's STAGES, lanes at once,
+// each lane on its own private MariaDB and ZooKeeper. Needs the build (npm run build). Prints one table,
 // then "N passed, M failed"; exits 1 when a scenario failed. Every run writes its results to
 // test-output/fault/results.json; --publish (or FAULT_PUBLISH=1), on a run of every scenario,
 // also writes test/fault/results/latest.json and the figures of docs/reliability.md from it.
@@ -36,6 +37,51 @@ const publish = process.argv.includes('--publish') || process.env.FAULT_PUBLISH 
 /** The scenarios named on the command line, or all. */
 function selected (): typeof SCENARIOS {
   return SCENARIOS.filter((s) => wanted.length === 0 || wanted.includes(s.id))
+}
+
+/** Runs one scenario on a lane's suite, its services up first, and prints its block when it ends. */
+async function runScenario (suite: Suite, scenario: Scenario, lane: number): Promise<ScenarioResult> {
+  const report = new Report()
+  const started = performance.now()
+  let duplicates: number | undefined
+  let timer: NodeJS.Timeout | undefined
+  const timeoutMs = scenario.timeoutMs ?? SCENARIO_TIMEOUT_MS
+  log(`scenario ${scenario.id} (lane ${lane}): ${scenario.title}`)
+  try {
+    // Services a previous scenario stopped are back before the next one.
+    if (!suite.db.running) await suite.db.start()
+    if (!suite.zk.running) await suite.zk.start()
+    await Promise.race([
+      scenario.run(suite, report),
+      new Promise((_resolve, reject) => { timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs) }),
+    ])
+    duplicates = report.finish().duplicates
+  } catch (err) {
+    report.problems.push(`aborted: ${(err as Error).stack ?? String(err)}`)
+  } finally {
+    clearTimeout(timer)
+    await cleanUpServers(suite, `s${scenario.id}`)
+  }
+  const ms = performance.now() - started
+  const status = report.problems.length === 0 ? 'PASS' : 'FAIL'
+  // One write per scenario: the lanes' blocks do not interleave.
+  log([`scenario ${scenario.id}: ${status} in ${fmtMs(ms)}`, ...report.notes.map((n) => `  note: ${n}`), ...report.problems.map((p) => `  problem: ${p}`)].join('\n[fault] '))
+  return {
+    id: scenario.id,
+    title: scenario.title,
+    status,
+    requests: report.requests,
+    ids: report.ledger.ids,
+    duplicates,
+    failed: report.failed,
+    expected: report.expected,
+    expectedWhat: report.expectedWhat,
+    slowestMs: Math.round(report.slowestMs),
+    recover: report.recover,
+    ms: Math.round(ms),
+    problems: report.problems,
+    notes: report.notes,
+  }
 }
 
 async function main (): Promise<number> {
@@ -66,66 +112,41 @@ async function main (): Promise<number> {
   mkdirSync(logDir, { recursive: true })
   const suiteStart = performance.now()
 
-  const db = new PrivateMariaDb(join(dir, 'mariadb'), await freePort())
-  const zk = new PrivateZooKeeper(join(dir, 'zookeeper'), await freePort())
+  /** A lane's private MariaDB and ZooKeeper, made when its first scenario runs and kept across stages. */
+  const lanes: Suite[] = []
+  async function laneSuite (lane: number): Promise<Suite> {
+    const existing = lanes[lane]
+    if (existing !== undefined) return existing
+    const laneDir = join(dir, `lane${lane}`)
+    const db = new PrivateMariaDb(join(laneDir, 'mariadb'), await freePort())
+    const zk = new PrivateZooKeeper(join(laneDir, 'zookeeper'), await freePort())
+    const suite: Suite = { db, zk, dir: laneDir, logDir, documented: documentedErrors(), servers: [] }
+    lanes[lane] = suite
+    log(`lane ${lane}: private MariaDB on 127.0.0.1:${db.port}, ZooKeeper on 127.0.0.1:${zk.port} (data under ${laneDir})`)
+    await Promise.all([db.init(), zk.start()])
+    return suite
+  }
+
   const rows: ScenarioResult[] = []
   try {
-    log(`private MariaDB on 127.0.0.1:${db.port}, ZooKeeper on 127.0.0.1:${zk.port} (data under ${dir})`)
-    await Promise.all([db.init(), zk.start()])
-    const suite: Suite = { db, zk, dir, logDir, documented: documentedErrors() }
-
-    for (const scenario of scenarios) {
-      log(`scenario ${scenario.id}: ${scenario.title}`)
-      const report = new Report()
-      const started = performance.now()
-      let duplicates: number | undefined
-      let timer: NodeJS.Timeout | undefined
-      const timeoutMs = scenario.timeoutMs ?? SCENARIO_TIMEOUT_MS
-      try {
-        // Services a previous scenario stopped are back before the next one.
-        if (!db.running) await db.start()
-        if (!zk.running) await zk.start()
-        await Promise.race([
-          scenario.run(suite, report),
-          new Promise((_resolve, reject) => { timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs) }),
-        ])
-        duplicates = report.finish().duplicates
-      } catch (err) {
-        report.problems.push(`aborted: ${(err as Error).stack ?? String(err)}`)
-      } finally {
-        clearTimeout(timer)
-        await cleanUpServers(logDir, `s${scenario.id}`)
-      }
-      const ms = performance.now() - started
-      const status = report.problems.length === 0 ? 'PASS' : 'FAIL'
-      rows.push({
-        id: scenario.id,
-        title: scenario.title,
-        status,
-        requests: report.requests,
-        ids: report.ledger.ids,
-        duplicates,
-        failed: report.failed,
-        expected: report.expected,
-        expectedWhat: report.expectedWhat,
-        slowestMs: Math.round(report.slowestMs),
-        recover: report.recover,
-        ms: Math.round(ms),
-        problems: report.problems,
-        notes: report.notes,
-      })
-      log(`scenario ${scenario.id}: ${status} in ${fmtMs(ms)}`)
-      for (const note of report.notes) log(`  note: ${note}`)
-      for (const problem of report.problems) log(`  problem: ${problem}`)
+    for (const stage of STAGES) {
+      await Promise.all(stage.map(async (ids, lane) => {
+        for (const scenario of scenarios.filter((s) => ids.includes(s.id)).sort((a, b) => ids.indexOf(a.id) - ids.indexOf(b.id))) {
+          rows.push(await runScenario(await laneSuite(lane), scenario, lane))
+        }
+      }))
     }
   } finally {
-    await Promise.all([db.stop('SIGTERM'), zk.stop('SIGTERM')])
-    // Keep the services' own logs with the servers', then drop the data (some 150 MB).
-    const serviceLogs: [string, string][] = [[join(db.dir, 'error.log'), 'mariadb-error.log']]
-    for (const file of readdirSafe(zk.dir)) if (file.endsWith('.out')) serviceLogs.push([join(zk.dir, file), file])
-    for (const [from, to] of serviceLogs) if (existsSync(from)) cpSync(from, join(logDir, to))
+    await Promise.all(lanes.map(async (suite, lane) => {
+      await Promise.all([suite.db.stop('SIGTERM'), suite.zk.stop('SIGTERM')])
+      // Keep the services' own logs with the servers', then drop the data (some 150 MB a lane).
+      const serviceLogs: [string, string][] = [[join(suite.db.dir, 'error.log'), 'mariadb-error.log']]
+      for (const file of readdirSafe(suite.zk.dir)) if (file.endsWith('.out')) serviceLogs.push([join(suite.zk.dir, file), file])
+      for (const [from, to] of serviceLogs) if (existsSync(from)) cpSync(from, join(logDir, `lane${lane}-${to}`))
+    }))
     rmSync(dir, { recursive: true, force: true })
   }
+  rows.sort((a, b) => a.id - b.id)
 
   const results: FaultResults = { run: info, selected: wanted, totalMs: Math.round(performance.now() - suiteStart), scenarios: rows }
   const resultsFile = join(logDir, 'results.json')

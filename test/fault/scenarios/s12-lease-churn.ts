@@ -9,6 +9,15 @@ import { offsetClock, sleep } from '../services.js'
 export const CHURN_STARTS = Number(process.env.FAULT_CHURN_STARTS ?? 300)
 /** Processes alive at once: with the leases of the dead ones still running out, the pool's size or near. */
 const CONCURRENCY = 7
+/**
+ * Instances that hold an id from the churn's start to its end, per source. ZooKeeper frees a
+ * SIGTERMed holder's id at once and a killed one's a session timeout later, and a claimant
+ * takes it the moment it is gone: with 7 churning over 8 ids a slow host (CI's, 2 cores) can
+ * keep the pool short of full (peak 6 of 8 in one run). Two residents leave 6 ids to 7
+ * churners. db-lease needs none: its claimants watch a dead holder's row stand still for a
+ * whole TTL, so nearly every start there waits for a free id anyway.
+ */
+const RESIDENTS: Record<LeaseSource, number> = { 'db-lease': 0, 'zookeeper-lease': 2 }
 export const POOL_MIN = 0
 export const POOL_MAX = 7
 const POOL_SIZE = POOL_MAX - POOL_MIN + 1
@@ -58,6 +67,8 @@ interface SourceRun {
   ids: number
   workerIds: Set<number>
   peakHeld: number
+  /** Instances that held an id throughout (RESIDENTS). */
+  residents: number
   /** Starts that found every id leased and waited for one. */
   exhaustedWaits: number
   /** Starts that waited for a previous holder's last millisecond, and the longest wait. */
@@ -73,7 +84,8 @@ interface SourceRun {
 }
 
 /**
- * 12. Churn on a pool of 8 worker ids (0..7) held near exhaustion, per recyclable source:
+ * 12. Churn on a pool of 8 worker ids (0..7) held near exhaustion, per recyclable source
+ * (with RESIDENTS holding ids throughout):
  * CHURN_STARTS starts of `node dist/server.js` (snowflake only, each with its own
  * leaf.snowflake.port and cache folder), CONCURRENCY at a time, each taking a few IDs, then
  * ended as ENDINGS says. Passes when every start leases an id (a start waits for a lease to
@@ -92,7 +104,7 @@ export async function leaseChurn (suite: Suite, report: Report): Promise<void> {
   // its life waiting for a lease to run out, not on the CPU.
   const runs = await Promise.all(LEASE_SOURCES.map((source) => churn(suite, report, source)))
   report.note(`${CHURN_STARTS} starts per source, ${CONCURRENCY} at a time, pool ${POOL_MIN}..${POOL_MAX}, TTL ${TTL_MS} ms, heartbeat ${HEARTBEAT_MS} ms, clock ahead ${AHEAD}, pause ${fmtMs(PAUSE_MS)}; ` +
-    runs.map((r) => `${r.source}: ${r.starts} starts (${r.failedStarts} failed, ${r.refusedExhausted} refused with every id leased; ${r.endings.kill} SIGKILL, ${r.endings.term} SIGTERM (${r.badExits} exits not 0), ` +
+    runs.map((r) => `${r.source}: ${r.residents} residents holding an id throughout, ${r.starts} starts (${r.failedStarts} failed, ${r.refusedExhausted} refused with every id leased; ${r.endings.kill} SIGKILL, ${r.endings.term} SIGTERM (${r.badExits} exits not 0), ` +
       `${r.endings.pause} SIGSTOP (after SIGCONT: ${r.pausedLost} WORKER_LEASE_LOST, ${r.pausedServed} served), ${r.endings.ahead} clock ahead then SIGKILL, ` +
       `${r.endings['ahead-term']} clock ahead then SIGTERM and a restart (${r.retaken} took the id back, ${r.retakenWaited} of them waited)), ` +
       `${r.ids} IDs, ${r.workerIds.size} distinct worker ids, peak ${r.peakHeld} of ${POOL_SIZE} ids leased, ${r.exhaustedWaits} starts waited for a free id, ` +
@@ -112,6 +124,7 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
     ids: 0,
     workerIds: new Set(),
     peakHeld: 0,
+    residents: RESIDENTS[source],
     exhaustedWaits: 0,
     issuedUntilWaits: 0,
     retaken: 0,
@@ -139,7 +152,14 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
   })()
   /** True when the store showed every id leased in the REFUSAL_WINDOW_MS before `at`. */
   const fullBefore = (at: number) => samples.some((s) => s.at >= at - REFUSAL_WINDOW_MS && s.at <= at && s.held >= POOL_SIZE)
+  const lease = (label: string, port: number, cacheDir: string, env?: Record<string, string>) => startLeaseLeaf(suite, label, {
+    source, name, min: POOL_MIN, max: POOL_MAX, ttlMs: TTL_MS, heartbeatMs: HEARTBEAT_MS, port, cacheDir, keep: false, ...(env === undefined ? {} : { env }),
+  })
+  const residents: Leaf[] = []
   try {
+    for (let k = 0; k < run.residents; k++) {
+      residents.push(await lease(`${source}-resident-${k}`, FIRST_PORT + CHURN_STARTS + k, cacheDirOf(suite, name, `resident-${k}`)))
+    }
     await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
       /** After an 'ahead-term' ending: its cache folder and worker id, for the restart that follows. */
       let restartOf: { cacheDir: string, workerId: number | undefined } | undefined
@@ -153,18 +173,7 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
         run.starts++
         let leaf: Leaf
         try {
-          leaf = await startLeaseLeaf(suite, label, {
-            source,
-            name,
-            min: POOL_MIN,
-            max: POOL_MAX,
-            ttlMs: TTL_MS,
-            heartbeatMs: HEARTBEAT_MS,
-            port: FIRST_PORT + i,
-            cacheDir,
-            keep: false,
-            ...(ending === 'ahead' || ending === 'ahead-term' ? { env: offsetClock(AHEAD) } : {}),
-          })
+          leaf = await lease(label, FIRST_PORT + i, cacheDir, ending === 'ahead' || ending === 'ahead-term' ? offsetClock(AHEAD) : undefined)
         } catch (err) {
           const message = (err as Error).message
           if (message.includes(REFUSED_EXHAUSTED) && fullBefore(performance.now())) {
@@ -191,10 +200,11 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
           for (const w of decoded.workerIds) run.workerIds.add(w)
           report.check(decoded.workerIds.size <= 1, `${label}: IDs of worker ids ${[...decoded.workerIds].join(', ')}`)
           report.check([...decoded.workerIds].every((w) => w >= POOL_MIN && w <= POOL_MAX), `${label}: worker id ${[...decoded.workerIds].join(', ')} outside the pool`)
-          if (ending === 'pause') {
+          const gone = () => leaf.proc.exitCode !== null || leaf.proc.signalCode !== null
+          if (ending === 'pause' && !gone()) {
             process.kill(leaf.pid, 'SIGSTOP')
             await sleep(PAUSE_MS)
-            process.kill(leaf.pid, 'SIGCONT')
+            if (!gone()) process.kill(leaf.pid, 'SIGCONT')
             // Its id ran out meanwhile and may be another's: IDs only under a lease it holds.
             const r = await takeIds(report, client, leaf.url, 'snowflake', 'k', undefined, `${label}:resumed`, isLeaseLost)
             if (r.ids !== undefined) {
@@ -202,6 +212,7 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
               run.ids += r.ids.length
             } else if (isLeaseLost(r.answer)) run.pausedLost++
           }
+          report.check(!gone(), `${label}: exited by itself (code ${leaf.proc.exitCode}, signal ${leaf.proc.signalCode}): ${leaf.output.slice(-3).join(' | ').slice(0, 600)}`)
           const kill = ending !== 'term' && ending !== 'ahead-term'
           const code = await leaf.stop(kill ? 'SIGKILL' : 'SIGTERM')
           if (!kill && (code !== 0 || logLines(leaf, 'worker-id lease released').length !== 1)) {
@@ -224,7 +235,24 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
         }
       }
     }))
+    // The residents served throughout, and hand their ids back.
+    for (const [k, leaf] of residents.entries()) {
+      const label = `${source}-resident-${k}`
+      const client = new HttpClient()
+      try {
+        const r = await takeIds(report, client, leaf.url, 'snowflake', 'k', 5, label)
+        report.check(r.ids !== undefined, `${label}: no IDs at the end: ${describe(r.answer)}`)
+        run.ids += r.ids?.length ?? 0
+        for (const w of decodeAll(r.ids ?? []).workerIds) run.workerIds.add(w)
+      } finally {
+        client.close()
+      }
+      const code = await leaf.stop('SIGTERM')
+      report.check(code === 0 && logLines(leaf, 'worker-id lease released').length === 1, `${label}: SIGTERM: exit code ${code}, ${logLines(leaf, 'worker-id lease released').length} 'worker-id lease released' lines`)
+      logs.push(`--- ${label} (SIGTERM, exit ${code})`, ...leaf.output)
+    }
   } finally {
+    for (const leaf of residents) if (leaf.proc.exitCode === null && leaf.proc.signalCode === null) await leaf.stop('SIGKILL')
     run.ms = performance.now() - started
     state.done = true
     await watching
