@@ -16,13 +16,15 @@
 # later; trixie has 14).
 ARG NODE_IMAGE=node:26-trixie-slim
 
-# --- build: compile src/ to dist/ ---------------------------------------------------------
+# --- build: check src/ and bundle it into dist/server.js ----------------------------------
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-# Only tsc runs in this stage: no install script (native build) is needed here.
+# Only tsc and esbuild run in this stage: no install script (native build) is needed here
+# (esbuild's binary comes as a package of its own).
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
+COPY scripts/build-server.ts ./scripts/build-server.ts
 COPY src ./src
 # The server alone: the workspace's client package (client/) is not part of the image.
 RUN npm run build:server

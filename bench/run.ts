@@ -157,7 +157,7 @@ async function runCounts (): Promise<NonNullable<BenchResults['callgrind']>> {
   const pin = pinned ? ['taskset', '-c', '0'] : []
   const routes: CountedRoute[] = SINGLE.map((r) => ({ ...r, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], compiler: [], refused: [], ratios: [] }))
   const ceiling = new Map<number, CountedRow>()
-  const builds = [withoutHotMetrics()]
+  const builds = [await withoutHotMetrics()]
   const variants = builds.map((b) => ({ name: b.name, module: b.module, routes: SINGLE.map((r): CountedRow => ({ ...r, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], compiler: [], refused: [] })) }))
   try {
     for (let pair = 0; pair < PAIRS; pair++) {

@@ -9,11 +9,12 @@ export const ROOT = fileURLToPath(new URL('../', import.meta.url))
 
 /**
  * What published figures describe: the server and the client, the harnesses that measure them
- * (the bench, the fault suite), the dependencies and the compiler settings. A change to any of
- * them makes the figures stale; the results files themselves are not part of it.
+ * (the bench, the fault suite), the dependencies, the compiler settings and the bundling. A change
+ * to any of them makes the figures stale; the results files themselves are not part of it.
  */
 export const MEASURED_PATHS = [
   'src', 'client/src', 'bench', 'test/fault', 'package-lock.json', ':(glob)tsconfig*.json', ':(glob)client/tsconfig*.json',
+  'scripts/build-server.ts',
   ':(exclude)bench/results', ':(exclude)test/fault/results',
 ]
 

@@ -6,6 +6,7 @@ import mysql from 'mysql2/promise'
 import semver from 'semver'
 import t from 'tap'
 import { parse as parseYaml, parseAllDocuments } from 'yaml'
+import { ENTRY, EXTERNAL, OUTFILE, buildServer, bundledPackages } from '../scripts/build-server.js'
 import { DEFAULT_SQLITE_PATH, parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { KEYS, envName } from '../src/config/keys.js'
 import { loadConfig } from '../src/config/load-config.js'
@@ -119,7 +120,7 @@ function mounts (name: string): Map<string, string> {
 
 const containerPort = loadConfig({ cwd: ROOT, env: {} }).config.server.port
 
-const pkg = JSON.parse(read('package.json')) as { engines: { node: string }, overrides?: Record<string, unknown> }
+const pkg = JSON.parse(read('package.json')) as { engines: { node: string }, overrides?: Record<string, unknown>, scripts: Record<string, string> }
 const engines = new semver.Range(pkg.engines.node)
 
 t.test('the image: build, deps and runtime stages on one slim base of a Node LTS line package.json states', async (t) => {
@@ -134,8 +135,10 @@ t.test('the image: build, deps and runtime stages on one slim base of a Node LTS
   const buildRuns = all(build, 'RUN').join('\n')
   t.match(buildRuns, /npm ci\b/)
   t.match(buildRuns, /npm run build\b/)
-  const tsconfig = JSON.parse(read('tsconfig.json')) as { compilerOptions: { outDir: string, rootDir: string } }
-  t.equal(tsconfig.compilerOptions.outDir, 'dist', 'npm run build writes dist/')
+  const copied = all(build, 'COPY').flatMap((c) => c.split(/\s+/).slice(0, -1))
+  for (const needed of ['tsconfig.json', 'src', 'scripts/build-server.ts']) {
+    t.ok(copied.includes(needed), `the build stage copies ${needed}`)
+  }
 
   const depsRuns = all(deps, 'RUN').join('\n')
   t.match(depsRuns, /apt-get install [^\n]*\bpython3\b/)
@@ -188,9 +191,10 @@ t.test('the image runs as a user that is not root and owns its data folders', as
 
 t.test('the image\'s CMD runs the server the build produces; HEALTHCHECK and EXPOSE match it', async (t) => {
   t.same(cmd, ['node', 'dist/server.js'], 'exec form: node is PID 1 and gets SIGTERM itself')
-  // tsc writes rootDir's files to outDir: src/server.ts becomes the file the image runs.
-  const { compilerOptions } = JSON.parse(readFileSync(join(ROOT, 'tsconfig.json'), 'utf8')) as { compilerOptions: { rootDir: string, outDir: string } }
-  t.equal(join(ROOT, compilerOptions.outDir, posix.relative(compilerOptions.rootDir, 'src/server.ts').replace(/\.ts$/, '.js')), join(ROOT, cmd?.[1] ?? ''), 'tsc compiles src/server.ts to the CMD\'s file')
+  // npm run build:server bundles src/server.ts into the file the image runs.
+  t.equal(OUTFILE, join(ROOT, cmd?.[1] ?? ''), 'the build writes src/server.ts\'s bundle to the CMD\'s file')
+  t.equal(ENTRY, join(ROOT, 'src/server.ts'))
+  t.match(pkg.scripts['build:server'], /scripts\/build-server\.ts/, 'npm run build:server runs scripts/build-server.ts')
   t.equal(join(ROOT, cmd?.[1] ?? ''), SERVER_JS, 'the file the end-to-end tests run')
   t.ok(existsSync(SERVER_JS), 'dist/server.js exists after npm run build')
   t.ok(existsSync(join(ROOT, 'config/leaf.properties')), `${workdir}/config/leaf.properties is the default config`)
@@ -215,21 +219,24 @@ t.test('.dockerignore keeps local state out of the build context, and nothing th
   }
 })
 
-t.test('the built server imports only production dependencies (the image omits dev ones)', async (t) => {
+t.test('the built server bundles and imports only production dependencies (the image omits dev ones)', async (t) => {
   const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string> }
-  const files = readdirSync(join(ROOT, 'dist'), { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.js'))
-  t.ok(files.includes('server.js'))
-  const packages = new Set<string>()
-  for (const file of files) {
-    const code = readFileSync(join(ROOT, 'dist', file), 'utf8')
-    for (const m of code.matchAll(/(?:\bfrom\s*|\bimport\s*\(?\s*)['"]([^'"]+)['"]/g)) {
-      const spec = m[1] as string
-      if (spec.startsWith('.') || spec.startsWith('node:') || builtinModules.includes(spec)) continue
-      packages.add(spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/'))
-    }
+  const bundled = [...bundledPackages(await buildServer({ write: false }))].sort()
+  t.ok(bundled.includes('node_modules/fastify') && bundled.includes('node_modules/mysql2'), `bundled: ${bundled.join(', ')}`)
+  // What fastify, mysql2 ... bring with them: production packages of the lockfile, none dev-only.
+  const lock = JSON.parse(read('package-lock.json')) as { packages: Record<string, { dev?: boolean }> }
+  t.same(bundled.filter((p) => lock.packages[p] === undefined || lock.packages[p]?.dev === true), [], 'every bundled package is a production package of the lockfile')
+  const code = readFileSync(SERVER_JS, 'utf8')
+  const imported = new Set<string>()
+  // Its own imports, and the require() calls of the CommonJS packages bundled into it.
+  for (const m of code.matchAll(/^import\s[^'"]*['"]([^'"]+)['"]|\b__require\(["']([^"']+)["']\)/gm)) {
+    const spec = (m[1] ?? m[2]) as string
+    if (spec.startsWith('node:') || builtinModules.includes(spec)) continue
+    imported.add(spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/'))
   }
-  t.ok(packages.has('fastify'), 'imports were found')
-  t.same([...packages].filter((p) => !(p in pkg.dependencies)), [], 'every imported package is in dependencies')
+  // pino-pretty is not imported: pino's worker thread loads it by name, on a terminal.
+  t.same([...imported].sort(), EXTERNAL.filter((p) => p !== 'pino-pretty').sort(), 'dist/server.js imports only the packages left out of the bundle')
+  t.same(EXTERNAL.filter((p) => !(p in pkg.dependencies)), [], 'the packages left out are production dependencies: the image installs them')
 })
 
 t.test('the stack: MySQL and ZooKeeper healthy before the replicas start, Prometheus after', async (t) => {

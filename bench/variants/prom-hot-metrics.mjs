@@ -1,7 +1,7 @@
 // The bench's "without hot-metrics.ts" build: src/metrics/hot-metrics.ts's classes, with the
 // same interface, over prom-client's own Counter and Histogram, their labels() children created
 // once and kept, as a service would use prom-client without the hot metrics. bench/variants.ts
-// puts this file in place of dist/metrics/hot-metrics.js in a copy of the build.
+// bundles the server with this file in place of src/metrics/hot-metrics.ts.
 import { Counter, Histogram } from 'prom-client'
 
 export class HotCounter {
