@@ -4,7 +4,7 @@ import { connectZookeeper, zk, type Client } from '../../src/snowflake/worker-id
 import { ROOT, SERVER_JS, startServer, type ServerProcess } from '../helpers/server-process.js'
 import { IdLedger, parseIds } from './ledger.js'
 import { fmtMs } from './render.js'
-import { HttpClient, runLoad, type Answer } from './load.js'
+import { backgroundLoad, batchMix, type Answer, type HttpClient } from './load.js'
 import { track, type PrivateMariaDb, type PrivateZooKeeper } from './services.js'
 
 export { fmtMs }
@@ -119,6 +119,59 @@ export async function startLeaf (suite: Suite, label: string, o: LeafOptions): P
   const leaf = Object.assign(server, { label, pid: server.proc.pid ?? 0 })
   if (o.keep !== false) suite.servers.push(leaf)
   return leaf
+}
+
+export interface ScenarioLeafOptions {
+  /** The label of its log; by default `segment`, `snowflake` or `both`, after its modes. */
+  label?: string
+  /** Segment mode on, with a new tag of this table step (several steps: a tag each, named `-a`, `-b`, ...), all added before the start. */
+  step?: number | number[]
+  /** Segment mode on, reaching the database at this port (a proxy's); the private MariaDB's by default. */
+  segmentPort?: number
+  /** Snowflake mode on: ZooKeeper the private one's unless given, the cache folder the scenario's. */
+  snowflake?: { port: number, zk?: string, sessionTimeoutMs?: number, heartbeatMs?: number }
+  args?: string[]
+  env?: Record<string, string>
+}
+
+export interface ScenarioSetup {
+  /** leaf.name: unique, `fault-<id>-...`. */
+  name: string
+  /** The first of `tags`, or '' when segment mode has no tag of the scenario's. */
+  tag: string
+  tags: string[]
+  /** The snowflake cache folder: the scratch folder's `name`. */
+  cacheDir: string
+  /** What startLeaf takes to start (or restart) this identity. */
+  options: LeafOptions
+}
+
+/**
+ * A scenario's identity: a unique leaf.name (`fault-<id>`), its tags added to leaf_alloc, and the
+ * options of an instance on the private services, for scenarios that start it more than once.
+ */
+export async function scenarioSetup (suite: Suite, id: string, o: ScenarioLeafOptions): Promise<ScenarioSetup> {
+  const steps = o.step === undefined ? [] : typeof o.step === 'number' ? [o.step] : o.step
+  const tags = steps.map((_, i) => unique(steps.length === 1 ? id : `${id}-${String.fromCharCode(97 + i)}`))
+  for (const [i, tag] of tags.entries()) await suite.db.addTag(tag, steps[i] as number)
+  const name = unique(`fault-${id}`)
+  const cacheDir = join(suite.dir, name)
+  const s = o.snowflake
+  const options: LeafOptions = {
+    name,
+    segment: o.step !== undefined || o.segmentPort !== undefined ? suite.db.url(o.segmentPort) : undefined,
+    snowflake: s === undefined ? undefined : { ...s, zk: s.zk ?? suite.zk.address, cacheDir },
+    args: o.args,
+    env: o.env,
+  }
+  return { name, tag: tags[0] ?? '', tags, cacheDir, options }
+}
+
+/** scenarioSetup, then its one instance started. */
+export async function startScenarioLeaf (suite: Suite, id: string, o: ScenarioLeafOptions): Promise<ScenarioSetup & { leaf: Leaf }> {
+  const setup = await scenarioSetup(suite, id, o)
+  const label = o.label ?? (o.snowflake === undefined ? 'segment' : setup.options.segment === undefined ? 'snowflake' : 'both')
+  return { ...setup, leaf: await startLeaf(suite, label, setup.options) }
 }
 
 /** FAULT_SERVER_JS runs another build (e.g. a patched copy) instead of dist/server.js. */
@@ -358,27 +411,17 @@ export interface SteadyLoadOptions {
 
 /** Unpaced load on one instance (every fourth request a batch of 20) until stopped: its IDs, also in the ledger. */
 export function steadyLoad (report: Report, leaf: Leaf, o: SteadyLoadOptions): { stop (): Promise<bigint[]> } {
-  const count = o.clients ?? 3
-  const clients = Array.from({ length: count }, () => new HttpClient())
   const ids: bigint[] = []
-  const state = { stop: false }
-  const done = runLoad({
-    clients: count,
-    maxRequests: 500_000,
-    maxMs: 120_000,
-    stop: () => state.stop,
-    async step (c, n) {
-      const r = await takeIds(report, clients[c] as HttpClient, leaf.url, o.mode, o.key, n % 4 === 3 ? 20 : undefined, `${o.stream}-c${c}`, o.expected)
-      if (r.answer.ms > o.boundMs) report.failure(`${o.stream}: an answer took ${fmtMs(r.answer.ms)} (bound ${fmtMs(o.boundMs)})`)
-      if (r.ids !== undefined) ids.push(...r.ids)
-      await new Promise((resolve) => setTimeout(resolve, 1))
-    },
+  const batch = batchMix(4, 20)
+  const load = backgroundLoad({ clients: o.clients ?? 3, maxRequests: 500_000, maxMs: 120_000 }, async (client, c, n) => {
+    const r = await takeIds(report, client, leaf.url, o.mode, o.key, batch(n), `${o.stream}-c${c}`, o.expected)
+    if (r.answer.ms > o.boundMs) report.failure(`${o.stream}: an answer took ${fmtMs(r.answer.ms)} (bound ${fmtMs(o.boundMs)})`)
+    if (r.ids !== undefined) ids.push(...r.ids)
+    await new Promise((resolve) => setTimeout(resolve, 1))
   })
   return {
     async stop () {
-      state.stop = true
-      await done
-      for (const client of clients) client.close()
+      await load.stop()
       return ids
     },
   }

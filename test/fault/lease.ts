@@ -1,7 +1,7 @@
 import { join } from 'node:path'
 import { decodeSnowflakeId } from '../../src/snowflake/snowflake-generator.js'
 import { errorCode, startLeaf, takeIds, zkInspector, type Leaf, type Report, type Suite } from './harness.js'
-import { HttpClient, runLoad, type Answer } from './load.js'
+import { HttpClient, backgroundLoad, batchMix, type Answer } from './load.js'
 import { sleep, waitUntil } from './services.js'
 
 // What the worker-id lease scenarios (12-15) share: the two recyclable sources, the keys
@@ -179,27 +179,17 @@ export interface HolderLoad {
  * 0 while no fault is on) may be 503 WORKER_LEASE_LOST: that is what a fenced holder says.
  */
 export function loadHolder (report: Report, stream: string, leaf: Leaf, clients: number, ratePerSecond: number, faultAt: () => number): HolderLoad {
-  const http = Array.from({ length: clients }, () => new HttpClient())
   const answers: Taken[] = []
-  let stopped = false
   const lostOk = (x: Answer) => faultAt() > 0 && x.sentAt + x.ms >= faultAt() && isLeaseLost(x)
-  const load = runLoad({
-    clients,
-    maxRequests: 100_000,
-    maxMs: 60_000,
-    ratePerSecond,
-    stop: () => stopped,
-    async step (c, n) {
-      const { answer, ids } = await takeIds(report, http[c] as HttpClient, leaf.url, 'snowflake', 'k', n % 10 === 9 ? 10 : undefined, `${stream}-c${c}`, lostOk)
-      answers.push(take(answer, ids))
-    },
+  const batch = batchMix(10, 10)
+  const load = backgroundLoad({ clients, ratePerSecond, maxRequests: 100_000, maxMs: 60_000 }, async (client, c, n) => {
+    const { answer, ids } = await takeIds(report, client, leaf.url, 'snowflake', 'k', batch(n), `${stream}-c${c}`, lostOk)
+    answers.push(take(answer, ids))
   })
   return {
     answers,
     async stop () {
-      stopped = true
-      await load
-      for (const client of http) client.close()
+      await load.stop()
     },
   }
 }

@@ -93,3 +93,54 @@ export async function runLoad ({ clients, maxRequests, maxMs, perClient = Infini
   }))
   return { requests: issued, ms: performance.now() - start }
 }
+
+/** Which requests of a client are batches: its `n`-th asks for `batch` IDs when n % every === every - 1, else for one. */
+export function batchMix (every: number, batch: number): (n: number) => number | undefined {
+  return (n) => n % every === every - 1 ? batch : undefined
+}
+
+/** `n` keep-alive clients, one connection each. */
+export function httpClients (n: number): HttpClient[] {
+  return Array.from({ length: n }, () => new HttpClient())
+}
+
+export interface BackgroundLoadOptions {
+  clients: number
+  /** Requests per second over all clients; unpaced when absent. */
+  ratePerSecond?: number
+  /** Bounds on the whole run, in case stop() never comes: 200,000 requests and 90 s unless given. */
+  maxRequests?: number
+  maxMs?: number
+  /** Checked before each request: true ends the load before stop(). */
+  until?: () => boolean
+}
+
+export interface BackgroundLoad {
+  /** No new request; waits for those in flight, closes the clients; what runLoad counted. */
+  stop (): Promise<LoadResult>
+}
+
+/**
+ * A load that runs beside the scenario until stop(): `o.clients` clients of their own, client
+ * `c`'s `n`-th request sent by `step(client, c, n)` (`false` ends that client).
+ */
+export function backgroundLoad (o: BackgroundLoadOptions, step: (client: HttpClient, c: number, n: number) => Promise<unknown>): BackgroundLoad {
+  const clients = httpClients(o.clients)
+  const state = { stopped: false }
+  const done = runLoad({
+    clients: o.clients,
+    maxRequests: o.maxRequests ?? 200_000,
+    maxMs: o.maxMs ?? 90_000,
+    ratePerSecond: o.ratePerSecond,
+    stop: () => state.stopped || o.until?.() === true,
+    step: (c, n) => step(clients[c] as HttpClient, c, n),
+  })
+  let ended: Promise<LoadResult> | undefined
+  return {
+    stop () {
+      state.stopped = true
+      ended ??= done.finally(() => { for (const client of clients) client.close() })
+      return ended
+    },
+  }
+}
