@@ -1,5 +1,5 @@
-import { SCHEDULING_SLACK_MS, Timeline, describe, errorCode, fmtMs, startLeaf, takeIds, unique, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad, type Answer } from '../load.js'
+import { SCHEDULING_SLACK_MS, Timeline, describe, errorCode, fmtMs, startScenarioLeaf, takeIds, type Report, type Suite } from '../harness.js'
+import { HttpClient, backgroundLoad, batchMix, type Answer } from '../load.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'
 import { sleep } from '../services.js'
 
@@ -41,18 +41,17 @@ interface Round {
 export async function mysqlBlackhole (suite: Suite, report: Report): Promise<void> {
   const proxy = await createProxy(suite.db.port)
   try {
-    const tags = [unique('s11-a'), unique('s11-b')] as const
-    for (const tag of tags) await suite.db.addTag(tag, STEP)
-    const leaf = await startLeaf(suite, 'segment', {
-      name: unique('fault-s11'),
-      segment: suite.db.url(proxy.port),
+    // Both tags are in leaf_alloc before the start: the instance reads its tags then.
+    const { leaf, tags } = await startScenarioLeaf(suite, 's11', {
+      step: [STEP, STEP],
+      segmentPort: proxy.port,
       args: [`--leaf.jdbc.pool-size=${POOL_SIZE}`, `--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`],
     })
-    const clients = Array.from({ length: CLIENTS + 1 }, () => new HttpClient())
-    const prober = clients[CLIENTS] as HttpClient
+    const prober = new HttpClient()
     const timeline = new Timeline()
     const rounds: Round[] = []
     const state = { stop: false, tag: tags[0] as string }
+    const batch = batchMix(BATCH_EVERY, BATCH)
     report.expectedWhat = '503 SEGMENTS_NOT_READY'
     const refused = (a: Answer) => {
       const round = rounds[rounds.length - 1]
@@ -61,16 +60,9 @@ export async function mysqlBlackhole (suite: Suite, report: Report): Promise<voi
       return ok
     }
 
-    const load = runLoad({
-      clients: CLIENTS,
-      maxRequests: 200_000,
-      maxMs: 90_000,
-      ratePerSecond: RATE,
-      stop: () => state.stop,
-      async step (c, n) {
-        const { answer, ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'segment', state.tag, n % BATCH_EVERY === BATCH_EVERY - 1 ? BATCH : undefined, `c${c}`, refused)
-        timeline.add(answer, ids !== undefined, `client ${c} request ${n} (${describe(answer).slice(0, 60)})`)
-      },
+    const load = backgroundLoad({ clients: CLIENTS, ratePerSecond: RATE }, async (client, c, n) => {
+      const { answer, ids } = await takeIds(report, client, leaf.url, 'segment', state.tag, batch(n), `c${c}`, refused)
+      timeline.add(answer, ids !== undefined, `client ${c} request ${n} (${describe(answer).slice(0, 60)})`)
     })
     const ready: Answer[] = []
     const probing = (async () => {
@@ -91,10 +83,10 @@ export async function mysqlBlackhole (suite: Suite, report: Report): Promise<voi
       round.end = performance.now()
     }
     state.stop = true
-    const result = await load
+    const result = await load.stop()
     await probing
     const last = await prober.get(`${leaf.url}/readyz`, { timeoutMs: 10_000 })
-    for (const client of clients) client.close()
+    prober.close()
 
     const { slowest } = timeline
     report.check(slowest.ms <= BOUND_MS, `an answer took ${fmtMs(slowest.ms)} (${slowest.what}; bound ${WAIT_TIMEOUT_MS} + ${SCHEDULING_SLACK_MS} ms)`)

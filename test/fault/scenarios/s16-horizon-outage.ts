@@ -1,5 +1,5 @@
-import { Timeline, checkSlowest, fmtMs, startLeaf, takeIds, unique, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { Timeline, checkSlowest, fmtMs, startScenarioLeaf, takeIds, type Report, type Suite } from '../harness.js'
+import { HttpClient, backgroundLoad, batchMix } from '../load.js'
 import { waitUntil } from '../services.js'
 
 const CLIENTS = 8
@@ -24,34 +24,23 @@ const MAX_OUTAGE_MS = 120_000
  * long it lasted.
  */
 export async function horizonOutage (suite: Suite, report: Report): Promise<void> {
-  const tag = unique('s16')
-  await suite.db.addTag(tag, TABLE_STEP)
-  const leaf = await startLeaf(suite, 'segment', {
-    name: unique('fault-s16'),
-    segment: suite.db.url(),
+  const { leaf, tag } = await startScenarioLeaf(suite, 's16', {
+    step: TABLE_STEP,
     args: [`--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`],
     env: { LEAF_SEGMENT_BUFFER_SECONDS: String(BUFFER_SECONDS) },
   })
-  const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
   const probe = new HttpClient()
   const at: { stopped?: number, firstFailure?: number } = {}
-  let stop = false
   const timeline = new Timeline()
   // From the kill on, a 503 SEGMENTS_NOT_READY is the drained buffer: expected, and its time is the figure.
   const drained = (a: { status: number, body: string }) => at.stopped !== undefined && a.status === 503 && a.body.includes('SEGMENTS_NOT_READY')
   report.expectedWhat = '503 SEGMENTS_NOT_READY once drained'
 
-  const load = runLoad({
-    clients: CLIENTS,
-    maxRequests: 1_000_000,
-    maxMs: 30_000 + MAX_OUTAGE_MS + 60_000,
-    ratePerSecond: RATE,
-    stop: () => stop,
-    async step (c, n) {
-      const { answer, ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'segment', tag, n % BATCH_EVERY === BATCH_EVERY - 1 ? BATCH : undefined, `c${c}`, drained)
-      timeline.add(answer, ids !== undefined, `client ${c} request ${n}`)
-      if (ids === undefined && at.stopped !== undefined) at.firstFailure ??= answer.sentAt
-    },
+  const batch = batchMix(BATCH_EVERY, BATCH)
+  const load = backgroundLoad({ clients: CLIENTS, ratePerSecond: RATE, maxRequests: 1_000_000, maxMs: 30_000 + MAX_OUTAGE_MS + 60_000 }, async (client, c, n) => {
+    const { answer, ids } = await takeIds(report, client, leaf.url, 'segment', tag, batch(n), `c${c}`, drained)
+    timeline.add(answer, ids !== undefined, `client ${c} request ${n}`)
+    if (ids === undefined && at.stopped !== undefined) at.firstFailure ??= answer.sentAt
   })
 
   const cache = async () => {
@@ -72,9 +61,8 @@ export async function horizonOutage (suite: Suite, report: Report): Promise<void
     return ids !== undefined
   }, 15_000, 100)
   const backMs = performance.now() - upAt
-  stop = true
-  const result = await load
-  for (const client of [...clients, probe]) client.close()
+  const result = await load.stop()
+  probe.close()
 
   report.check(lastedMs >= BUFFER_SECONDS * 1000, `served only ${fmtMs(lastedMs)} with MariaDB down; the horizon is ${BUFFER_SECONDS} s`)
   report.check(back, `no ID within 15 s of MariaDB's restart (${fmtMs(backMs)})`)

@@ -1,5 +1,5 @@
-import { SCHEDULING_SLACK_MS, Timeline, fmtMs, startLeaf, takeIds, unique, watchMaxId, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { SCHEDULING_SLACK_MS, Timeline, fmtMs, startScenarioLeaf, takeIds, watchMaxId, type Report, type Suite } from '../harness.js'
+import { HttpClient, backgroundLoad, batchMix } from '../load.js'
 import { sleep } from '../services.js'
 
 const CLIENTS = 8
@@ -28,34 +28,23 @@ const MAX_DRAIN_REQUESTS = 100
  * no successful answer from the crash to the end of the paced load.
  */
 export async function mariadbOutage (suite: Suite, report: Report): Promise<void> {
-  const tag = unique('s2')
-  await suite.db.addTag(tag, STEP)
-  const leaf = await startLeaf(suite, 'segment', { name: unique('fault-s2'), segment: suite.db.url(), args: [`--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`] })
+  const { leaf, tag } = await startScenarioLeaf(suite, 's2', { step: STEP, args: [`--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`] })
   const watch = watchMaxId(suite.db, tag)
-  const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
+  const batch = batchMix(BATCH_EVERY, BATCH)
   let phase: 'before' | 'outage' | 'after' = 'before'
-  let stop = false
   const outage = { requests: 0, failed: 0, maxMs: 0 }
   const timeline = new Timeline()
 
-  const load = runLoad({
-    clients: CLIENTS,
-    maxRequests: 200_000,
-    maxMs: 90_000,
-    ratePerSecond: RATE,
-    stop: () => stop,
-    async step (c, n) {
-      const client = clients[c] as HttpClient
-      const during = phase === 'outage'
-      const failedBefore = report.failed
-      const { answer, ids } = await takeIds(report, client, leaf.url, 'segment', tag, n % BATCH_EVERY === BATCH_EVERY - 1 ? BATCH : undefined, `c${c}`)
-      timeline.add(answer, ids !== undefined, `client ${c} request ${n}`)
-      if (during) {
-        outage.requests++
-        outage.failed += report.failed - failedBefore
-        outage.maxMs = Math.max(outage.maxMs, answer.ms)
-      }
-    },
+  const load = backgroundLoad({ clients: CLIENTS, ratePerSecond: RATE }, async (client, c, n) => {
+    const during = phase === 'outage'
+    const failedBefore = report.failed
+    const { answer, ids } = await takeIds(report, client, leaf.url, 'segment', tag, batch(n), `c${c}`)
+    timeline.add(answer, ids !== undefined, `client ${c} request ${n}`)
+    if (during) {
+      outage.requests++
+      outage.failed += report.failed - failedBefore
+      outage.maxMs = Math.max(outage.maxMs, answer.ms)
+    }
   })
 
   await sleep(3000)
@@ -70,21 +59,21 @@ export async function mariadbOutage (suite: Suite, report: Report): Promise<void
   const maxAtUp = await suite.db.maxId(tag)
   report.check(maxAtUp >= maxBefore, `max_id after the crash (${maxAtUp}) is below the value read before it (${maxBefore})`)
   await sleep(5000)
-  stop = true
-  const result = await load
+  const result = await load.stop()
   const loadEnd = performance.now()
 
   // Service after the outage: IDs from a segment reserved after MariaDB came back.
   let servedMax = 0n
   let drained = 0
+  const drainer = new HttpClient()
   while (servedMax < maxAtUp && drained < MAX_DRAIN_REQUESTS) {
-    const { answer, ids } = await takeIds(report, clients[0] as HttpClient, leaf.url, 'segment', tag, DRAIN_BATCH, 'c0')
+    const { answer, ids } = await takeIds(report, drainer, leaf.url, 'segment', tag, DRAIN_BATCH, 'c0')
     timeline.add(answer, ids !== undefined, `drain batch ${drained}`)
     drained++
     if (ids === undefined) break
     servedMax = ids[ids.length - 1] as bigint
   }
-  for (const client of clients) client.close()
+  drainer.close()
   await sleep(300)
   await watch.stop()
   const finalMax = await suite.db.maxId(tag)

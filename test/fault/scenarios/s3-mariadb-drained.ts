@@ -1,5 +1,5 @@
-import { errorCode, fmtMs, readyz, startLeaf, takeIds, unique, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad, type Answer } from '../load.js'
+import { errorCode, fmtMs, readyz, startScenarioLeaf, takeIds, type Report, type Suite } from '../harness.js'
+import { HttpClient, backgroundLoad, type Answer } from '../load.js'
 import { sleep, waitUntil } from '../services.js'
 
 const CLIENTS = 8
@@ -19,19 +19,14 @@ const RECOVERY_BOUND_MS = 2000
  * failure.
  */
 export async function mariadbDrained (suite: Suite, report: Report): Promise<void> {
-  const tag = unique('s3')
-  await suite.db.addTag(tag, STEP)
-  const leaf = await startLeaf(suite, 'segment', {
-    name: unique('fault-s3'),
-    segment: suite.db.url(),
+  const { leaf, tag } = await startScenarioLeaf(suite, 's3', {
+    step: STEP,
     // Leaf's double buffer, so that a small step drains within seconds: the default horizon
     // would hold a minute of this load (scenario 16 measures that).
     args: [`--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`, '--leaf.segment.buffer-seconds=0'],
   })
-  const clients = Array.from({ length: CLIENTS + 1 }, () => new HttpClient())
-  const probe = clients[CLIENTS] as HttpClient
+  const probe = new HttpClient()
   report.expectedWhat = '503 SEGMENTS_NOT_READY'
-  let stop = false
   // Moments (performance.now()) the load loop and the scenario share.
   const at: { firstRefused?: number, up?: number, firstOkAfterUp?: number } = {}
   let slowest = 0
@@ -43,19 +38,12 @@ export async function mariadbDrained (suite: Suite, report: Report): Promise<voi
     return ok
   }
 
-  const load = runLoad({
-    clients: CLIENTS,
-    maxRequests: 200_000,
-    maxMs: 90_000,
-    ratePerSecond: RATE,
-    stop: () => stop,
-    async step (c) {
-      const { answer, ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'segment', tag, undefined, `c${c}`, notReady)
-      const doneAt = answer.sentAt + answer.ms
-      slowest = Math.max(slowest, answer.ms)
-      if (ids === undefined) at.firstRefused ??= doneAt
-      else if (at.up !== undefined && doneAt > at.up) at.firstOkAfterUp = Math.min(at.firstOkAfterUp ?? Infinity, doneAt)
-    },
+  const load = backgroundLoad({ clients: CLIENTS, ratePerSecond: RATE }, async (client, c) => {
+    const { answer, ids } = await takeIds(report, client, leaf.url, 'segment', tag, undefined, `c${c}`, notReady)
+    const doneAt = answer.sentAt + answer.ms
+    slowest = Math.max(slowest, answer.ms)
+    if (ids === undefined) at.firstRefused ??= doneAt
+    else if (at.up !== undefined && doneAt > at.up) at.firstOkAfterUp = Math.min(at.firstOkAfterUp ?? Infinity, doneAt)
   })
 
   await sleep(1500)
@@ -81,9 +69,8 @@ export async function mariadbDrained (suite: Suite, report: Report): Promise<voi
   }, 10_000, 25)
   await waitUntil(() => at.firstOkAfterUp !== undefined, 10_000)
   await sleep(2000)
-  stop = true
-  await load
-  for (const client of clients) client.close()
+  await load.stop()
+  probe.close()
 
   // A refusal outside [stop, restart + bound] is a failure, not an expected answer.
   const outside = refusals.filter((a) => a.sentAt < stoppedAt || a.sentAt + a.ms > upAt + RECOVERY_BOUND_MS)

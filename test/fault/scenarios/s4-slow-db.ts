@@ -1,6 +1,6 @@
 import mysql from 'mysql2/promise'
-import { fmtMs, startLeaf, takeIds, unique, watchMaxId, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { fmtMs, startScenarioLeaf, takeIds, watchMaxId, type Report, type Suite } from '../harness.js'
+import { HttpClient, batchMix, httpClients, runLoad } from '../load.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'
 
 const CLIENTS = 8
@@ -35,11 +35,10 @@ export async function slowDb (suite: Suite, report: Report): Promise<void> {
     // fresh connection (the worst case), twice over.
     const worstLoadMs = connectMs + 2 * queryMs
     const step = Math.ceil(IDS_PER_SECOND * worstLoadMs / 1000 * 2 / 0.9 / 1000) * 1000
-    const tag = unique('s4')
-    await suite.db.addTag(tag, step)
-    const leaf = await startLeaf(suite, 'segment', { name: unique('fault-s4'), segment: suite.db.url(proxy.port) })
+    const { leaf, tag } = await startScenarioLeaf(suite, 's4', { step, segmentPort: proxy.port })
     const watch = watchMaxId(suite.db, tag, 100)
-    const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
+    const clients = httpClients(CLIENTS)
+    const batch = batchMix(BATCH_EVERY, BATCH)
     const latencies: number[] = []
     let answered = 0
     const result = await runLoad({
@@ -48,7 +47,7 @@ export async function slowDb (suite: Suite, report: Report): Promise<void> {
       maxMs: RUN_MS + 30_000,
       ratePerSecond: RATE,
       async step (c, n) {
-        const { answer } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'segment', tag, n % BATCH_EVERY === BATCH_EVERY - 1 ? BATCH : undefined, `c${c}`)
+        const { answer } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'segment', tag, batch(n), `c${c}`)
         latencies.push(answer.ms)
         if (answer.status !== 0) answered++
       },
