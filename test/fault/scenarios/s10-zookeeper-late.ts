@@ -1,7 +1,6 @@
-import { join } from 'node:path'
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
-import { checkSlowest, fmtMs, metrics, startLeaf, takeIds, unique, type Leaf, type LeafOptions, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { checkSlowest, fmtMs, metrics, scenarioSetup, startLeaf, takeIds, type Leaf, type Report, type Suite } from '../harness.js'
+import { HttpClient, backgroundLoad, batchMix } from '../load.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'
 import { sleep, waitUntil } from '../services.js'
 
@@ -35,15 +34,11 @@ const EXIT_BOUND_MS = 10_000
  */
 export async function zookeeperLate (suite: Suite, report: Report): Promise<void> {
   const proxy = await createProxy(suite.zk.port)
-  const tag = unique('s10')
-  await suite.db.addTag(tag, 1000)
-  const name = unique('fault-s10')
-  const options: LeafOptions = {
-    name,
-    segment: suite.db.url(),
-    snowflake: { zk: `127.0.0.1:${proxy.port}`, port: 8001, cacheDir: join(suite.dir, name), sessionTimeoutMs: SESSION_TIMEOUT_MS, heartbeatMs: HEARTBEAT_MS },
+  const { tag, options } = await scenarioSetup(suite, 's10', {
+    step: 1000,
+    snowflake: { zk: `127.0.0.1:${proxy.port}`, port: 8001, sessionTimeoutMs: SESSION_TIMEOUT_MS, heartbeatMs: HEARTBEAT_MS },
     args: [`--leaf.snowflake.zk.connect-timeout-ms=${CONNECT_TIMEOUT_MS}`],
-  }
+  })
   const workerIds = new Set<number>()
   const reconnects: number[] = []
   const lives: string[] = []
@@ -127,32 +122,24 @@ async function serve (report: Report, leaf: Leaf, tag: string, act: (dead: () =>
     served.death ??= { at: performance.now(), how: `exit ${leaf.proc.exitCode} ${leaf.proc.signalCode ?? ''}`.trim(), why: crashLine(leaf.output) }
   }, () => {})
   const dead = () => served.death !== undefined && !state.stop
-  const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
-  const load = runLoad({
-    clients: CLIENTS,
-    maxRequests: 1_000_000,
-    maxMs: 120_000,
-    ratePerSecond: RATE,
-    stop: () => state.stop || served.death !== undefined,
-    async step (c, n) {
-      const mode = n % 2 === 0 ? 'segment' : 'snowflake'
-      const { ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, mode, mode === 'segment' ? tag : `k${c}`, n % 10 === 9 ? 10 : undefined, `${leaf.label}c${c}`)
-      served.requests++
-      if (ids === undefined) return
-      if (mode === 'segment') served.segment += ids.length
-      else {
-        served.snowflake += ids.length
-        for (const id of ids) served.workerIds.add(decodeSnowflakeId(id).workerId)
-      }
-    },
+  const batch = batchMix(10, 10)
+  const load = backgroundLoad({ clients: CLIENTS, ratePerSecond: RATE, maxRequests: 1_000_000, maxMs: 120_000, until: () => served.death !== undefined }, async (client, c, n) => {
+    const mode = n % 2 === 0 ? 'segment' : 'snowflake'
+    const { ids } = await takeIds(report, client, leaf.url, mode, mode === 'segment' ? tag : `k${c}`, batch(n), `${leaf.label}c${c}`)
+    served.requests++
+    if (ids === undefined) return
+    if (mode === 'segment') served.segment += ids.length
+    else {
+      served.snowflake += ids.length
+      for (const id of ids) served.workerIds.add(decodeSnowflakeId(id).workerId)
+    }
   })
   try {
     await act(dead)
     await sleep(500)
   } finally {
     state.stop = true
-    await load
-    for (const client of clients) client.close()
+    await load.stop()
   }
   return served
 }

@@ -1,7 +1,6 @@
-import { join } from 'node:path'
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
-import { SCHEDULING_SLACK_MS, Timeline, fmtMs, metrics, startLeaf, takeIds, unique, zkInspector, type Report, type Suite, type ZkInspector } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { SCHEDULING_SLACK_MS, Timeline, fmtMs, metrics, startScenarioLeaf, takeIds, zkInspector, type Report, type Suite, type ZkInspector } from '../harness.js'
+import { HttpClient, backgroundLoad, batchMix } from '../load.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'
 import { sleep, waitUntil } from '../services.js'
 
@@ -29,17 +28,14 @@ export async function zookeeperOutage (suite: Suite, report: Report): Promise<vo
   const proxy = await createProxy(suite.zk.port)
   let inspector: ZkInspector | undefined
   try {
-    const name = unique('fault-s5')
     const port = 7501
-    const temporary = `/snowflake/${name}/temporary/127.0.0.1:${port}`
-    const leaf = await startLeaf(suite, 'snowflake', {
-      name,
-      snowflake: { zk: `127.0.0.1:${proxy.port}`, port, cacheDir: join(suite.dir, name), sessionTimeoutMs: SESSION_TIMEOUT_MS, heartbeatMs: HEARTBEAT_MS },
+    const { leaf, name } = await startScenarioLeaf(suite, 's5', {
+      snowflake: { zk: `127.0.0.1:${proxy.port}`, port, sessionTimeoutMs: SESSION_TIMEOUT_MS, heartbeatMs: HEARTBEAT_MS },
       args: [`--leaf.segment.wait-timeout-ms=${WAIT_TIMEOUT_MS}`],
     })
+    const temporary = `/snowflake/${name}/temporary/127.0.0.1:${port}`
     const timeline = new Timeline()
-    const clients = Array.from({ length: CLIENTS + 1 }, () => new HttpClient())
-    const scraper = clients[CLIENTS] as HttpClient
+    const scraper = new HttpClient()
     const workerIds = new Set<number>()
     const state = { stop: false }
 
@@ -60,17 +56,11 @@ export async function zookeeperOutage (suite: Suite, report: Report): Promise<vo
     })()
     const isConnected = (v: number) => () => connected[connected.length - 1] === v
 
-    const load = runLoad({
-      clients: CLIENTS,
-      maxRequests: 400_000,
-      maxMs: 150_000,
-      ratePerSecond: RATE,
-      stop: () => state.stop,
-      async step (c, n) {
-        const { answer, ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'snowflake', `k${c}`, n % 10 === 9 ? 20 : undefined, `c${c}`)
-        timeline.add(answer, ids !== undefined, `client ${c} request ${n}`)
-        for (const id of ids ?? []) workerIds.add(decodeSnowflakeId(id).workerId)
-      },
+    const batch = batchMix(10, 20)
+    const load = backgroundLoad({ clients: CLIENTS, ratePerSecond: RATE, maxRequests: 400_000, maxMs: 150_000 }, async (client, c, n) => {
+      const { answer, ids } = await takeIds(report, client, leaf.url, 'snowflake', `k${c}`, batch(n), `c${c}`)
+      timeline.add(answer, ids !== undefined, `client ${c} request ${n}`)
+      for (const id of ids ?? []) workerIds.add(decodeSnowflakeId(id).workerId)
     })
 
     await sleep(2000)
@@ -123,10 +113,10 @@ export async function zookeeperOutage (suite: Suite, report: Report): Promise<vo
 
     await sleep(2000)
     state.stop = true
-    const result = await load
+    const result = await load.stop()
     const loadEnd = performance.now()
     await scraping
-    for (const client of clients) client.close()
+    scraper.close()
 
     report.check(connected.join(',') === '1,0,1,0,1', `leaf_zookeeper_connected went ${connected.join(' -> ')} (expected 1 -> 0 -> 1 -> 0 -> 1)`)
     report.check(scrapeErrors.length === 0, `/metrics failed ${scrapeErrors.length} times: ${scrapeErrors.slice(0, 3).join(' | ')}`)

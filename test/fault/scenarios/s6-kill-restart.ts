@@ -1,8 +1,7 @@
-import { join } from 'node:path'
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
 import { readWorkerCache } from '../../../src/snowflake/worker-id/cache-file.js'
-import { fmtMs, startLeaf, takeIds, unique, zkInspector, type Leaf, type LeafOptions, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { fmtMs, scenarioSetup, startLeaf, takeIds, zkInspector, type Leaf, type Report, type Suite } from '../harness.js'
+import { backgroundLoad, batchMix } from '../load.js'
 import { sleep } from '../services.js'
 
 const CLIENTS = 8
@@ -31,48 +30,35 @@ function newLife (): Life {
  * time + one heartbeat). Requests cut by the kill are counted apart (they got no answer).
  */
 export async function killRestart (suite: Suite, report: Report): Promise<void> {
-  const name = unique('fault-s6')
-  const tag = unique('s6')
-  const port = 7601
-  const cacheDir = join(suite.dir, name)
-  await suite.db.addTag(tag, STEP)
-  const options: LeafOptions = { name, segment: suite.db.url(), snowflake: { zk: suite.zk.address, port, cacheDir, heartbeatMs: HEARTBEAT_MS } }
+  const { name, tag, cacheDir, options } = await scenarioSetup(suite, 's6', { step: STEP, snowflake: { port: 7601, heartbeatMs: HEARTBEAT_MS } })
   const inspector = await zkInspector(suite.zk)
   try {
     const lives = [newLife(), newLife()] as const
     const state: { leaf: Leaf, life: 0 | 1, killedAt?: number } = { leaf: await startLeaf(suite, 'life1', options), life: 0 }
     let restarted: (leaf: Leaf) => void = () => {}
     const secondLife = new Promise<Leaf>((resolve) => { restarted = resolve })
-    const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
-    let stop = false
+    const batch = batchMix(10, 20)
     report.expectedWhat = 'cut by SIGKILL'
 
-    const load = runLoad({
-      clients: CLIENTS,
-      maxRequests: 200_000,
-      maxMs: 90_000,
-      ratePerSecond: RATE,
-      stop: () => stop,
-      async step (c, n) {
-        const { leaf, life } = state
-        const mode = n % 2 === 0 ? 'segment' : 'snowflake'
-        // Only a request to the killed process, answered after the kill with no HTTP answer.
-        const cut = (a: { status: number }) => life === 0 && state.killedAt !== undefined && a.status === 0
-        const { answer, ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, mode, mode === 'segment' ? tag : 'k', n % 10 === 9 ? 20 : undefined, `c${c}`, cut)
-        if (ids === undefined) {
-          if (cut(answer)) await secondLife
-          return
-        }
-        const l = lives[life]
-        const r = l[mode]
-        for (const id of ids) {
-          if (id < r.min) r.min = id
-          if (id > r.max) r.max = id
-          if (mode === 'snowflake') l.workerIds.add(decodeSnowflakeId(id).workerId)
-        }
-        r.n += ids.length
-        l.first[mode] ??= answer.sentAt + answer.ms
-      },
+    const load = backgroundLoad({ clients: CLIENTS, ratePerSecond: RATE }, async (client, c, n) => {
+      const { leaf, life } = state
+      const mode = n % 2 === 0 ? 'segment' : 'snowflake'
+      // Only a request to the killed process, answered after the kill with no HTTP answer.
+      const cut = (a: { status: number }) => life === 0 && state.killedAt !== undefined && a.status === 0
+      const { answer, ids } = await takeIds(report, client, leaf.url, mode, mode === 'segment' ? tag : 'k', batch(n), `c${c}`, cut)
+      if (ids === undefined) {
+        if (cut(answer)) await secondLife
+        return
+      }
+      const l = lives[life]
+      const r = l[mode]
+      for (const id of ids) {
+        if (id < r.min) r.min = id
+        if (id > r.max) r.max = id
+        if (mode === 'snowflake') l.workerIds.add(decodeSnowflakeId(id).workerId)
+      }
+      r.n += ids.length
+      l.first[mode] ??= answer.sentAt + answer.ms
     })
 
     await sleep(3000 + Math.random() * 2000)
@@ -90,9 +76,7 @@ export async function killRestart (suite: Suite, report: Report): Promise<void> 
     state.life = 1
     restarted(second)
     await sleep(HEARTBEAT_MS + 1500)
-    stop = true
-    const result = await load
-    for (const client of clients) client.close()
+    const result = await load.stop()
 
     const [one, two] = lives
     const lastStored = Math.max(cached?.lastTimestamp ?? 0, typeof stored?.timestamp === 'number' ? stored.timestamp : 0)

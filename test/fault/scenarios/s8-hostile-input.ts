@@ -1,5 +1,4 @@
-import { join } from 'node:path'
-import { alive, fmtMs, metrics, procStats, startLeaf, takeIds, unique, type Report, type Suite } from '../harness.js'
+import { alive, fmtMs, metrics, procStats, startScenarioLeaf, takeIds, type Report, type Suite } from '../harness.js'
 import { createRandom, hostileRequest, rawRequest, type HostileRequest, type RawAnswer } from '../hostile.js'
 import { parseAnswerIds, parseIds } from '../ledger.js'
 import { HttpClient, runLoad } from '../load.js'
@@ -22,15 +21,7 @@ const TOKEN = 'fault-suite-token'
 export async function hostileInput (suite: Suite, report: Report): Promise<void> {
   const seed = Number(process.env.FAULT_SEED ?? Date.now() % 1_000_000)
   const random = createRandom(seed)
-  const tag = unique('s8')
-  await suite.db.addTag(tag, 1000)
-  const name = unique('fault-s8')
-  const leaf = await startLeaf(suite, 'both', {
-    name,
-    segment: suite.db.url(),
-    snowflake: { zk: suite.zk.address, port: 7801, cacheDir: join(suite.dir, name) },
-    args: [`--leaf.admin.token=${TOKEN}`],
-  })
+  const { leaf, tag } = await startScenarioLeaf(suite, 's8', { step: 1000, snowflake: { port: 7801 }, args: [`--leaf.admin.token=${TOKEN}`] })
 
   // "Before" is a server at its working size: V8 sizes its heap to the load, and 20,000 valid
   // requests alone move a cold server's RSS by some 45 MB. So first as many connections as

@@ -1,8 +1,7 @@
-import { join } from 'node:path'
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
-import { describe, fmtMs, procStats, startLeaf, takeIds, unique, type Report, type Suite } from '../harness.js'
+import { describe, fmtMs, procStats, startScenarioLeaf, takeIds, type Report, type Suite } from '../harness.js'
 import { createRandom } from '../hostile.js'
-import { HttpClient, runLoad } from '../load.js'
+import { HttpClient, httpClients, runLoad } from '../load.js'
 import { sleep } from '../services.js'
 
 const CLIENTS = 16
@@ -27,15 +26,8 @@ const FD_GROWTH_BOUND = 4
  * warm-up, within the stated bounds.
  */
 export async function soak (suite: Suite, report: Report): Promise<void> {
-  const tag = unique('s9')
-  await suite.db.addTag(tag, 10_000)
-  const name = unique('fault-s9')
-  const leaf = await startLeaf(suite, 'both', {
-    name,
-    segment: suite.db.url(),
-    snowflake: { zk: suite.zk.address, port: 7901, cacheDir: join(suite.dir, name) },
-  })
-  const clients = Array.from({ length: CLIENTS + 1 }, () => new HttpClient())
+  const { leaf, tag } = await startScenarioLeaf(suite, 's9', { step: 10_000, snowflake: { port: 7901 } })
+  const clients = httpClients(CLIENTS + 1)
   const scraper = clients[CLIENTS] as HttpClient
   const randoms = Array.from({ length: CLIENTS }, (_, c) => createRandom(c + 1))
   const lastSnowflake: (bigint | undefined)[] = []
