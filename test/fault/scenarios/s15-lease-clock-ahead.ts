@@ -1,5 +1,5 @@
 import { alive, fmtMs, takeIds, unique, type Leaf, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { HttpClient, backgroundLoad, batchMix } from '../load.js'
 import { LEASE_SOURCES, LEASED_MSG, cacheDirOf, decodeAll, largestWait, logLines, startLeaseLeaf, waitReleased, type LeaseSource } from '../lease.js'
 import { offsetClock, sleep, waitUntil } from '../services.js'
 
@@ -53,28 +53,19 @@ async function clockAhead (suite: Suite, report: Report, source: LeaseSource): P
   const fig: Figures = { source, oldIds: 0, oldMaxTs: 0, oldAheadMs: 0, previousIssuedUntil: 0, waitMs: 0, newIds: 0, newMinTs: 0, newStartMs: 0 }
   let fresh: Leaf | undefined
   try {
-    const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
     const oldIds: bigint[] = []
-    const state = { stop: false, killed: false }
+    const state = { killed: false }
+    const batch = batchMix(10, 10)
     report.expectedWhat = 'cut by SIGKILL'
-    const load = runLoad({
-      clients: CLIENTS,
-      maxRequests: 100_000,
-      maxMs: 30_000,
-      ratePerSecond: RATE,
-      stop: () => state.stop,
-      async step (c, n) {
-        const { ids } = await takeIds(report, clients[c] as HttpClient, old.url, 'snowflake', 'k', n % 10 === 9 ? 10 : undefined, `${source}-old-c${c}`, (a) => state.killed && a.status === 0)
-        if (ids !== undefined) oldIds.push(...ids)
-      },
+    const load = backgroundLoad({ clients: CLIENTS, ratePerSecond: RATE, maxRequests: 100_000, maxMs: 30_000 }, async (client, c, n) => {
+      const { ids } = await takeIds(report, client, old.url, 'snowflake', 'k', batch(n), `${source}-old-c${c}`, (a) => state.killed && a.status === 0)
+      if (ids !== undefined) oldIds.push(...ids)
     })
     await sleep(OLD_SERVES_MS)
     state.killed = true
     process.kill(old.pid, 'SIGKILL')
     const killedWall = Date.now()
-    state.stop = true
-    await load
-    for (const client of clients) client.close()
+    await load.stop()
     await old.exited
     const oldDecoded = decodeAll(oldIds)
     fig.oldIds = oldIds.length

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
-import { fmtMs, readyz, startLeaf, takeIds, unique, type Leaf, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { fmtMs, readyz, scenarioSetup, startLeaf, takeIds, type Leaf, type Report, type Suite } from '../harness.js'
+import { HttpClient, backgroundLoad, batchMix } from '../load.js'
 import { sleep, waitUntil } from '../services.js'
 
 const INSTANCES = 3
@@ -28,39 +28,25 @@ interface CacheView { segments?: { value: string, max: string }[], value0?: stri
  * are given as environment variables, which it ignores).
  */
 export async function rollingRestart (suite: Suite, report: Report): Promise<void> {
-  const tag = unique('s17')
-  const name = unique('fault-s17')
-  await suite.db.addTag(tag, TABLE_STEP)
+  const { tag, name, options } = await scenarioSetup(suite, 's17', { step: TABLE_STEP })
   const initialMaxId = await suite.db.maxId(tag)
-  const start = (i: number) => startLeaf(suite, `leaf${i}`, {
-    name,
-    segment: suite.db.url(),
-    env: { LEAF_SEGMENT_STATE_FILE: join(suite.dir, `${name}-${i}.json`) },
-  })
+  const start = (i: number) => startLeaf(suite, `leaf${i}`, { ...options, env: { LEAF_SEGMENT_STATE_FILE: join(suite.dir, `${name}-${i}.json`) } })
   const leaves: (Leaf | undefined)[] = []
   for (let i = 0; i < INSTANCES; i++) leaves.push(await start(i))
-  const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
   const probe = new HttpClient()
-  let stop = false
+  const batch = batchMix(BATCH_EVERY, BATCH)
   let issued = 0n
   let next = 0
   const exits: (number | null)[] = []
   const restartMs: number[] = []
 
-  const load = runLoad({
-    clients: CLIENTS,
-    maxRequests: 2_000_000,
-    maxMs: 600_000,
-    ratePerSecond: RATE,
-    stop: () => stop,
-    async step (c, n) {
-      // Round-robin over the instances in the load; one taken out gets nothing new.
-      let leaf: Leaf | undefined
-      for (let k = 0; k < INSTANCES && leaf === undefined; k++) leaf = leaves[next++ % INSTANCES]
-      if (leaf === undefined) return
-      const { ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'segment', tag, n % BATCH_EVERY === BATCH_EVERY - 1 ? BATCH : undefined, `c${c}-${leaf.pid}`)
-      if (ids !== undefined) issued += BigInt(ids.length)
-    },
+  const load = backgroundLoad({ clients: CLIENTS, ratePerSecond: RATE, maxRequests: 2_000_000, maxMs: 600_000 }, async (client, c, n) => {
+    // Round-robin over the instances in the load; one taken out gets nothing new.
+    let leaf: Leaf | undefined
+    for (let k = 0; k < INSTANCES && leaf === undefined; k++) leaf = leaves[next++ % INSTANCES]
+    if (leaf === undefined) return
+    const { ids } = await takeIds(report, client, leaf.url, 'segment', tag, batch(n), `c${c}-${leaf.pid}`)
+    if (ids !== undefined) issued += BigInt(ids.length)
   })
 
   await sleep(SETTLE_MS * 2)
@@ -79,8 +65,7 @@ export async function rollingRestart (suite: Suite, report: Report): Promise<voi
       await sleep(SETTLE_MS)
     }
   }
-  stop = true
-  const result = await load
+  const result = await load.stop()
 
   // What the running instances still hold is not lost.
   let held = 0n
@@ -97,7 +82,7 @@ export async function rollingRestart (suite: Suite, report: Report): Promise<voi
       if (hi > lo) held += hi - lo
     }
   }
-  for (const client of [...clients, probe]) client.close()
+  probe.close()
   const span = last - first + 1n
   const lost = span - issued - held
   const share = Number(lost) / Number(span)

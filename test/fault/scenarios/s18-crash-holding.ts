@@ -1,6 +1,6 @@
 import { join } from 'node:path'
-import { fmtMs, metrics, startLeaf, takeIds, unique, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { fmtMs, metrics, scenarioSetup, startLeaf, takeIds, type Report, type Suite } from '../harness.js'
+import { HttpClient, backgroundLoad, batchMix } from '../load.js'
 import { sleep, waitUntil } from '../services.js'
 
 const CLIENTS = 8
@@ -16,39 +16,26 @@ const BUFFER_SECONDS = 30
  * the second instance, which gives its own tail back (leaf_segment_ids_returned_total).
  */
 export async function crashHolding (suite: Suite, report: Report): Promise<void> {
-  const tag = unique('s18')
-  const name = unique('fault-s18')
-  await suite.db.addTag(tag, TABLE_STEP)
-  const options = {
-    name,
-    segment: suite.db.url(),
-    env: { LEAF_SEGMENT_BUFFER_SECONDS: String(BUFFER_SECONDS), LEAF_SEGMENT_STATE_FILE: join(suite.dir, `${name}.json`) },
-  }
+  const setup = await scenarioSetup(suite, 's18', { step: TABLE_STEP })
+  const { tag, name } = setup
+  const options = { ...setup.options, env: { LEAF_SEGMENT_BUFFER_SECONDS: String(BUFFER_SECONDS), LEAF_SEGMENT_STATE_FILE: join(suite.dir, `${name}.json`) } }
   const lives = [{ max: -1n, min: -1n, n: 0 }, { max: -1n, min: -1n, n: 0 }]
   const state = { leaf: await startLeaf(suite, 'life1', options), life: 0, killed: false }
-  const clients = Array.from({ length: CLIENTS }, () => new HttpClient())
   const probe = new HttpClient()
-  let stop = false
+  const batch = batchMix(10, 10)
   report.expectedWhat = 'cut by SIGKILL'
 
-  const load = runLoad({
-    clients: CLIENTS,
-    maxRequests: 200_000,
-    maxMs: 120_000,
-    ratePerSecond: RATE,
-    stop: () => stop,
-    async step (c, n) {
-      const { leaf, life } = state
-      if (state.killed && life === 0) return sleep(10)
-      const cut = (a: { status: number }) => life === 0 && state.killed && a.status === 0
-      const { ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'segment', tag, n % 10 === 9 ? 10 : undefined, `c${c}-${life}`, cut)
-      const l = lives[life] as { max: bigint, min: bigint, n: number }
-      for (const id of ids ?? []) {
-        if (l.min < 0n || id < l.min) l.min = id
-        if (id > l.max) l.max = id
-        l.n++
-      }
-    },
+  const load = backgroundLoad({ clients: CLIENTS, ratePerSecond: RATE, maxMs: 120_000 }, async (client, c, n) => {
+    const { leaf, life } = state
+    if (state.killed && life === 0) return sleep(10)
+    const cut = (a: { status: number }) => life === 0 && state.killed && a.status === 0
+    const { ids } = await takeIds(report, client, leaf.url, 'segment', tag, batch(n), `c${c}-${life}`, cut)
+    const l = lives[life] as { max: bigint, min: bigint, n: number }
+    for (const id of ids ?? []) {
+      if (l.min < 0n || id < l.min) l.min = id
+      if (id > l.max) l.max = id
+      l.n++
+    }
   })
 
   const cache = async () => {
@@ -69,14 +56,13 @@ export async function crashHolding (suite: Suite, report: Report): Promise<void>
   state.life = 1
   const restartMs = performance.now() - killedAt
   await sleep(3000)
-  stop = true
-  await load
+  await load.stop()
   const [one, two] = lives as [typeof lives[0], typeof lives[0]]
   const returnedBefore = (await metrics(probe, second.url)).get(`leaf_segment_ids_returned_total{key="${tag}"}`) ?? 0
   const maxBeforeTerm = await suite.db.maxId(tag)
   const code = await second.stop('SIGTERM')
   const maxAfterTerm = await suite.db.maxId(tag)
-  for (const client of [...clients, probe]) client.close()
+  probe.close()
 
   report.check(held !== undefined && held.segments.length >= 3, `the first life held ${held?.segments.length} segments at the kill: the scenario needs a chain`)
   report.check(maxAfter === maxAtKill, `max_id moved after the kill (${maxAtKill} -> ${maxAfter}): something was returned or reserved by a dead process`)

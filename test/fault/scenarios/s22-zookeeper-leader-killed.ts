@@ -4,7 +4,7 @@ import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js
 import { fenceMarginMs } from '../../../src/snowflake/worker-id/recyclable-lease.js'
 import { ZooKeeperEnsemble } from '../../helpers/zookeeper-ensemble.js'
 import { SCHEDULING_SLACK_MS, errorCode, fmtMs, startLeaf, takeIds, unique, type Leaf, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad, type Answer } from '../load.js'
+import { HttpClient, backgroundLoad, batchMix, type Answer } from '../load.js'
 import { sleep } from '../services.js'
 
 // Scenarios 22 and 23 share this part (23 imports it): a private 3-node ZooKeeper ensemble of
@@ -179,28 +179,16 @@ export class EnsembleRun {
    * than LATENCY_BOUND_MS; `expected` accepts an answer as expected instead of failed.
    */
   load (stream: string, leaf: Leaf, expected?: (a: Answer) => boolean): InstanceLoad {
-    const http = Array.from({ length: CLIENTS }, () => new HttpClient())
     const answers: Taken[] = []
-    const state = { stopped: false }
     const report = this.report
-    const done = runLoad({
-      clients: CLIENTS,
-      maxRequests: 200_000,
-      maxMs: 150_000,
-      ratePerSecond: RATE,
-      stop: () => state.stopped,
-      async step (c, n) {
-        const wallSent = Date.now()
-        const { answer, ids } = await takeIds(report, http[c] as HttpClient, leaf.url, 'snowflake', 'k', n % 10 === 9 ? 20 : undefined, `${stream}-c${c}`, expected)
-        if (answer.ms > LATENCY_BOUND_MS) report.failure(`${stream}: an answer took ${fmtMs(answer.ms)} (bound ${fmtMs(LATENCY_BOUND_MS)})`)
-        answers.push({ sentAt: answer.sentAt, doneAt: answer.sentAt + answer.ms, wallSent, status: answer.status, code: answer.status === 200 ? undefined : errorCode(answer), ids: ids ?? [] })
-      },
+    const batch = batchMix(10, 20)
+    const load = backgroundLoad({ clients: CLIENTS, ratePerSecond: RATE, maxMs: 150_000 }, async (client, c, n) => {
+      const wallSent = Date.now()
+      const { answer, ids } = await takeIds(report, client, leaf.url, 'snowflake', 'k', batch(n), `${stream}-c${c}`, expected)
+      if (answer.ms > LATENCY_BOUND_MS) report.failure(`${stream}: an answer took ${fmtMs(answer.ms)} (bound ${fmtMs(LATENCY_BOUND_MS)})`)
+      answers.push({ sentAt: answer.sentAt, doneAt: answer.sentAt + answer.ms, wallSent, status: answer.status, code: answer.status === 200 ? undefined : errorCode(answer), ids: ids ?? [] })
     })
-    const stop = async () => {
-      state.stopped = true
-      await done
-      for (const client of http) client.close()
-    }
+    const stop = async () => { await load.stop() }
     this.stoppers.push(stop)
     return { answers, stop }
   }

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import { fmtMs, startLeaf, takeIds, unique, zkInspector, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { backgroundLoad, batchMix, httpClients } from '../load.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'
 import { sleep, waitUntil } from '../services.js'
 
@@ -33,28 +33,23 @@ export async function sigterm (suite: Suite, report: Report): Promise<void> {
       snowflake: { zk: suite.zk.address, port, cacheDir: join(suite.dir, name) },
     })
     report.check(await inspector.owner(temporary) !== undefined, `no ephemeral node ${temporary} before SIGTERM`)
-    const clients = Array.from({ length: CLIENTS + PROBES }, () => new HttpClient())
+    const probeClients = httpClients(PROBES)
     const at: { term?: number } = {}
     const inFlight = { total: 0, ok: 0, keepAlive: 0 }
+    const batch = batchMix(10, 50)
 
-    const load = runLoad({
-      clients: CLIENTS,
-      maxRequests: 500_000,
-      maxMs: 60_000,
-      stop: () => at.term !== undefined,
-      async step (c, n) {
-        const mode = n % 2 === 0 ? 'segment' : 'snowflake'
-        const { answer, ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, mode, mode === 'segment' ? warm : 'k', n % 10 === 9 ? 50 : undefined, `c${c}`)
-        if (at.term !== undefined && answer.sentAt < at.term && answer.sentAt + answer.ms > at.term) {
-          inFlight.total++
-          if (ids !== undefined) inFlight.ok++
-          if (answer.headers.connection === 'keep-alive') inFlight.keepAlive++
-        }
-      },
+    const load = backgroundLoad({ clients: CLIENTS, maxRequests: 500_000, maxMs: 60_000, until: () => at.term !== undefined }, async (client, c, n) => {
+      const mode = n % 2 === 0 ? 'segment' : 'snowflake'
+      const { answer, ids } = await takeIds(report, client, leaf.url, mode, mode === 'segment' ? warm : 'k', batch(n), `c${c}`)
+      if (at.term !== undefined && answer.sentAt < at.term && answer.sentAt + answer.ms > at.term) {
+        inFlight.total++
+        if (ids !== undefined) inFlight.ok++
+        if (answer.headers.connection === 'keep-alive') inFlight.keepAlive++
+      }
     })
 
     await sleep(2000)
-    const probes = Promise.all(Array.from({ length: PROBES }, (_, i) => takeIds(report, clients[CLIENTS + i] as HttpClient, leaf.url, 'segment', fresh, undefined, undefined)))
+    const probes = Promise.all(probeClients.map((client) => takeIds(report, client, leaf.url, 'segment', fresh, undefined, undefined)))
     await sleep(100)
     const t0 = at.term = performance.now()
     leaf.proc.kill('SIGTERM')
@@ -63,8 +58,8 @@ export async function sigterm (suite: Suite, report: Report): Promise<void> {
     const code = await leaf.exited
     const exitMs = performance.now() - t0
     const probeAnswers = await probes
-    const result = await load
-    for (const client of clients) client.close()
+    const result = await load.stop()
+    for (const client of probeClients) client.close()
 
     const probesOk = probeAnswers.filter((p) => p.ids !== undefined).length
     inFlight.keepAlive += probeAnswers.filter((p) => p.answer.headers.connection === 'keep-alive').length
