@@ -106,6 +106,23 @@ async function lateClaim (suite: Suite, report: Report, proxy: TcpProxy): Promis
   return { write: 'claim', held: held.length, delivered: delivered(report, 'claim', held), note: `X listening ${fmtMs(listening)} after its start, ${ids.length} IDs` }
 }
 
+/**
+ * B, the next holder of `common.name`'s id once A stopped, serves while A's held write is
+ * delivered (then two heartbeats more): how long B took to listen, its IDs, and whether the
+ * owner of its claim stayed B's throughout.
+ */
+async function nextHolder (suite: Suite, report: Report, common: ReturnType<typeof leaseCommon>, kind: string, port: number, held: HeldStatement[]) {
+  const started = performance.now()
+  const b = await startLeaseLeaf(suite, `${kind}-B`, { ...common, port, cacheDir: cacheDirOf(suite, common.name, 'B') })
+  const startMs = performance.now() - started
+  const bOwner = await ownerOf(suite, common.name)
+  const bLoad = snowflakeLoad(report, b, `${kind}-B`)
+  await heldAndDelivered(held, LONG_HOLD_MS + 2000)
+  await sleep(2 * HEARTBEAT_MS)
+  const bIds = await bLoad.stop()
+  return { b, startMs, bIds, ownerKept: await ownerOf(suite, common.name) === bOwner && bOwner !== null }
+}
+
 /** A renewal lands after its holder stopped and the next one claimed: it must not touch the new claim. */
 async function lateRenewal (suite: Suite, report: Report, proxy: TcpProxy): Promise<Case> {
   const name = unique('fault-s19-renew')
@@ -117,13 +134,8 @@ async function lateRenewal (suite: Suite, report: Report, proxy: TcpProxy): Prom
   // A stops while its renewal is held; its release goes by another pool connection.
   const aIds = await aLoad.stop()
   await a.stop('SIGTERM')
-  const b = await startLeaseLeaf(suite, 'renew-B', { ...common, port: 7933, cacheDir: cacheDirOf(suite, name, 'B') })
-  const bOwner = await ownerOf(suite, name)
-  const bLoad = snowflakeLoad(report, b, 'renew-B')
-  await heldAndDelivered(held, LONG_HOLD_MS + 2000)
-  await sleep(2 * HEARTBEAT_MS)
-  const bIds = await bLoad.stop()
-  report.check(await ownerOf(suite, name) === bOwner && bOwner !== null, 'renew: the late renewal of A changed the owner of B\'s claim')
+  const { b, bIds, ownerKept } = await nextHolder(suite, report, common, 'renew', 7933, held)
+  report.check(ownerKept, 'renew: the late renewal of A changed the owner of B\'s claim')
   report.check(logLines(b, 'worker-id lease lost: snowflake issuing stopped').length === 0, 'renew: B lost its lease')
   report.check(decodeAll(bIds).minTs > decodeAll(aIds).maxTs, 'renew: B\'s first ID is not after A\'s last')
   await b.stop('SIGTERM')
@@ -141,15 +153,8 @@ async function lateRelease (suite: Suite, report: Report, proxy: TcpProxy): Prom
   const aIds = await aLoad.stop()
   await a.stop('SIGTERM')
   report.check(logLines(a, 'worker-id lease not released: it expires after its TTL').length === 1, 'release: A did not report its release as unanswered')
-  const started = performance.now()
-  const b = await startLeaseLeaf(suite, 'release-B', { ...common, port: 7935, cacheDir: cacheDirOf(suite, name, 'B') })
-  const takeover = performance.now() - started
-  const bOwner = await ownerOf(suite, name)
-  const bLoad = snowflakeLoad(report, b, 'release-B')
-  await heldAndDelivered(held, LONG_HOLD_MS + 2000)
-  await sleep(2 * HEARTBEAT_MS)
-  const bIds = await bLoad.stop()
-  report.check(await ownerOf(suite, name) === bOwner && bOwner !== null, 'release: the late release of A freed B\'s claim')
+  const { b, startMs: takeover, bIds, ownerKept } = await nextHolder(suite, report, common, 'release', 7935, held)
+  report.check(ownerKept, 'release: the late release of A freed B\'s claim')
   report.check(decodeAll(bIds).minTs > decodeAll(aIds).maxTs, 'release: B\'s first ID is not after A\'s last')
   // B took over a holder that never released: it watched A's row for A's TTL first.
   report.check(takeover >= TTL_MS, `release: B took A's id over after ${fmtMs(takeover)}, less than A's TTL`)
@@ -186,16 +191,24 @@ async function lateAllocation (suite: Suite, report: Report, proxy: TcpProxy): P
 }
 
 /**
+ * What the give-back and park cases start from: a new tag of `step` (`s19-<kind>`), and the
+ * keys of an instance through the proxy that keeps its segments (a 5 s horizon) in a
+ * warm-start file of the tag's across its lives.
+ */
+async function warmStartCase (suite: Suite, proxy: TcpProxy, kind: string, step: number): Promise<{ tag: string, url: string, name: string, args: string[] }> {
+  const tag = unique(`s19-${kind}`)
+  await suite.db.addTag(tag, step)
+  const args = [...segmentArgs(), `--leaf.segment.state-file=${join(suite.dir, `${tag}.state.json`)}`, '--leaf.segment.buffer-seconds=5']
+  return { tag, url: suite.db.url(proxy.port), name: unique('fault-s19'), args }
+}
+
+/**
  * A give-back lands late, with no load in between, so its compare-and-set matches and lowers
  * max_id: only to IDs its instance never served. Then the instance's next life and another
  * instance serve from there.
  */
 async function lateGiveBack (suite: Suite, report: Report, proxy: TcpProxy): Promise<Case> {
-  const tag = unique('s19-give')
-  await suite.db.addTag(tag, 1000)
-  const url = suite.db.url(proxy.port)
-  const name = unique('fault-s19')
-  const args = [...segmentArgs(), `--leaf.segment.state-file=${join(suite.dir, `${tag}.state.json`)}`, '--leaf.segment.buffer-seconds=5']
+  const { tag, url, name, args } = await warmStartCase(suite, proxy, 'give', 1000)
   const s1 = await startLeaf(suite, 'give-1', { name, segment: url, args })
   const load1 = segmentLoad(report, s1, tag, 'give-1')
   await sleep(1500)
@@ -230,11 +243,7 @@ async function lateGiveBack (suite: Suite, report: Report, proxy: TcpProxy): Pro
  * IDs nobody else has.
  */
 async function latePark (suite: Suite, report: Report, proxy: TcpProxy): Promise<Case> {
-  const tag = unique('s19-park')
-  await suite.db.addTag(tag, 500)
-  const url = suite.db.url(proxy.port)
-  const name = unique('fault-s19')
-  const args = [...segmentArgs(), `--leaf.segment.state-file=${join(suite.dir, `${tag}.state.json`)}`, '--leaf.segment.buffer-seconds=5']
+  const { tag, url, name, args } = await warmStartCase(suite, proxy, 'park', 500)
   const s1 = await startLeaf(suite, 'park-1', { name, segment: url, args })
   const s2 = await startLeaf(suite, 'park-2', { name: unique('fault-s19'), segment: url, args: segmentArgs() })
   const loads = [segmentLoad(report, s1, tag, 'park-1'), segmentLoad(report, s2, tag, 'park-2')]
