@@ -1,7 +1,7 @@
 import { join } from 'node:path'
 import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
-import { startLeaf, takeIds, unique, type Report, type Suite } from '../harness.js'
-import { HttpClient, runLoad } from '../load.js'
+import { scenarioSetup, startLeaf, takeIds, type Report, type Suite } from '../harness.js'
+import { batchMix, httpClients, runLoad } from '../load.js'
 
 const INSTANCES = 3
 const CLIENTS_PER_INSTANCE = 8
@@ -17,16 +17,14 @@ const EXPECTED_IDS = INSTANCES * CLIENTS_PER_INSTANCE * (REQUESTS_PER_CLIENT - R
  * and snowflake requests, singles and batches.
  */
 export async function threeInstances (suite: Suite, report: Report): Promise<void> {
-  const name = unique('fault-s1')
-  const tags = [unique('s1-a'), unique('s1-b')] as const
-  await suite.db.addTag(tags[0], 1000)
-  await suite.db.addTag(tags[1], 5000)
+  const { name, tags, cacheDir } = await scenarioSetup(suite, 's1', { step: [1000, 5000] })
   const leaves = await Promise.all(Array.from({ length: INSTANCES }, (_, i) => startLeaf(suite, `i${i}`, {
     name,
     segment: suite.db.url(),
-    snowflake: { zk: suite.zk.address, port: 7001 + i, cacheDir: join(suite.dir, name, String(i)) },
+    snowflake: { zk: suite.zk.address, port: 7001 + i, cacheDir: join(cacheDir, String(i)) },
   })))
-  const clients = Array.from({ length: INSTANCES * CLIENTS_PER_INSTANCE }, () => new HttpClient())
+  const clients = httpClients(INSTANCES * CLIENTS_PER_INSTANCE)
+  const batch = batchMix(BATCH_EVERY, BATCH)
   const workerIds = leaves.map(() => new Set<number>())
 
   const result = await runLoad({
@@ -41,8 +39,7 @@ export async function threeInstances (suite: Suite, report: Report): Promise<voi
       if (leaf === undefined || client === undefined) return false
       const mode = n % 2 === 0 ? 'segment' : 'snowflake'
       const key = mode === 'segment' ? tags[(n >> 1) % 2] as string : 'fault-s1'
-      const count = n % BATCH_EVERY === BATCH_EVERY - 1 ? BATCH : undefined
-      const { ids } = await takeIds(report, client, leaf.url, mode, key, count, `i${instance}c${c}`)
+      const { ids } = await takeIds(report, client, leaf.url, mode, key, batch(n), `i${instance}c${c}`)
       if (mode === 'snowflake' && ids !== undefined) for (const id of ids) workerIds[instance]?.add(decodeSnowflakeId(id).workerId)
     },
   })
