@@ -45,7 +45,7 @@ export const SCENARIOS: Scenario[] = [
   { id: 9, title: 'soak: 60 s mixed load, unpaced', run: soak },
   { id: 10, title: 'ZooKeeper late at start, connection resets', run: zookeeperLate },
   { id: 11, title: 'MySQL connections blackholed', run: mysqlBlackhole },
-  // Each start of node dist/server.js costs about half a second of CPU on this 2-core machine.
+  // Each start of node dist/server.js costs about 0.4 CPU-s on this 2-core machine (bench/start-cpu.ts).
   { id: 12, title: `worker-id lease churn: ${CHURN_STARTS} starts per lease source, pool of 8 near exhaustion`, run: leaseChurn, timeoutMs: 120_000 + CHURN_STARTS * 2 * 1000 },
   { id: 13, title: 'lease holder paused past its TTL, both lease sources', run: leasePausedHolder },
   { id: 14, title: 'lease holder cut from its store, both lease sources', run: leasePartition },
