@@ -1,6 +1,7 @@
 import t, { type Test } from 'tap'
 import { LeafError } from '../src/errors.js'
-import { MAX_STEP, adaptStep, createSegmentGenerator, type Id, type SegmentGeneratorOptions } from '../src/segment/segment-generator.js'
+import { createSegmentGenerator, type Id, type SegmentGeneratorOptions } from '../src/segment/segment-generator.js'
+import { MAX_STEP, adaptStep } from '../src/segment/segment-loader.js'
 import { FakeStore } from './helpers/fake-store.js'
 import { silentLogger } from './helpers/logger.js'
 

@@ -1,5 +1,5 @@
 import type { LeafAllocRow } from '../segment/store.js'
-import type { SegmentBufferView } from '../segment/segment-generator.js'
+import type { SegmentBufferView } from '../segment/segment-views.js'
 import { MIN_HORIZON_RATE, horizonSeconds } from '../segment/rate-meter.js'
 import type { GuardView } from '../segment/max-id-guard.js'
 import type { LeaseStatus } from '../snowflake/worker-id/worker-lease.js'

@@ -6,7 +6,7 @@ import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
 import type { LeaseSource } from '../snowflake/worker-id/worker-lease.js'
 import type { Regression } from '../segment/max-id-guard.js'
-import type { SegmentBufferView } from '../segment/segment-generator.js'
+import type { SegmentBufferView } from '../segment/segment-views.js'
 import { horizonSeconds } from '../segment/rate-meter.js'
 import { timeLeftSeconds } from '../snowflake/time-left.js'
 

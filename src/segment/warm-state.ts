@@ -11,6 +11,9 @@ import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 import type { GuardState } from './max-id-guard.js'
 
+/** A tag with IDs issued within this long before a graceful stop is warm-started at the next start. */
+export const WARM_WINDOW_MS = 60_000
+
 export interface WarmState {
   /** The id the last stop parked under (random, a new one each life). */
   owner: string

@@ -1,0 +1,98 @@
+// A tag's loads when the store fails: one at a time, backing off between failures, and the
+// callers that wait for one held to their deadline.
+
+import { LeafError } from '../errors.js'
+import type { Logger } from '../logger.js'
+import type { LogThrottle } from '../log-throttle.js'
+import type { SegmentBuffer } from './segment-buffer.js'
+import { IdSpaceEnded } from './store.js'
+import { settlesWithin, sleep } from '../timers.js'
+import { shuttingDown, spaceEnded } from './segment-errors.js'
+
+export interface AllocationRetryOptions {
+  /** One load of the tag's next segment (the segment loader). */
+  loadSegment: (buf: SegmentBuffer) => Promise<void>
+  plan: (buf: SegmentBuffer) => void
+  monotonic: () => number
+  waitTimeoutMs: number
+  retryMinMs: number
+  retryMaxMs: number
+  onLoad: ((key: string, seconds: number, ok: boolean) => void) | undefined
+  logger: Logger
+  throttle: LogThrottle
+  /** True once shutdown() began: waiting callers are refused. */
+  stopping: () => boolean
+}
+
+export interface AllocationRetry {
+  startLoad (buf: SegmentBuffer): void
+  waitForLoad (buf: SegmentBuffer, deadline: number): Promise<void>
+}
+
+export function createAllocationRetry (options: AllocationRetryOptions): AllocationRetry {
+  const { loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, stopping } = options
+  let storeHealthy = true
+
+  /**
+   * Waits until the load in flight settles, starting one (after the failure backoff) when
+   * none runs. Rejects with SEGMENTS_NOT_READY when nothing settles within the wait timeout.
+   */
+  async function waitForLoad (buf: SegmentBuffer, deadline: number): Promise<void> {
+    while (true) {
+      // Another caller's load may have landed while this one slept: take from it first.
+      if (buf.initOk && (buf.nextReady || buf.currentSegment.idle > 0)) return
+      if (stopping()) throw shuttingDown()
+      if (buf.ended) throw spaceEnded(buf.key)
+      const remaining = deadline - monotonic()
+      if (remaining <= 0) break
+      if (buf.loading === undefined) {
+        const backoff = buf.retryAt - monotonic()
+        if (backoff > 0) {
+          await sleep(Math.min(backoff, remaining))
+          continue
+        }
+        startLoad(buf)
+      }
+      if (!await settlesWithin(buf.loading as Promise<void>, remaining)) break
+      if (buf.missing) throw new LeafError('KEY_NOT_FOUND', `Tag "${buf.key}" is not in the leaf_alloc table.`)
+      if (buf.ended) throw spaceEnded(buf.key)
+      if (buf.backoffMs === 0) return // the load brought a segment
+    }
+    throw new LeafError('SEGMENTS_NOT_READY', `Both segments of "${buf.key}" are used up and the database did not answer within ${waitTimeoutMs} ms.`)
+  }
+
+  function startLoad (buf: SegmentBuffer): void {
+    const started = monotonic()
+    const load = loadSegment(buf).then(
+      () => {
+        buf.backoffMs = 0
+        buf.retryAt = 0
+        buf.lastLoadSeconds = (monotonic() - started) / 1000
+        onLoad?.(buf.key, buf.lastLoadSeconds, true)
+        if (!storeHealthy) {
+          storeHealthy = true
+          logger.info({ failedLoadsNotLogged: throttle.clear('segment-load') }, 'database reachable again: segment loads succeed')
+        }
+      },
+      (err: unknown) => {
+        buf.backoffMs = Math.min(Math.max(buf.backoffMs * 2, retryMinMs), retryMaxMs)
+        buf.retryAt = monotonic() + buf.backoffMs
+        buf.failedLoads++
+        onLoad?.(buf.key, (monotonic() - started) / 1000, false)
+        if (err instanceof IdSpaceEnded) {
+          buf.ended = true
+          plan(buf)
+          logger.error({ key: buf.key }, 'the tag\'s ID space has ended: max_id cannot move by its step without passing 2^63 - 1; it answers ID_SPACE_EXHAUSTED once its buffered IDs are used')
+          return
+        }
+        storeHealthy = false
+        throttle.warn('segment-load', err, 'segment load failed: serving buffered IDs, retrying loads', { key: buf.key })
+      }
+    ).finally(() => {
+      if (buf.loading === load) buf.loading = undefined
+    })
+    buf.loading = load
+  }
+
+  return { startLoad, waitForLoad }
+}

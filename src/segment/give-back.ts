@@ -1,0 +1,102 @@
+// What a graceful stop does with the IDs a tag holds and never handed out: back to max_id
+// when nobody reserved since, else parked for the next start of the same identity.
+
+import type { Segment, SegmentBuffer } from './segment-buffer.js'
+import type { SegmentStore, UnusedRange } from './store.js'
+import { withTimeout } from '../timers.js'
+
+/** What shutdown() did for one tag. */
+export interface GiveBack {
+  key: string
+  /** IDs returned to max_id (0 when none could be). */
+  returned: bigint
+  /** IDs parked for the next start with the same identity. */
+  parked: bigint
+  /** IDs held and not handed out: returned, parked, or lost. */
+  unused: bigint
+  /** Why not all of them went back, when some did not. */
+  reason?: string
+}
+
+export interface GiveBackDeps {
+  store: SegmentStore
+  /** Monotonic ms, which `deadline` is in. */
+  monotonic: () => number
+  /** Where the rest is parked (the generator's handover); undefined: nowhere. */
+  handover: { parkAs: string } | undefined
+}
+
+/**
+ * Gives back what a stopping instance holds of a tag and never handed out (serving stopped
+ * first). The run of segments at the end of the chain that follow each other without a gap
+ * were reserved one after another with nobody else reserving in between; if the last of
+ * them still ends at max_id, nobody has reserved since either, so one compare-and-set puts
+ * max_id back at the first unused ID of that run. What that cannot return (all of it when
+ * someone reserved since, or segments before a gap) is parked for the next start of this
+ * identity, which takes it before it reserves anything (see store.ts).
+ */
+export async function giveBackTail (buf: SegmentBuffer, deadline: number, { store, monotonic, handover }: GiveBackDeps): Promise<GiveBack> {
+  const segs = buf.segments
+  const result: GiveBack = { key: buf.key, returned: 0n, parked: 0n, unused: 0n }
+  for (const seg of segs) result.unused += BigInt(seg.idle)
+  const last = segs.at(-1)
+  if (last === undefined || result.unused === 0n) return result
+  const reasons: string[] = []
+  const timeLeft = () => deadline - monotonic()
+  let i = segs.length - 1
+  while (i > 0 && (segs[i - 1] as Segment).max === (segs[i] as Segment).base && (segs[i - 1] as Segment).idle > 0) i--
+  const first = segs[i] as Segment
+  const firstUnused = first.base + BigInt(first.pos)
+  let keep = segs.length // segments from here on are not parked
+  // A load still out could reserve right after the compare-and-set, from the IDs it returns:
+  // lost for nobody, but the range would come back below this tag's max_id mark, a false
+  // alarm of the guard. Parking the run is safe whatever the load does.
+  if (firstUnused < last.max && buf.loading !== undefined) reasons.push('a load was still out')
+  else if (firstUnused < last.max && timeLeft() > 0) {
+    try {
+      if (await withTimeout(store.giveBack(buf.key, last.max, firstUnused), timeLeft(), 'no answer in time')) {
+        result.returned = last.max - firstUnused
+        keep = i
+      } else {
+        reasons.push('another instance reserved a segment since')
+      }
+    } catch (err) {
+      // No answer is no knowing: the UPDATE may have committed (a timed-out query, a reset
+      // after the commit). Parking the run then would hand its IDs out twice, from the
+      // parked rows and from max_id: they are lost instead. Either way none was served.
+      keep = i
+      reasons.push(`database: ${(err as Error).message} (the compare-and-set's outcome is unknown: its IDs are lost, not parked)`)
+    }
+  }
+  const rest = unusedRanges(segs.slice(0, keep))
+  if (rest.length > 0) {
+    if (handover === undefined) reasons.push('no warm-start file to park the rest under')
+    else if (timeLeft() <= 0) reasons.push('no time left to park the rest')
+    else {
+      try {
+        if (await withTimeout(store.park(buf.key, handover.parkAs, rest), timeLeft(), 'no answer in time')) {
+          for (const r of rest) result.parked += r.end - r.first
+        } else {
+          reasons.push('no leaf_alloc_parked table (and no right to create it)')
+        }
+      } catch (err) {
+        reasons.push(`database: ${(err as Error).message}`)
+      }
+    }
+  }
+  if (reasons.length > 0) result.reason = reasons.join('; ')
+  return result
+}
+
+/** The unused part of each segment, adjacent ones merged. */
+function unusedRanges (segs: readonly Segment[]): UnusedRange[] {
+  const ranges: UnusedRange[] = []
+  for (const seg of segs) {
+    if (seg.idle === 0) continue
+    const first = seg.base + BigInt(seg.pos)
+    const prev = ranges.at(-1)
+    if (prev !== undefined && prev.end === first) prev.end = seg.max
+    else ranges.push({ first, end: seg.max })
+  }
+  return ranges
+}

@@ -1,0 +1,65 @@
+// What /cache, /api/cache and the metrics see of a tag's buffer: Java Leaf's view, grown.
+
+import type { SegmentBuffer } from './segment-buffer.js'
+import { WARM_WINDOW_MS } from './warm-state.js'
+
+/** Java Leaf's SegmentBufferView, with its 64-bit values as bigint. */
+export interface SegmentBufferView {
+  key: string
+  initOk: boolean
+  nextReady: boolean
+  pos: number
+  value0: bigint
+  max0: bigint
+  step0: number
+  value1: bigint
+  max1: bigint
+  step1: number
+  step: number
+  minStep: number
+  updateTimestamp: number
+  /** Beyond Leaf: every segment held, IDs buffered in them, the rate and what it makes of them. */
+  segments: { value: bigint, max: bigint, step: number }[]
+  buffered: number
+  /** IDs/s the horizon plans with (a burst at once, decaying over a minute). */
+  rate: number
+  /** IDs/s over the last minute. */
+  ratePerMinute: number
+  /** How long the buffered IDs last at `rate`; Infinity while the tag is idle. */
+  bufferSeconds: number
+  /** IDs/s per 10 s over the last 15 minutes, oldest first. */
+  history: number[]
+  lastLoadSeconds: number
+  failedLoads: number
+  /** The tag's max_id cannot move any more: ID_SPACE_EXHAUSTED. */
+  ended: boolean
+}
+
+export function toView (buf: SegmentBuffer, rate: number): SegmentBufferView {
+  const [s0, s1] = buf.segments
+  const buffered = buf.buffered
+  return {
+    key: buf.key,
+    initOk: buf.initOk,
+    nextReady: buf.nextReady,
+    pos: 0, // the chain's first segment is always the current one
+    value0: s0?.value ?? 0n,
+    max0: s0?.max ?? 0n,
+    step0: s0?.step ?? 0,
+    value1: s1?.value ?? 0n,
+    max1: s1?.max ?? 0n,
+    step1: s1?.step ?? 0,
+    step: buf.step,
+    minStep: buf.minStep,
+    updateTimestamp: buf.updateTimestamp,
+    segments: buf.segments.map((s) => ({ value: s.value, max: s.max, step: s.step })),
+    buffered,
+    rate,
+    ratePerMinute: buf.rate.average(WARM_WINDOW_MS),
+    bufferSeconds: rate > 0 ? buffered / rate : Infinity,
+    history: buf.rate.history(),
+    lastLoadSeconds: buf.lastLoadSeconds,
+    failedLoads: buf.failedLoads,
+    ended: buf.ended,
+  }
+}

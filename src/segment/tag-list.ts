@@ -1,0 +1,94 @@
+// The generator's tags: the leaf_alloc tag list, read at init and again on a timer.
+
+import type { Logger } from '../logger.js'
+import type { LogThrottle } from '../log-throttle.js'
+import { SegmentBuffer } from './segment-buffer.js'
+import type { SegmentStore } from './store.js'
+import type { MaxIdGuard } from './max-id-guard.js'
+
+export interface TagListOptions {
+  store: SegmentStore
+  logger: Logger
+  throttle: LogThrottle
+  /** The generator's tags, which the refresh adds to and drops from. */
+  buffers: Map<string, SegmentBuffer>
+  guard: MaxIdGuard | undefined
+  refreshIntervalMs: number
+}
+
+export interface TagList {
+  /** Loads the tag list (retrying in the background on failure) and starts the refresh timer. */
+  init (): Promise<boolean>
+  /** True once the tag list was read. */
+  readonly initialized: boolean
+  refreshTags (): Promise<void>
+  /** Stops the refresh timer. */
+  close (): void
+}
+
+export function createTagList ({ store, logger, throttle, buffers, guard, refreshIntervalMs }: TagListOptions): TagList {
+  let initialized = false
+  let closed = false
+  let refreshTimer: NodeJS.Timeout | undefined
+
+  async function refreshTags (): Promise<void> {
+    // Only tags known before the read may be dropped: one added meanwhile (addTag) stays.
+    const known = [...buffers.keys()]
+    const tags = await store.getAllTags()
+    const current = new Set(tags)
+    const added: string[] = []
+    for (const tag of tags) {
+      if (!buffers.has(tag)) {
+        buffers.set(tag, new SegmentBuffer(tag))
+        added.push(tag)
+      }
+    }
+    const removed: string[] = []
+    for (const tag of known) {
+      if (!current.has(tag) && buffers.delete(tag)) removed.push(tag)
+    }
+    if (added.length > 0 || removed.length > 0) logger.info({ added, removed }, 'segment tags refreshed')
+    initialized = true
+    // Every refresh looks at who answers too: a peer that allocates nothing still sees a failover.
+    await guard?.checkStore()
+  }
+
+  function scheduleRefresh (delayMs: number): void {
+    if (closed) return
+    refreshTimer = setTimeout(() => {
+      refreshTags().then(
+        () => {
+          throttle.clear('tag-refresh')
+          scheduleRefresh(refreshIntervalMs)
+        },
+        (err: unknown) => {
+          throttle.warn('tag-refresh', err, 'segment tag refresh failed; retrying')
+          scheduleRefresh(initialized ? refreshIntervalMs : Math.min(refreshIntervalMs, 1000))
+        }
+      )
+    }, delayMs)
+    refreshTimer.unref()
+  }
+
+  return {
+    async init () {
+      try {
+        await refreshTags()
+        scheduleRefresh(refreshIntervalMs)
+        return true
+      } catch (err) {
+        throttle.warn('tag-refresh', err, 'segment generator could not load its tags; retrying in the background')
+        scheduleRefresh(Math.min(refreshIntervalMs, 1000))
+        return false
+      }
+    },
+    get initialized () {
+      return initialized
+    },
+    refreshTags,
+    close () {
+      closed = true
+      clearTimeout(refreshTimer)
+    },
+  }
+}
