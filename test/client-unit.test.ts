@@ -3,7 +3,7 @@ import { nextBatchSize } from '../client/src/batch-size.js'
 import { createLeafClient, type LeafClientOptions } from '../client/src/client.js'
 import { errorFromAnswer, LeafClientError } from '../client/src/errors.js'
 import { parseIdRanges, type IdRange } from '../client/src/id-ranges.js'
-import type { Clock } from '../client/src/key-buffer.js'
+import type { Clock } from '../client/src/clock.js'
 import type { Mode, Transport } from '../client/src/transport.js'
 
 // The client's algorithms against a fake transport and a fake clock: no server, no sleeping.

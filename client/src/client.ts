@@ -1,7 +1,9 @@
 import type { SizingOptions } from './batch-size.js'
 import { CLIENT_CODES, LeafClientError } from './errors.js'
 import { countIds } from './id-ranges.js'
-import { KeyBuffer, REAL_CLOCK, type Batch, type Clock, type KeyStats } from './key-buffer.js'
+import { REAL_CLOCK, type Clock } from './clock.js'
+import type { Batch } from './held-batches.js'
+import { KeyBuffer, type KeyStats } from './key-buffer.js'
 import { ServerRing } from './servers.js'
 import { createUndiciTransport, type Mode, type Transport } from './transport.js'
 

@@ -1,5 +1,7 @@
 export { createLeafClient, DEFAULTS, MAX_IDS_PER_CALL, type ClientStats, type LeafClient, type LeafClientOptions, type ServerStats } from './client.js'
 export { CLIENT_CODES, isLeafClientError, LeafClientError, type LeafClientErrorOptions } from './errors.js'
 export { parseIdRanges, type IdRange } from './id-ranges.js'
-export type { Batch, Clock, KeyStats } from './key-buffer.js'
+export type { Clock } from './clock.js'
+export type { Batch } from './held-batches.js'
+export type { KeyStats } from './key-buffer.js'
 export { createUndiciTransport, type Mode, type Transport, type UndiciTransportOptions } from './transport.js'
