@@ -1,5 +1,5 @@
 // The segments one business tag holds: Java Leaf's SegmentBuffer, grown from two segments
-// into a chain kept a number of seconds of traffic ahead (segment-generator.ts decides when
+// into a chain kept a number of seconds of traffic ahead (buffer-horizon.ts decides when
 // to load). The first segment is the current one; loads are appended behind the last.
 
 import type { IdRange } from '../id-range.js'
