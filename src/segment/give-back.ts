@@ -3,7 +3,8 @@
 
 import type { Segment, SegmentBuffer } from './segment-buffer.js'
 import type { SegmentStore, UnusedRange } from './store.js'
-import { withTimeout } from '../timers.js'
+import { settlesWithin, withTimeout } from '../timers.js'
+import type { MaxIdGuard } from './max-id-guard.js'
 
 /** What shutdown() did for one tag. */
 export interface GiveBack {
@@ -99,4 +100,30 @@ function unusedRanges (segs: readonly Segment[]): UnusedRange[] {
     else ranges.push({ first, end: seg.max })
   }
   return ranges
+}
+
+export interface GiveBackAllDeps extends GiveBackDeps {
+  guard: MaxIdGuard | undefined
+  /** Told of the IDs given back, per tag: to max_id (`table`) or parked (`successor`). */
+  onGiveBack: ((key: string, ids: bigint, to: 'table' | 'successor') => void) | undefined
+}
+
+/** What shutdown() does once serving stopped: waits for the loads out (within the deadline), then gives back every tag. */
+export async function giveBackAll (buffers: Map<string, SegmentBuffer>, deadline: number, deps: GiveBackAllDeps): Promise<GiveBack[]> {
+  const { monotonic, guard, onGiveBack } = deps
+  // A load that lands now joins the chain and is given back with it. For a tag whose load
+  // is still out when the wait ends, nothing is returned to max_id (giveBackTail parks).
+  const inFlight = [...buffers.values()].flatMap((b) => b.loading === undefined ? [] : [b.loading])
+  if (inFlight.length > 0) await settlesWithin(Promise.all(inFlight), Math.max(0, deadline - monotonic()))
+  // Once a tag holds nothing any more (returned, parked for the next life, or lost), its
+  // max_id mark is what was served: at once, before a late load of another tag is admitted.
+  const giveBacks = await Promise.all([...buffers.values()].map(async (buf) => {
+    if (buf.segments.length === 0) return guard?.released(buf.key, buf.servedEnd)
+    const result = await giveBackTail(buf, deadline, deps)
+    guard?.released(buf.key, buf.servedEnd)
+    if (result.returned > 0n) onGiveBack?.(buf.key, result.returned, 'table')
+    if (result.parked > 0n) onGiveBack?.(buf.key, result.parked, 'successor')
+    return result
+  }))
+  return giveBacks.filter((g) => g !== undefined)
 }

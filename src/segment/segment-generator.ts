@@ -2,12 +2,11 @@ import type { Logger } from '../logger.js'
 import { expandRanges, type IdRange } from '../id-range.js'
 import { SegmentBuffer, type Id } from './segment-buffer.js'
 import type { SegmentStore } from './store.js'
-import { settlesWithin } from '../timers.js'
 import { createLogThrottle } from '../log-throttle.js'
 import type { MaxIdGuard } from './max-id-guard.js'
 import { createBufferHorizon } from './buffer-horizon.js'
 import { createAllocationRetry } from './allocation-retry.js'
-import { giveBackTail, type GiveBack } from './give-back.js'
+import { giveBackAll, type GiveBack } from './give-back.js'
 import { missingKey, shuttingDown, spaceEnded } from './segment-errors.js'
 import { DEFAULT_LOAD_TIMEOUT_MS, createSegmentLoader } from './segment-loader.js'
 import { toView, type SegmentBufferView } from './segment-views.js'
@@ -290,21 +289,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         buf.initOk = false
         if (buf.rate.activeWithin(WARM_WINDOW_MS, buf.issued)) warmTags.push(buf.key)
       }
-      // A load that lands now joins the chain and is given back with it. For a tag whose load
-      // is still out when the wait ends, nothing is returned to max_id (giveBackTail parks).
-      const inFlight = [...buffers.values()].flatMap((b) => b.loading === undefined ? [] : [b.loading])
-      if (inFlight.length > 0) await settlesWithin(Promise.all(inFlight), Math.max(0, deadline - monotonic()))
-      // Once a tag holds nothing any more (returned, parked for the next life, or lost), its
-      // max_id mark is what was served: at once, before a late load of another tag is admitted.
-      const giveBacks = await Promise.all([...buffers.values()].map(async (buf) => {
-        if (buf.segments.length === 0) return guard?.released(buf.key, buf.servedEnd)
-        const result = await giveBackTail(buf, deadline, { store, monotonic, handover })
-        guard?.released(buf.key, buf.servedEnd)
-        if (result.returned > 0n) onGiveBack?.(buf.key, result.returned, 'table')
-        if (result.parked > 0n) onGiveBack?.(buf.key, result.parked, 'successor')
-        return result
-      }))
-      return { giveBacks: giveBacks.filter((g) => g !== undefined), warmTags }
+      const giveBacks = await giveBackAll(buffers, deadline, { store, monotonic, handover, guard, onGiveBack })
+      return { giveBacks, warmTags }
     },
     close () {
       tagList.close()
