@@ -33,7 +33,7 @@ const WAIT_TIMEOUT_MS = 2000
 /** leaf.jdbc.query-timeout-ms (its default): shorter than Galera's stall, so statements time out on the stalled nodes too. */
 const QUERY_TIMEOUT_MS = 2000
 const CONNECT_TIMEOUT_MS = 1000
-/** The generator's backoff between failed loads doubles up to this (src/segment/segment-generator.ts, retryMaxMs). */
+/** The generator's backoff between failed loads doubles up to this (retryMaxMs: its default in src/segment/segment-generator.ts, the backoff in allocation-retry.ts). */
 const LOAD_RETRY_MAX_MS = 1000
 /** Conflicting allocations (both instances' leaf_segment_allocate_retries_total) to see before node 0 is killed. */
 const CONFLICTS_WANTED = 200
