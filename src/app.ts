@@ -1,5 +1,4 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
-import type { Config } from './config/load-config.js'
 import { registerAdminRoutes } from './http/admin-routes.js'
 import { registerDecodeRoutes } from './http/decode-routes.js'
 import { answerConnect, clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/errors.js'
@@ -10,6 +9,7 @@ import type { Logger } from './logger.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
 import { startSegmentMode, type SegmentMode } from './modes/segment-mode.js'
 import { startSnowflakeMode, type SnowflakeMode } from './modes/snowflake-mode.js'
+import type { ResolvedConfig } from './snowflake/settings.js'
 
 export interface AppOptions {
   logger: FastifyBaseLogger & Logger
@@ -20,7 +20,7 @@ export interface AppOptions {
 declare module 'fastify' {
   interface FastifyInstance {
     leaf: {
-      config: Config
+      config: ResolvedConfig
       metrics: Metrics
       segment: SegmentMode | undefined
       snowflake: SnowflakeMode | undefined
@@ -29,10 +29,11 @@ declare module 'fastify' {
 }
 
 /**
- * Builds the service from a config object: the enabled modes, their routes, metrics and
+ * Builds the service from a config object (loadConfig's, its snowflake section resolved by
+ * resolveConfig): the enabled modes, their routes, metrics and
  * views, and their clean-up on close. Listening is the caller's business (server.ts).
  */
-export async function buildApp (config: Config, { logger, clock }: AppOptions): Promise<FastifyInstance> {
+export async function buildApp (config: ResolvedConfig, { logger, clock }: AppOptions): Promise<FastifyInstance> {
   const debug = logger.level === 'debug' || logger.level === 'trace'
   const app = Fastify({
     // No logger inside Fastify: with one, it builds a child logger and response listeners for

@@ -4,20 +4,26 @@ import pino from 'pino'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig, type LoadedConfig } from './config/load-config.js'
 import { StartRefused } from './errors.js'
+import { resolveConfig, type ResolvedConfig } from './snowflake/settings.js'
 
 // Entry point: read the config, build the app, listen, and drain on SIGTERM/SIGINT.
 // The package's own file, beside dist/ (and src/ under `npm run dev`): found from any working folder.
 const SHIPPED_CONFIG = fileURLToPath(new URL('../config/leaf.properties', import.meta.url))
 
 let loaded: LoadedConfig
+let config: ResolvedConfig
 try {
   loaded = loadConfig({ argv: process.argv.slice(2), env: process.env, shippedPath: SHIPPED_CONFIG })
+  // The layout is parsed, and the worker ids checked against it, before anything else runs,
+  // whether or not snowflake mode is on (the decode routes read it): a bad one is a
+  // configuration error like any other key's.
+  config = resolveConfig(loaded.config)
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err
   process.stderr.write(`leaf-ts: configuration error: ${err.message}\n`)
   process.exit(1)
 }
-const { config, file, fileFrom, warnings } = loaded
+const { file, fileFrom, warnings } = loaded
 
 const logger = pino({
   level: config.logLevel,

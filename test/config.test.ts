@@ -5,6 +5,7 @@ import t from 'tap'
 import { parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { CONFIG_KEYS, envName, type ConfigKey } from '../src/config/keys.js'
 import { ConfigError, loadConfig, type Config } from '../src/config/load-config.js'
+import { resolveSnowflakeSettings } from '../src/snowflake/settings.js'
 
 function dirWith (properties?: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'leaf-config-'))
@@ -113,8 +114,8 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   'leaf.snowflake.worker-id.hostname': { read: (c) => c.snowflake.hostname, a: ['leaf-3', 'leaf-3'], b: ['leaf-4', 'leaf-4'] },
   'leaf.snowflake.lease.ttl-ms': { read: (c) => c.snowflake.leaseTtlMs, a: ['20000', 20000], b: ['40000', 40000] },
   'leaf.snowflake.layout': {
-    read: (c) => c.snowflake.layout.spec,
-    a: ['uid-generator,time=31s,worker=22,sequence=10', 'uid-generator,time=31s,worker=22,sequence=10,epoch=1463673600000'],
+    read: (c) => c.snowflake.layoutSpec,
+    a: ['uid-generator,time=31s,worker=22,sequence=10', 'uid-generator,time=31s,worker=22,sequence=10'],
     b: ['time=42ms,worker=12,sequence=9,epoch=1600000000000', 'time=42ms,worker=12,sequence=9,epoch=1600000000000'],
   },
   'leaf.snowflake.vesta.version': { read: (c) => c.snowflake.vesta.version, a: ['1', 1], b: ['0', 0] },
@@ -293,7 +294,10 @@ t.test('string values are kept as Java\'s Properties reads them: an escaped trai
 })
 
 t.test('layout: a preset or a spec, one clear error naming the key when bad; the worker-id range follows its worker bits', async (t) => {
-  const load = (...argv: string[]) => loadConfig({ cwd: dirWith(), argv }).config.snowflake
+  const raw = loadConfig({ cwd: dirWith(), argv: ['--leaf.snowflake.layout= js-safe'] }).config.snowflake
+  t.same([raw.layoutSpec, raw.workerIdMax], ['js-safe', undefined], 'the loader keeps the spec and the max as given')
+  // As server.ts: loaded, then the snowflake section resolved (snowflake/settings.ts).
+  const load = (...argv: string[]) => resolveSnowflakeSettings(loadConfig({ cwd: dirWith(), argv }).config.snowflake)
   const leaf = load()
   t.equal(leaf.layout.name, 'leaf')
   t.equal(leaf.workerIdMax, 1023, 'the leaf layout: worker ids up to 1023')

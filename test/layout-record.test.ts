@@ -4,7 +4,7 @@ import Database from 'better-sqlite3'
 import zookeeper from 'node-zookeeper-client'
 import t, { type Test } from 'tap'
 import { buildApp } from '../src/app.js'
-import type { Config } from '../src/config/load-config.js'
+import type { ResolvedConfig } from '../src/snowflake/settings.js'
 import { LeaseRefused, StartRefused } from '../src/errors.js'
 import { parseLayout, type Layout } from '../src/snowflake/layout.js'
 import { MYSQL_LEASE_DDL, createDbLeasePool } from '../src/snowflake/worker-id/db-lease-pool.js'
@@ -39,7 +39,7 @@ function layoutOf (spec: string): Layout {
 }
 
 /** One instance's config, as the server would load it. */
-function instanceConfig (name: string, layout: string, values: Record<string, string | number | boolean>): Config {
+function instanceConfig (name: string, layout: string, values: Record<string, string | number | boolean>): ResolvedConfig {
   return testConfig({
     'leaf.name': name,
     'leaf.snowflake.enable': true,
@@ -55,14 +55,14 @@ function instanceConfig (name: string, layout: string, values: Record<string, st
 }
 
 /** Starts the configured worker-id source; the lease is closed when `t` ends. */
-async function start (t: Test, config: Config): Promise<WorkerLease> {
+async function start (t: Test, config: ResolvedConfig): Promise<WorkerLease> {
   const lease = await acquireWorkerId(config, silentLogger, { clock: Date.now })
   t.teardown(() => lease.close())
   return lease
 }
 
 /** The refusal of a start that must not happen (a lease it got after all is closed at once). */
-async function refusal (config: Config): Promise<Error> {
+async function refusal (config: ResolvedConfig): Promise<Error> {
   return acquireWorkerId(config, silentLogger, { clock: Date.now }).then(
     async (lease) => {
       await lease.close()
@@ -183,7 +183,7 @@ async function leaseDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<LeaseDb> {
   }
 }
 
-function dbLeaseConfig (db: LeaseDb, name: string, layout: string, values: Record<string, string | number | boolean> = {}): Config {
+function dbLeaseConfig (db: LeaseDb, name: string, layout: string, values: Record<string, string | number | boolean> = {}): ResolvedConfig {
   return instanceConfig(name, layout, { 'leaf.snowflake.worker-id.source': 'db-lease', 'leaf.jdbc.url': db.url, ...values })
 }
 
@@ -310,7 +310,7 @@ async function layoutNode (zkc: Inspector, name: string): Promise<string | undef
 
 type ZkSource = 'zookeeper-lease' | 'zookeeper'
 
-function zkConfig (source: ZkSource, name: string, layout: string, port = 8080): Config {
+function zkConfig (source: ZkSource, name: string, layout: string, port = 8080): ResolvedConfig {
   return instanceConfig(name, layout, { 'leaf.snowflake.worker-id.source': source, 'leaf.snowflake.zk.address': TEST_ZK, 'leaf.snowflake.port': port })
 }
 

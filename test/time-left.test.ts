@@ -2,6 +2,7 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { buildApp } from '../src/app.js'
 import { loadConfig } from '../src/config/load-config.js'
+import { resolveConfig } from '../src/snowflake/settings.js'
 import { tempDir } from './helpers/config.js'
 import { captureLogger, silentLogger } from './helpers/logger.js'
 import { parseSamples, valueOf } from './helpers/prometheus.js'
@@ -37,8 +38,9 @@ async function app (t: Test, values: Record<string, string | number | boolean>, 
   const layout = String(all['leaf.snowflake.layout'] ?? '')
   const epoch = /epoch=(\d+)/.exec(layout)?.[1]
   // Read as of just after the epoch: a layout with under 10 years left would be refused now.
-  const { config } = loadConfig({ cwd: dir, argv: Object.entries(all).map(([k, v]) => `--${k}=${v}`), now: epoch === undefined ? NOW : Number(epoch) + 1000 })
-  const server = await buildApp(config, { logger, clock: () => NOW })
+  const { config } = loadConfig({ cwd: dir, argv: Object.entries(all).map(([k, v]) => `--${k}=${v}`) })
+  const resolved = resolveConfig(config, epoch === undefined ? NOW : Number(epoch) + 1000)
+  const server = await buildApp(resolved, { logger, clock: () => NOW })
   t.teardown(() => server.close())
   return server
 }

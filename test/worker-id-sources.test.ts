@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import t, { type Test } from 'tap'
-import { ConfigError, loadConfig, type Config } from '../src/config/load-config.js'
+import { ConfigError, loadConfig } from '../src/config/load-config.js'
 import { createMysqlRunner } from '../src/segment/stores/mysql-hosts.js'
 import { CACHE_FILE } from '../src/snowflake/worker-id/cache-file.js'
 import { MYSQL_LEASE_DDL, createDbLeasePool } from '../src/snowflake/worker-id/db-lease-pool.js'
@@ -15,6 +15,7 @@ import { silentLogger } from './helpers/logger.js'
 import { TEST_MYSQL, createTestDatabase } from './helpers/mysql.js'
 import { TEST_ZK, inspector, uniqueName, zookeeperProxy } from './helpers/zookeeper.js'
 import { leafLayout } from '../src/snowflake/layout.js'
+import { resolveSnowflakeSettings, type ResolvedConfig } from '../src/snowflake/settings.js'
 import { withSqlite } from './helpers/sqlite.js'
 import { LeaseRefused } from '../src/errors.js'
 
@@ -37,7 +38,7 @@ async function until (what: () => boolean | Promise<boolean>, ms: number): Promi
 }
 
 /** The config of one instance, as the server would load it. */
-function sourceConfig (values: Record<string, string | number | boolean>): Config {
+function sourceConfig (values: Record<string, string | number | boolean>): ResolvedConfig {
   return testConfig({
     'leaf.snowflake.enable': true,
     'leaf.snowflake.cache.dir': tempDir('leaf-cache-'),
@@ -48,7 +49,7 @@ function sourceConfig (values: Record<string, string | number | boolean>): Confi
 }
 
 /** A worker id from the configured source, closed when `t` ends; claim results go to `claims`. */
-async function acquire (t: Test, config: Config, claims: ClaimResult[] = []): Promise<WorkerLease> {
+async function acquire (t: Test, config: ResolvedConfig, claims: ClaimResult[] = []): Promise<WorkerLease> {
   const lease = await acquireWorkerId(config, silentLogger, { clock: Date.now, onLeaseClaim: (r) => claims.push(r) })
   t.teardown(() => lease.close())
   return lease
@@ -145,7 +146,7 @@ function toRow (r: Record<string, unknown>): LeaseRow {
   }
 }
 
-function dbLeaseConfig (db: LeaseDb, name: string, values: Record<string, string | number | boolean> = {}): Config {
+function dbLeaseConfig (db: LeaseDb, name: string, values: Record<string, string | number | boolean> = {}): ResolvedConfig {
   return sourceConfig({
     'leaf.name': name,
     'leaf.snowflake.worker-id.source': 'db-lease',
@@ -353,7 +354,7 @@ t.test('racing claims on ZooKeeper: one create decides', async (t) => {
   await raceOneId(t, pools)
 })
 
-function zkLeaseConfig (name: string, values: Record<string, string | number | boolean> = {}): Config {
+function zkLeaseConfig (name: string, values: Record<string, string | number | boolean> = {}): ResolvedConfig {
   return sourceConfig({
     'leaf.name': name,
     'leaf.snowflake.worker-id.source': 'zookeeper-lease',
@@ -506,6 +507,8 @@ t.test('zookeeper: a sequence number outside [min, max] refuses the start and le
 
 t.test('rules between the worker-id keys stop the start, naming the key', async (t) => {
   const cwd = tempDir()
+  // As server.ts: loaded (the source's own rules), then resolved against the layout (the range's).
+  const load = (argv: string[]) => resolveSnowflakeSettings(loadConfig({ cwd, argv }).config.snowflake)
   const cases: [string[], string, RegExp][] = [
     [['--leaf.snowflake.worker-id.min=10', '--leaf.snowflake.worker-id.max=5'], 'leaf.snowflake.worker-id.min', /^leaf\.snowflake\.worker-id\.min: 10 is above leaf\.snowflake\.worker-id\.max \(5\)/],
     [['--leaf.snowflake.worker-id.source=zookeeper-lease'], 'leaf.snowflake.worker-id.source', /zookeeper-lease needs leaf\.snowflake\.zk\.address/],
@@ -517,12 +520,12 @@ t.test('rules between the worker-id keys stop the start, naming the key', async 
     [['--leaf.snowflake.worker-id.source=etcd'], 'leaf.snowflake.worker-id.source', /"etcd" is not one of zookeeper, static, zookeeper-lease, db-lease, statefulset/],
   ]
   for (const [argv, key, problem] of cases) {
-    const err = t.throws(() => loadConfig({ cwd, argv })) as ConfigError
+    const err = t.throws(() => load(argv)) as ConfigError
     t.ok(err instanceof ConfigError, `${argv.join(' ')}: a ConfigError`)
     t.equal(err.key, key)
     t.match(err.message, problem)
   }
-  const ok = (argv: string[]) => loadConfig({ cwd, argv }).config.snowflake
+  const ok = load
   t.match(ok(['--leaf.snowflake.worker-id.source=db-lease', '--leaf.snowflake.lease.ttl-ms=3000', '--leaf.snowflake.heartbeat-interval-ms=1000']), { workerIdSource: 'db-lease', leaseTtlMs: 3000 }, 'exactly 3 heartbeats')
   t.match(ok(['--leaf.snowflake.worker-id.source=static', '--leaf.snowflake.lease.ttl-ms=300']), { workerIdSource: 'static' }, 'the TTL rule binds the lease sources only')
   t.match(ok(['--leaf.snowflake.worker-id.min=7', '--leaf.snowflake.worker-id.max=7']), { workerIdMin: 7, workerIdMax: 7 }, 'a range of one id')

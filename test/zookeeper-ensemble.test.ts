@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap'
-import type { Config } from '../src/config/load-config.js'
+import type { ResolvedConfig } from '../src/snowflake/settings.js'
 import { isLeafError } from '../src/errors.js'
 import { startSnowflakeMode, type SnowflakeMode } from '../src/modes/snowflake-mode.js'
 import { fenceMarginMs, type ClaimResult } from '../src/snowflake/worker-id/recyclable-lease.js'
@@ -34,7 +34,7 @@ t.comment(`ensemble of ${ensemble.size} up in ${Math.round(performance.now() - s
 
 type Source = 'zookeeper' | 'zookeeper-lease'
 
-function sourceConfig (source: Source, name: string, address: string): Config {
+function sourceConfig (source: Source, name: string, address: string): ResolvedConfig {
   return testConfig({
     'leaf.name': name,
     'leaf.snowflake.enable': true,
@@ -75,7 +75,7 @@ class Holder {
   private timer: NodeJS.Timeout | undefined
   private pending = false
 
-  private constructor (readonly source: Source, readonly config: Config, readonly mode: SnowflakeMode) {}
+  private constructor (readonly source: Source, readonly config: ResolvedConfig, readonly mode: SnowflakeMode) {}
 
   static async start (source: Source, name: string, address: string): Promise<Holder> {
     const config = sourceConfig(source, name, address)

@@ -3,7 +3,6 @@ import { dirname, join, resolve } from 'node:path'
 import { parse as parseProperties } from 'dot-properties'
 import { CONFIG_KEYS, ConfigError, KEYS, envName, isConfigKey, type ConfigKey, type ParsedConfig, type RawConfig, type WorkerIdSource } from './keys.js'
 import { parseJdbcUrl, type StoreConfig } from './jdbc-url.js'
-import { LayoutError, parseLayout, type Layout } from '../snowflake/layout.js'
 
 export { ConfigError } from './keys.js'
 export type { StoreConfig } from './jdbc-url.js'
@@ -35,29 +34,34 @@ export interface Config {
     /** The warm-start file's path; undefined: no warm start. */
     stateFile: string | undefined
   }
-  snowflake: {
-    enabled: boolean
-    zkAddress: string
-    ip: string
-    port: number
-    workerId: number
-    workerIdSource: WorkerIdSource
-    workerIdMin: number
-    workerIdMax: number
-    /** Empty: the HOSTNAME variable. */
-    hostname: string
-    leaseTtlMs: number
-    twepoch: number
-    layout: Layout
-    /** Vesta's version and genMethod values (carried in the Vesta layouts' IDs). */
-    vesta: { version: number, genMethod: number }
-    borrowAheadMs: number
-    cacheDir: string
-    maxClockDriftMs: number
-    heartbeatIntervalMs: number
-    zkConnectTimeoutMs: number
-    zkSessionTimeoutMs: number
-  }
+  snowflake: SnowflakeConfig
+}
+
+/** The snowflake keys' values as given (snowflake/settings.ts resolves the layout from them). */
+export interface SnowflakeConfig {
+  enabled: boolean
+  zkAddress: string
+  ip: string
+  port: number
+  workerId: number
+  workerIdSource: WorkerIdSource
+  workerIdMin: number
+  /** As given; undefined: the layout's largest (resolved with the layout, snowflake/settings.ts). */
+  workerIdMax: number | undefined
+  /** Empty: the HOSTNAME variable. */
+  hostname: string
+  leaseTtlMs: number
+  twepoch: number
+  /** leaf.snowflake.layout as given: snowflake/settings.ts parses it. */
+  layoutSpec: string
+  /** Vesta's version and genMethod values (carried in the Vesta layouts' IDs). */
+  vesta: { version: number, genMethod: number }
+  borrowAheadMs: number
+  cacheDir: string
+  maxClockDriftMs: number
+  heartbeatIntervalMs: number
+  zkConnectTimeoutMs: number
+  zkSessionTimeoutMs: number
 }
 
 /** What picked the file: the command line, the environment, the working directory, or the package. */
@@ -77,8 +81,6 @@ export interface LoadOptions {
   argv?: string[]
   env?: Record<string, string | undefined>
   cwd?: string
-  /** The layout's epoch and lifetime are checked against this. */
-  now?: number
   /**
    * The package's own config/leaf.properties (server.ts passes the one beside dist/): read
    * when neither `--config`, `LEAF_CONFIG` nor `./config/leaf.properties` names a file.
@@ -91,7 +93,7 @@ export interface LoadOptions {
  * The file is the first of: `--config PATH`, `LEAF_CONFIG`, `./config/leaf.properties` (from
  * `cwd`), the shipped one. Throws ConfigError naming the key on the first bad value.
  */
-export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), now = Date.now(), shippedPath }: LoadOptions = {}): LoadedConfig {
+export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedPath }: LoadOptions = {}): LoadedConfig {
   const warnings: string[] = []
   const cli = parseArgv(argv)
   const file = findPropertiesFile(cli.configPath, env.LEAF_CONFIG, cwd, shippedPath)
@@ -109,24 +111,17 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), now = Da
 
   const parsed = {} as Record<ConfigKey, unknown>
   for (const k of CONFIG_KEYS) parsed[k] = KEYS[k].parse(raw[k], k)
-  const config = toConfig(parsed as ParsedConfig, now)
-  checkWorkerIds(config.snowflake)
+  const config = toConfig(parsed as ParsedConfig)
+  checkWorkerIdSource(config.snowflake)
   return { config, file: file?.path, fileFrom: file?.from, warnings }
 }
 
-/** Rules between worker-id keys that no single key's parser can see. */
-function checkWorkerIds (s: Config['snowflake']): void {
-  const largest = s.layout.maxWorkerId
-  const layout = `the ${s.layout.name} layout's ${s.layout.worker.bits} worker bits`
-  if (s.workerIdMax > largest) throw new ConfigError('leaf.snowflake.worker-id.max', `${s.workerIdMax} is above ${largest}, the largest worker id of ${layout}`)
-  if (s.workerIdMin > largest) throw new ConfigError('leaf.snowflake.worker-id.min', `${s.workerIdMin} is above ${largest}, the largest worker id of ${layout}`)
-  if (s.workerIdSource === 'static' && s.workerId > largest) throw new ConfigError('leaf.snowflake.worker.id', `${s.workerId} is above ${largest}, the largest worker id of ${layout}`)
-  if (s.workerIdSource === 'disposable' && s.layout.worker.bits < 16) {
-    throw new ConfigError('leaf.snowflake.worker-id.source', `disposable takes a new worker id on every start and never reuses one: it needs a layout with at least 16 worker bits (uid-generator has 22), and ${layout} are too few`)
-  }
-  if (s.workerIdMin > s.workerIdMax) {
-    throw new ConfigError('leaf.snowflake.worker-id.min', `${s.workerIdMin} is above leaf.snowflake.worker-id.max (${s.workerIdMax})`)
-  }
+/**
+ * Rules between the worker-id source and the keys it needs that no single key's parser can see.
+ * The rules that need the layout (the worker-id range against its worker bits) are
+ * snowflake/settings.ts's.
+ */
+function checkWorkerIdSource (s: SnowflakeConfig): void {
   if ((s.workerIdSource === 'zookeeper' || s.workerIdSource === 'zookeeper-lease') && s.zkAddress === '') {
     throw new ConfigError('leaf.snowflake.worker-id.source', `${s.workerIdSource} needs leaf.snowflake.zk.address`)
   }
@@ -146,8 +141,7 @@ function defaultFailoverHoldMs (p: ParsedConfig): number {
   return 2 * p['leaf.segment.refresh-interval-ms'] + hosts * (p['leaf.jdbc.connect-timeout-ms'] + 3 * p['leaf.jdbc.query-timeout-ms'])
 }
 
-function toConfig (p: ParsedConfig, now: number): Config {
-  const layout = resolveLayout(p, now)
+function toConfig (p: ParsedConfig): Config {
   return {
     name: p['leaf.name'],
     server: { host: p['server.host'], port: p['server.port'] },
@@ -176,11 +170,11 @@ function toConfig (p: ParsedConfig, now: number): Config {
       workerId: p['leaf.snowflake.worker.id'],
       workerIdSource: p['leaf.snowflake.worker-id.source'] || (p['leaf.snowflake.zk.address'] === '' ? 'static' : 'zookeeper'),
       workerIdMin: p['leaf.snowflake.worker-id.min'],
-      workerIdMax: p['leaf.snowflake.worker-id.max'] ?? layout.maxWorkerId,
+      workerIdMax: p['leaf.snowflake.worker-id.max'],
       hostname: p['leaf.snowflake.worker-id.hostname'],
       leaseTtlMs: p['leaf.snowflake.lease.ttl-ms'],
       twepoch: p['leaf.snowflake.twepoch'],
-      layout,
+      layoutSpec: p['leaf.snowflake.layout'],
       vesta: { version: p['leaf.snowflake.vesta.version'], genMethod: p['leaf.snowflake.vesta.gen-method'] },
       borrowAheadMs: p['leaf.snowflake.borrow-ahead-ms'],
       cacheDir: p['leaf.snowflake.cache.dir'],
@@ -189,20 +183,6 @@ function toConfig (p: ParsedConfig, now: number): Config {
       zkConnectTimeoutMs: p['leaf.snowflake.zk.connect-timeout-ms'],
       zkSessionTimeoutMs: p['leaf.snowflake.zk.session-timeout-ms'],
     },
-  }
-}
-
-function resolveLayout (p: ParsedConfig, now: number): Layout {
-  try {
-    return parseLayout(p['leaf.snowflake.layout'], {
-      twepoch: p['leaf.snowflake.twepoch'],
-      vestaVersion: p['leaf.snowflake.vesta.version'],
-      vestaGenMethod: p['leaf.snowflake.vesta.gen-method'],
-      now,
-    })
-  } catch (err) {
-    if (err instanceof LayoutError) throw new ConfigError('leaf.snowflake.layout', err.message)
-    throw err
   }
 }
 

@@ -1,7 +1,7 @@
-import type { Config } from '../config/load-config.js'
 import type { Logger } from '../logger.js'
 import { layoutEnd, type Layout } from '../snowflake/layout.js'
 import { createSnowflakeGenerator, type SnowflakeGenerator, type SnowflakeGeneratorOptions } from '../snowflake/snowflake-generator.js'
+import type { ResolvedConfig } from '../snowflake/settings.js'
 import { timeLeftSeconds, WARN_SECONDS_LEFT, YEAR_SECONDS } from '../snowflake/time-left.js'
 import { acquireWorkerId, aheadOfClockMs, type SourceHooks } from '../snowflake/worker-id/sources.js'
 import type { WorkerLease } from '../snowflake/worker-id/worker-lease.js'
@@ -16,7 +16,7 @@ export interface SnowflakeMode {
 
 /** Leases the worker id (refusing to start when IDs could repeat) and builds the generator. */
 export async function startSnowflakeMode (
-  config: Config,
+  config: ResolvedConfig,
   logger: Logger,
   extra: Pick<SnowflakeGeneratorOptions, 'clock' | 'onClockBackwards'> & Omit<SourceHooks, 'clock'> = {}
 ): Promise<SnowflakeMode> {

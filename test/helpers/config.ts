@@ -1,7 +1,8 @@
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { loadConfig, type Config } from '../../src/config/load-config.js'
+import { loadConfig } from '../../src/config/load-config.js'
+import { resolveConfig, type ResolvedConfig } from '../../src/snowflake/settings.js'
 
 /** A fresh folder under the OS temp dir. */
 export function tempDir (prefix = 'leaf-test-'): string {
@@ -9,11 +10,12 @@ export function tempDir (prefix = 'leaf-test-'): string {
 }
 
 /**
- * A config built the way the server builds it, from `key: value` pairs (as on the command
- * line), with no file and an embedded store in a fresh folder unless a URL is given.
+ * A config built the way the server builds it (loaded, then its snowflake section resolved),
+ * from `key: value` pairs (as on the command line), with no file and an embedded store in a
+ * fresh folder unless a URL is given.
  */
-export function testConfig (values: Record<string, string | number | boolean> = {}): Config {
+export function testConfig (values: Record<string, string | number | boolean> = {}): ResolvedConfig {
   const dir = tempDir()
   const all = { 'leaf.jdbc.url': `sqlite:${join(dir, 'leaf.db')}`, 'server.host': '127.0.0.1', 'server.port': 0, ...values }
-  return loadConfig({ cwd: dir, argv: Object.entries(all).map(([k, v]) => `--${k}=${v}`) }).config
+  return resolveConfig(loadConfig({ cwd: dir, argv: Object.entries(all).map(([k, v]) => `--${k}=${v}`) }).config)
 }

@@ -1,6 +1,6 @@
 import { randomInt } from 'node:crypto'
-import type { Config } from '../../config/load-config.js'
 import type { Logger } from '../../logger.js'
+import type { ResolvedConfig } from '../settings.js'
 import { createDbLeasePool } from './db-lease-pool.js'
 import { acquireDisposableWorkerId } from './disposable.js'
 import { firstNonLoopbackIPv4 } from './local-ip.js'
@@ -29,11 +29,11 @@ export function ordinalOf (hostname: string): number | undefined {
  * borrows, plus the rest of a time unit longer than a millisecond (an ID of a second is
  * recorded at that second's last millisecond).
  */
-export function aheadOfClockMs (config: Config): number {
+export function aheadOfClockMs (config: ResolvedConfig): number {
   return config.snowflake.borrowAheadMs + config.snowflake.layout.unitMs - 1
 }
 
-export async function acquireWorkerId (config: Config, logger: Logger, hooks: SourceHooks): Promise<WorkerLease> {
+export async function acquireWorkerId (config: ResolvedConfig, logger: Logger, hooks: SourceHooks): Promise<WorkerLease> {
   const s = config.snowflake
   const common = {
     name: config.name,
@@ -114,7 +114,7 @@ export async function acquireWorkerId (config: Config, logger: Logger, hooks: So
   return lease
 }
 
-function refuseOutOfRange (workerId: number, config: Config, source: string): void {
+function refuseOutOfRange (workerId: number, config: ResolvedConfig, source: string): void {
   const { workerIdMin: min, workerIdMax: max } = config.snowflake
   if (workerId < min || workerId > max) {
     throw new LeaseRefused(`worker id ${workerId} from the ${source} source is outside [${min}, ${max}] ` +
