@@ -122,6 +122,22 @@ t.test('MySQL refusing connections: the server starts, answers NOT_READY with th
   t.equal((await get(`${server.url}/readyz`)).status, 200)
 })
 
+t.test('a bad layout, or a worker id past its bits, refuses the start in one configuration-error line before anything runs, snowflake mode off too', async (t) => {
+  const cases: [string[], RegExp][] = [
+    [['--leaf.snowflake.layout=leaf2'], /^leaf-ts: configuration error: leaf\.snowflake\.layout: "leaf2" is neither a preset \(.*\) nor name=value: did you mean "leaf"\?$/],
+    [['--leaf.snowflake.layout=js-safe', '--leaf.snowflake.worker-id.max=256'],
+      /^leaf-ts: configuration error: leaf\.snowflake\.worker-id\.max: 256 is above 255, the largest worker id of the js-safe layout's 8 worker bits$/],
+  ]
+  for (const [args, expected] of cases) {
+    for (const enable of ['false', 'true']) {
+      const { status, lines } = runToExit([`--leaf.snowflake.enable=${enable}`, ...args])
+      t.equal(status, 1, `${args.join(' ')}, snowflake ${enable}: exit 1`)
+      t.equal(lines.length, 1, `${args.join(' ')}, snowflake ${enable}: one line, no log before it (${lines.join(' | ')})`)
+      t.match(lines[0], expected)
+    }
+  }
+})
+
 t.test('no mode enabled: the server starts, warns naming the keys, /readyz 503 "no mode enabled"', async (t) => {
   const server = await startServer({ cwd: tempDir(), args: ['--server.port=0'] })
   t.teardown(() => server.stop())
