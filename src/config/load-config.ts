@@ -92,6 +92,8 @@ export interface LoadOptions {
  * Builds the configuration: built-in defaults < properties file < environment < command line.
  * The file is the first of: `--config PATH`, `LEAF_CONFIG`, `./config/leaf.properties` (from
  * `cwd`), the shipped one. Throws ConfigError naming the key on the first bad value.
+ * leaf.snowflake.layout and leaf.snowflake.worker-id.max are kept as given: resolveConfig
+ * (snowflake/settings.ts) parses the layout and checks the worker-id range against it.
  */
 export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedPath }: LoadOptions = {}): LoadedConfig {
   const warnings: string[] = []
