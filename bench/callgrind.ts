@@ -4,6 +4,7 @@ import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { basename, join } from 'node:path'
 import autocannon from 'autocannon'
+import type { CountedRow } from './results.js'
 
 // Instructions per request, counted by valgrind's callgrind: the same figure on a busy machine
 // as on an idle one, so the single-ID target can be checked without the wall-clock noise.
@@ -18,28 +19,6 @@ import autocannon from 'autocannon'
 // compiler (functions in v8::internal::compiler) is not a steady state: it is refused, recorded
 // and taken again; a route with more than MAX_REFUSED such counts fails the run. Below that,
 // the compiler's own instructions are left out of the count and recorded beside it.
-
-export interface CountedRoute {
-  name: string
-  path: string
-  /** Bytes of the body answered just before each count. */
-  bodyLengths: number[]
-  /** Instructions per request, one per count, in the order counted. */
-  counts: number[]
-  /** Calls per request of V8's slow path for Node's tick records (TICK_SLOW_PATH), one per count. */
-  tickSlowPath: number[]
-  /** Instructions per request spent in V8's garbage collection, one per count (why one count is higher than another). */
-  gc: number[]
-  /**
-   * Instructions per request of V8's optimizing compiler, one per count: left out of `counts`.
-   * Compiling is a one-off of the JIT's, and a recompile below MAX_COMPILE_SHARE falls into a
-   * process's first count or not as it happens (1,500 of 63,400 instructions in one count, 0 in
-   * the next ones of the same process), so counting it moved the median by points.
-   */
-  compiler: number[]
-  /** Counts refused because V8's optimizing compiler ran during them (not a steady state). */
-  refused: { instructionsPerRequest: number, compileShare: number }[]
-}
 
 const WARM_RUNS = 5
 const WARM_REQUESTS = 8_000
@@ -90,7 +69,7 @@ export function answerLength (url: string): Promise<number> {
  * Counts each route of one server `rounds` times, in one process warmed on all of them.
  * `pin`: a command prefix that pins the server to a core (`taskset -c 0`), or none.
  */
-export async function countRoutes (args: string[], routes: { name: string, path: string }[], rounds: number, cwd: string, pin: string[]): Promise<CountedRoute[]> {
+export async function countRoutes (args: string[], routes: { name: string, path: string }[], rounds: number, cwd: string, pin: string[]): Promise<CountedRow[]> {
   const dir = mkdtempSync(join(tmpdir(), 'leaf-callgrind-'))
   const outFile = join(dir, 'cg.out')
   const command = [...pin, 'valgrind', '--tool=callgrind', '--separate-threads=yes', '--instr-atstart=no',
@@ -127,9 +106,9 @@ export async function countRoutes (args: string[], routes: { name: string, path:
         if (failed > 0) throw new Error(`${failed} failed requests while warming ${r.path}`)
       }
     }
-    const results: CountedRoute[] = routes.map((r) => ({ ...r, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], compiler: [], refused: [] }))
+    const results: CountedRow[] = routes.map((r) => ({ ...r, bodyLengths: [], counts: [], tickSlowPath: [], gc: [], compiler: [], refused: [] }))
     let dumps = 0
-    const countOnce = async (r: CountedRoute) => {
+    const countOnce = async (r: CountedRow) => {
       const bodyLength = await answerLength(url + r.path)
       control('-i', 'on')
       const counted = await autocannon({ url: url + r.path, connections: CONNECTIONS, amount: COUNTED_REQUESTS })

@@ -58,7 +58,13 @@ export interface CountedRow {
   tickSlowPath: number[]
   /** Instructions per request spent in V8's garbage collection, one per count. */
   gc: number[]
-  /** Instructions per request of V8's optimizing compiler, one per count, left out of `counts` (bench/callgrind.ts). */
+  /**
+   * Instructions per request of V8's optimizing compiler, one per count: left out of `counts`.
+   * Compiling is a one-off of the JIT's, and a recompile below MAX_COMPILE_SHARE
+   * (bench/callgrind.ts) falls into a process's first count or not as it happens (1,500 of 63,400
+   * instructions in one count, 0 in the next ones of the same process), so counting it moved the
+   * median by points.
+   */
   compiler: number[]
   /** Counts taken while V8 recompiled, refused and taken again. */
   refused: { instructionsPerRequest: number, compileShare: number }[]

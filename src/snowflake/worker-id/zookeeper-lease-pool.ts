@@ -59,6 +59,8 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
   let closed = false
   /** The session timeout ZooKeeper granted last (a client not connected yet reports 0). */
   let granted = o.ttlMs
+  /** The start's connect timeout (the connection and the tree's set-up) counts from here. */
+  const connecting = performance.now()
   let client = connect()
   /** Monotonic time of ZooKeeper's last answer to this pool. */
   let answeredAt = performance.now()
@@ -120,7 +122,6 @@ export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): P
     throw new Error(`ZooKeeper at ${o.address} went silent: reconnecting with a new session`)
   }
 
-  const connecting = performance.now()
   if (!await waitConnected(client, o.connectTimeoutMs)) {
     closed = true
     await closeZookeeper(client)

@@ -47,8 +47,10 @@ const REFUSAL_WINDOW_MS = 1000
  * taken meanwhile: it must stop issuing under it), started with its clock 4 s ahead and
  * SIGKILLed (the next holder of its id must wait for the last millisecond it recorded), or
  * started 4 s ahead and SIGTERMed, then restarted at once with the clock set right: the
- * restart reads the id from its cache folder, prefers it, and waits for the millisecond its
- * earlier life released it at. (A killed holder's id is taken late or not at all where
+ * restart reads the id from its cache folder and asks for it first, but a claimant already
+ * waiting for a free id usually takes it before, and it is that claimant that waits for the
+ * millisecond the earlier life released it at (the note counts how often the restart took it
+ * back, and how often that restart waited). (A killed holder's id is taken late or not at all where
  * released ids are about: ZooKeeper ends the dead session after a TTL, and a claimant takes
  * a free id before an expired one, so by then its last millisecond has passed.)
  */
@@ -158,7 +160,7 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
   const residents: Leaf[] = []
   try {
     for (let k = 0; k < run.residents; k++) {
-      residents.push(await lease(`${source}-resident-${k}`, FIRST_PORT + CHURN_STARTS + k, cacheDirOf(suite, name, `resident-${k}`)))
+      residents.push(await lease(residentLabel(source, k), FIRST_PORT + CHURN_STARTS + k, cacheDirOf(suite, name, `resident-${k}`)))
     }
     await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
       /** After an 'ahead-term' ending: its cache folder and worker id, for the restart that follows. */
@@ -200,11 +202,10 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
           for (const w of decoded.workerIds) run.workerIds.add(w)
           report.check(decoded.workerIds.size <= 1, `${label}: IDs of worker ids ${[...decoded.workerIds].join(', ')}`)
           report.check([...decoded.workerIds].every((w) => w >= POOL_MIN && w <= POOL_MAX), `${label}: worker id ${[...decoded.workerIds].join(', ')} outside the pool`)
-          const gone = () => leaf.proc.exitCode !== null || leaf.proc.signalCode !== null
-          if (ending === 'pause' && !gone()) {
+          if (ending === 'pause' && !exited(leaf)) {
             process.kill(leaf.pid, 'SIGSTOP')
             await sleep(PAUSE_MS)
-            if (!gone()) process.kill(leaf.pid, 'SIGCONT')
+            if (!exited(leaf)) process.kill(leaf.pid, 'SIGCONT')
             // Its id ran out meanwhile and may be another's: IDs only under a lease it holds.
             const r = await takeIds(report, client, leaf.url, 'snowflake', 'k', undefined, `${label}:resumed`, isLeaseLost)
             if (r.ids !== undefined) {
@@ -212,7 +213,7 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
               run.ids += r.ids.length
             } else if (isLeaseLost(r.answer)) run.pausedLost++
           }
-          report.check(!gone(), `${label}: exited by itself (code ${leaf.proc.exitCode}, signal ${leaf.proc.signalCode}): ${leaf.output.slice(-3).join(' | ').slice(0, 600)}`)
+          report.check(!exited(leaf), `${label}: exited by itself (code ${leaf.proc.exitCode}, signal ${leaf.proc.signalCode}): ${leaf.output.slice(-3).join(' | ').slice(0, 600)}`)
           const kill = ending !== 'term' && ending !== 'ahead-term'
           const code = await leaf.stop(kill ? 'SIGKILL' : 'SIGTERM')
           if (!kill && (code !== 0 || logLines(leaf, 'worker-id lease released').length !== 1)) {
@@ -237,7 +238,7 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
     }))
     // The residents served throughout, and hand their ids back.
     for (const [k, leaf] of residents.entries()) {
-      const label = `${source}-resident-${k}`
+      const label = residentLabel(source, k)
       const client = new HttpClient()
       try {
         const r = await takeIds(report, client, leaf.url, 'snowflake', 'k', 5, label)
@@ -252,7 +253,7 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
       logs.push(`--- ${label} (SIGTERM, exit ${code})`, ...leaf.output)
     }
   } finally {
-    for (const leaf of residents) if (leaf.proc.exitCode === null && leaf.proc.signalCode === null) await leaf.stop('SIGKILL')
+    for (const leaf of residents) if (!exited(leaf)) await leaf.stop('SIGKILL')
     run.ms = performance.now() - started
     state.done = true
     await watching
@@ -264,4 +265,13 @@ async function churn (suite: Suite, report: Report, source: LeaseSource): Promis
   report.check(run.peakHeld >= POOL_SIZE - 1 || run.exhaustedWaits > 0, `${source}: the pool was never near exhaustion (peak ${run.peakHeld} of ${POOL_SIZE} ids leased, no start waited for a free id)`)
   report.check(run.issuedUntilWaits > 0, `${source}: no start waited for a previous holder's last millisecond: the issuedUntil rule was not exercised`)
   return run
+}
+
+/** The process ended, by a signal or an exit of its own. */
+function exited (leaf: Leaf): boolean {
+  return leaf.proc.exitCode !== null || leaf.proc.signalCode !== null
+}
+
+function residentLabel (source: LeaseSource, k: number): string {
+  return `${source}-resident-${k}`
 }
