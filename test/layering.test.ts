@@ -1,52 +1,19 @@
-import { readdirSync, readFileSync } from 'node:fs'
-import { dirname, join, relative, resolve } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { readFileSync } from 'node:fs'
+import { join, relative } from 'node:path'
 import t from 'tap'
+import { DOC, LAYERS, SRC, drawn, importGraph, importsOf, layerOf, renderRooms } from '../scripts/house.js'
 
-// The architecture docs/development.md draws, held: src/ has no import cycle, and a module
-// imports only from its own layer or the ones below it. Type-only imports count too: a type
-// from a higher layer couples the lower one to it all the same.
-
-const SRC = fileURLToPath(new URL('../src/', import.meta.url))
-
-/** Layers from the bottom; a path is a file of src/ or a folder ending in '/'. */
-export const LAYERS: string[][] = [
-  ['errors.ts', 'timers.ts', 'logger.ts', 'driver-errors.ts', 'log-throttle.ts', 'id-range.ts', 'version.ts', 'config/'],
-  ['segment/', 'snowflake/'],
-  ['modes/'],
-  ['metrics/', 'http/'],
-  ['app.ts'],
-  ['server.ts'],
-]
+// The architecture docs/development.md draws, held: src/ has no import cycle, a module imports
+// only from its own layer or the ones below it (LAYERS, scripts/house.ts), and the page's two
+// blocks are the ones the code draws. Type-only imports count too: a type from a higher layer
+// couples the lower one to it all the same.
 
 /**
- * Upward imports still there, each to go: none since issue 28 moved the layout's parsing out of
- * the config loader (snowflake/settings.ts). One listed here is held to, so that no other comes
- * in; the test fails when one is gone, so that the list shrinks with the code.
+ * Upward imports still there, each to go: listed so that no other comes in; the test fails
+ * when one is gone, so that the list shrinks with the code. None is left (issue 28 moved the
+ * layout's parsing out of config/).
  */
 const KNOWN_UPWARD: string[] = []
-
-function sources (dir = SRC): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
-    const path = join(dir, e.name)
-    return e.isDirectory() ? sources(path) : e.name.endsWith('.ts') ? [path] : []
-  })
-}
-
-/** The src/ files a module imports (static imports and re-exports, types included). */
-export function importsOf (file: string, text = readFileSync(file, 'utf8')): string[] {
-  const specs = [...text.matchAll(/^(?:import|export)\b[^'";]*?\bfrom\s+'(\.[^']+)'|^import\s+'(\.[^']+)'/gm)].map((m) => (m[1] ?? m[2]) as string)
-  return specs.map((spec) => resolve(dirname(file), spec.replace(/\.js$/, '.ts')))
-}
-
-/** The layer of a src/ file: the index in LAYERS of the entry that holds it. */
-function layerOf (file: string): number {
-  const path = relative(SRC, file)
-  const top = path.includes('/') ? `${path.split('/')[0]}/` : path
-  const layer = LAYERS.findIndex((entries) => entries.includes(top))
-  if (layer === -1) throw new Error(`${path} is in no layer: add ${top} to LAYERS (and to docs/development.md)`)
-  return layer
-}
 
 /** Every cycle of the graph, each as the files along it. */
 export function cycles (graph: Map<string, string[]>): string[][] {
@@ -67,7 +34,7 @@ export function cycles (graph: Map<string, string[]>): string[][] {
   return found
 }
 
-const graph = new Map(sources().map((file) => [file, importsOf(file)]))
+const graph = importGraph()
 const name = (file: string) => relative(SRC, file)
 
 t.test('src/ has no import cycle', async (t) => {
@@ -96,4 +63,20 @@ t.test('the checks find what they look for', async (t) => {
     ['/x/t.ts', '/x/y/ab.ts', '/x/y/c.ts', '/x/y/first.ts'], 'type imports, multi-line imports, re-exports and bare imports; packages left out')
   t.equal(layerOf(join(SRC, 'config/keys.ts')), 0)
   t.equal(layerOf(join(SRC, 'http/pages.ts')), 3)
+})
+
+t.test('docs/development.md draws the layers and the rooms as the code has them', async (t) => {
+  const page = readFileSync(DOC, 'utf8')
+  t.match(page, /<!-- house:layers -->\n```/, 'the layers block is marked')
+  t.match(page, /<!-- house:rooms -->\n```/, 'the rooms block is marked')
+  t.equal(page, drawn(page, graph), 'the page is what `node --import tsx scripts/house.ts --write` draws from the code')
+  t.equal(LAYERS.length, 6)
+})
+
+t.test('the rooms block follows the imports', async (t) => {
+  const a = join(SRC, 'modes/a.ts')
+  const b = join(SRC, 'segment/stores/b.ts')
+  const c = join(SRC, 'errors.ts')
+  t.equal(renderRooms(new Map([[a, [b, c]], [b, [c]], [c, []]])),
+    'modes/                 -> segment/stores/\nsegment/stores/        (imports only the base layer)', 'an arrow per room imported, the base layer left out')
 })
