@@ -40,7 +40,11 @@ export function importGraph (): Map<string, string[]> {
 
 /** The layer of a src/ file, 0 at the bottom; throws for a file in no layer. */
 export function layerOf (file: string): number {
-  const path = relative(SRC, file)
+  return layerOfPath(relative(SRC, file))
+}
+
+/** The layer of a path below src/ (a file, or a room such as `snowflake/worker-id/`). */
+function layerOfPath (path: string): number {
   const top = path.includes('/') ? `${path.split('/')[0]}/` : path
   const fromTop = LAYERS.findIndex((layer) => layer.entries.includes(top))
   if (fromTop === -1) throw new Error(`${path} is in no layer: add ${top} to LAYERS in scripts/house.ts, then run it with --write`)
@@ -78,8 +82,7 @@ export function renderRooms (graph = importGraph()): string {
       if (room !== from && !inBase(room)) to.add(room)
     }
   }
-  const order = (room: string) => -layerOf(join(SRC, room.endsWith('/') ? `${room}x.ts` : room))
-  const rooms = [...arrows.keys()].sort((a, b) => order(a) - order(b) || a.localeCompare(b))
+  const rooms = [...arrows.keys()].sort((a, b) => layerOfPath(b) - layerOfPath(a) || a.localeCompare(b))
   return rooms.map((room) => {
     const to = [...(arrows.get(room) ?? [])].sort()
     return `${room.padEnd(22)} ${to.length === 0 ? '(imports only the base layer)' : `-> ${to.join('  ')}`}`
