@@ -1,8 +1,9 @@
 import { execFileSync, spawn } from 'node:child_process'
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { ROOT } from '../scripts/run-info.js'
+import { serverFolder } from './variants.js'
 
 // The CPU a server start costs, to listening, on the embedded store: the bundle the build writes
 // (dist/server.js) against the same sources compiled file by file by tsc, interleaved.
@@ -10,6 +11,8 @@ import { ROOT } from '../scripts/run-info.js'
 // Why the build bundles: the fault suite's scenario 12 is bound by this figure (docs/development.md).
 
 const STARTS = Number(process.argv[2] ?? 8)
+/** Clock ticks per second, the unit of /proc/<pid>/stat's CPU times. */
+const TICKS_PER_S = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }))
 
 /** CPU milliseconds (user + system) the process used until it logged that it listens. */
 async function startCpuMs (script: string): Promise<number> {
@@ -26,19 +29,16 @@ async function startCpuMs (script: string): Promise<number> {
     // /proc/<pid>/stat: utime and stime, in clock ticks, are fields 14 and 15.
     const fields = readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
     const ticks = Number(fields[11]) + Number(fields[12])
-    return ticks * 1000 / Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }))
+    return ticks * 1000 / TICKS_PER_S
   } finally {
     child.kill('SIGKILL')
     rmSync(dir, { recursive: true, force: true })
   }
 }
 
-const filesDir = mkdtempSync(join(tmpdir(), 'leaf-tsc-'))
+const filesDir = serverFolder('leaf-tsc-')
 try {
   execFileSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', join(ROOT, 'tsconfig.json'), '--noEmit', 'false', '--outDir', join(filesDir, 'dist')], { stdio: 'inherit' })
-  copyFileSync(join(ROOT, 'package.json'), join(filesDir, 'package.json'))
-  symlinkSync(join(ROOT, 'config'), join(filesDir, 'config'))
-  symlinkSync(join(ROOT, 'node_modules'), join(filesDir, 'node_modules'))
   const builds = { 'bundle (dist/server.js)': join(ROOT, 'dist/server.js'), 'tsc files': join(filesDir, 'dist/server.js') }
   const cpu = new Map<string, number[]>(Object.keys(builds).map((name) => [name, []]))
   for (let i = 0; i < STARTS; i++) {

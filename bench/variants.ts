@@ -19,12 +19,21 @@ export interface Variant {
   remove (): void
 }
 
-/** src/metrics/hot-metrics.ts replaced by prom-client's own metrics (bench/variants/prom-hot-metrics.mjs). */
-export async function withoutHotMetrics (): Promise<Variant> {
-  const dir = mkdtempSync(join(tmpdir(), 'leaf-variant-'))
+/**
+ * A temporary folder a server build runs from as if from the repository: the package.json
+ * copied (its "type" makes dist/*.js ES modules), config/ and node_modules linked.
+ */
+export function serverFolder (prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix))
   copyFileSync(join(ROOT, 'package.json'), join(dir, 'package.json'))
   symlinkSync(join(ROOT, 'config'), join(dir, 'config'))
   symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'))
+  return dir
+}
+
+/** src/metrics/hot-metrics.ts replaced by prom-client's own metrics (bench/variants/prom-hot-metrics.mjs). */
+export async function withoutHotMetrics (): Promise<Variant> {
+  const dir = serverFolder('leaf-variant-')
   const module = 'src/metrics/hot-metrics.ts'
   const server = join(dir, 'dist/server.js')
   // buildServer refuses a replacement the bundle does not contain.
