@@ -189,9 +189,12 @@ t.test('/api/cache gives no bufferSeconds for a tag under 1 ID/s, and leaf_segme
   await server.inject('/api/segment/get/order')
   const generator = server.leaf.segment?.generator as SegmentGenerator
   const views = generator.views.bind(generator)
+  const viewPage = generator.viewPage.bind(generator)
   // The rates a quiet tag reaches, which a test cannot wait for: what is left of a burst, and a busy tag.
   let rate = 61_597 / 2160684850.9
-  generator.views = () => views().map((v) => ({ ...v, rate, bufferSeconds: v.buffered / rate }))
+  const at = (v: ReturnType<typeof views>[number]) => ({ ...v, rate, bufferSeconds: v.buffered / rate })
+  generator.views = () => views().map(at)
+  generator.viewPage = (query) => { const page = viewPage(query); return { ...page, views: page.views.map(at) } }
   const quiet = (await server.inject('/api/cache')).json().order
   t.match(quiet, { rate: 0, bufferSeconds: null })
   t.equal(valueOf((await scrape(server)).samples, 'leaf_segment_buffer_seconds', { key: 'order' }), Infinity, 'the gauge: +Inf, as while idle')
@@ -199,6 +202,65 @@ t.test('/api/cache gives no bufferSeconds for a tag under 1 ID/s, and leaf_segme
   const busy = (await server.inject('/api/cache')).json().order
   t.match(busy, { rate: 40, bufferSeconds: Math.round(busy.buffered / 40 * 100) / 100 })
   t.equal(valueOf((await scrape(server)).samples, 'leaf_segment_buffer_seconds', { key: 'order' }), busy.buffered / 40, 'the gauge: the buffered IDs over the rate')
+})
+
+t.test('/api/cache and /cache show a page of the tags, the busiest first: ?limit=, ?cursor= from the Link header, ?search=; a tag never asked for is a line', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  const names = Array.from({ length: 120 }, (_, i) => `t${String(i).padStart(3, '0')}`)
+  for (const key of names) {
+    t.equal((await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key, step: 1000 } })).statusCode, 201)
+  }
+  // Three tags asked for, one batch each.
+  for (const [key, count] of [['t050', 600], ['t007', 300], ['t099', 5]] as const) {
+    t.equal((await server.inject({ url: `/api/segment/get/${key}?count=${count}`, headers: AUTH })).statusCode, 200)
+  }
+  const get = (url: string) => server.inject({ url, headers: AUTH })
+  const first = await get('/api/cache?limit=4')
+  t.equal(first.statusCode, 200)
+  t.equal(first.headers['x-total-count'], '122', '120 tags made, and the two of the test table')
+  const top = Object.values(first.json() as Record<string, { key: string, rate: number, initOk: boolean }>)
+  t.same(top.slice(0, 3).map((v) => v.key).sort(), ['t007', 't050', 't099'], 'the tags asked for first')
+  t.same(top.slice(0, 3).map((v) => v.rate), top.slice(0, 3).map((v) => v.rate).sort((a, b) => b - a), `by their rates: ${top.map((v) => `${v.key} ${v.rate}`).join(', ')}`)
+  t.match(top[3], { key: 'leaf-segment-test', initOk: false }, 'then the never-loaded, by name')
+  t.equal(first.headers.link, '</api/cache?limit=4&cursor=4>; rel="next"')
+  const seen = new Set<string>()
+  let url: string | undefined = '/api/cache?limit=50'
+  let pages = 0
+  while (url !== undefined) {
+    const res = await get(url)
+    for (const key of Object.keys(res.json())) {
+      t.notOk(seen.has(key), `${key} once`)
+      seen.add(key)
+    }
+    url = /^<([^>]+)>; rel="next"$/.exec(String(res.headers.link ?? ''))?.[1]
+    pages++
+  }
+  t.equal(pages, 3, '122 tags in pages of 50')
+  t.equal(seen.size, 122, 'the walk by Link headers meets every tag once')
+  t.equal(Object.keys((await get('/api/cache')).json()).length, 100, 'a hundred by default')
+  const found = await get('/api/cache?search=T09')
+  t.same(Object.keys(found.json()), ['t099', 't090', 't091', 't092', 't093', 't094', 't095', 't096', 't097', 't098'], 'any case; the one loaded first')
+  t.equal(found.headers['x-total-count'], '10')
+  t.equal(found.headers.link, undefined, 'no next page')
+  for (const bad of ['limit=0', 'limit=1001', 'limit=x', 'cursor=-1', 'cursor=1e3', 'limit=5&limit=6', `search=${'a'.repeat(129)}`]) {
+    const res = await get(`/api/cache?${bad}`)
+    t.equal(res.statusCode, 400, bad)
+    t.match(res.json(), { error: 'BAD_REQUEST', message: /^(limit|cursor|search) / }, bad)
+  }
+
+  const html = (await get('/cache')).body
+  t.match(html, /122 tags · 1–50 shown, the busiest first, tags never asked for last · <a href="\/cache\?cursor=50">next 50 →<\/a>/)
+  t.equal((html.match(/<section class="card tag"/g) ?? []).length, 3, 'a card for each tag asked for')
+  t.equal((html.match(/<li data-key=/g) ?? []).length, 47, 'a line for each of the rest of the page')
+  t.ok(html.indexOf('<li data-key="leaf-segment-test"') > html.lastIndexOf('<section class="card tag"'), 'the lines after the cards')
+  const last = (await get('/cache?cursor=100')).body
+  t.match(last, /1(01)–122 shown/)
+  t.match(last, /<a href="\/cache\?cursor=50">← busier<\/a>/)
+  t.notMatch(last, /next \d+ →/)
+  const search = (await get('/cache?search=%3Cb%3E')).body
+  t.match(search, /0 of 122 tags matching “&lt;b&gt;” · none shown/, 'the search echoed, escaped')
+  t.match(search, /<input type="search" name="search" value="&lt;b&gt;"/)
+  t.equal((await get('/cache?limit=0')).statusCode, 400)
 })
 
 t.test('/healthz and /readyz', async (t) => {

@@ -9,7 +9,7 @@ import { silentLogger } from './helpers/logger.js'
 const OUTPUT = fileURLToPath(new URL('../test-output/', import.meta.url))
 const TOKEN = 'browser-token'
 
-t.test('/cache in a real headless Chromium: the instance panel, a card per tag with its rate and sparkline, a snowflake panel, a screenshot at 1280x900', async (t) => {
+t.test('/cache in a real headless Chromium: the instance panel, a card per tag asked for with its rate and sparkline, a line per tag never asked for, a snowflake panel, a screenshot at 1280x900', async (t) => {
   const server = await buildApp(testConfig({
     'leaf.segment.enable': true,
     'leaf.snowflake.enable': true,
@@ -33,7 +33,9 @@ t.test('/cache in a real headless Chromium: the instance panel, a card per tag w
   t.equal(response?.status(), 200)
 
   const keys = await page.locator('section.tag').evaluateAll((cards) => cards.map((c) => c.getAttribute('data-key')))
-  t.same(keys.sort(), ['a <b> & "c"', 'leaf-segment-test', 'order'], 'a card per tag, the odd one shown as text')
+  t.same(keys.sort(), ['a <b> & "c"', 'order'], 'a card per tag asked for, the odd one shown as text')
+  t.same(await page.locator('ul.idle-tags li').allTextContents(), ['leaf-segment-test'], 'the tag never asked for: a line')
+  t.match(await page.locator('.pager').textContent(), /^search3 tags · 1–3 shown, the busiest first/)
   t.equal(await page.locator('section.tag[data-key="order"] .badge').textContent(), 'next ready')
   t.equal(await page.locator('section.tag[data-key="order"] .seg.current').count(), 1, 'one current segment')
   const width = await page.locator('section.tag[data-key="order"] .seg.current .fill').getAttribute('style')

@@ -97,12 +97,15 @@ const view: SegmentBufferView = {
   ended: false,
 }
 
+/** A page of tags as the /cache route gives one: all of `views`, no search. */
+const tagsOf = (views: SegmentBufferView[]) => ({ views, total: views.length, matched: views.length, offset: 0, limit: 50, search: '' })
+
 t.test('the dashboard: the instance panel, each tag\'s rate, buffer, loads and sparkline, a reload every 5 s with the time rendered', async (t) => {
   const html = renderCachePage({
     ...instance,
     readiness: { ready: false, modes: { segment: { ready: false, reason: 'database unreachable: ECONNREFUSED (connection refused), and 1 tag(s) <x>' }, snowflake: { ready: true } } },
     errors: [{ mode: 'segment', code: 'SEGMENTS_NOT_READY', count: 7 }, { mode: 'snowflake', code: 'CLOCK_BACKWARDS', count: 0 }],
-  }, [view], { ...base, lastHeartbeat: Date.now() }, TWEPOCH)
+  }, tagsOf([view]), { ...base, lastHeartbeat: Date.now() }, TWEPOCH)
   t.match(html, /<meta http-equiv="refresh" content="5">/)
   t.match(html, /rendered 2026-12-02T06:00:00\.000Z; rates sampled 420 ms before; reloads every 5 s/)
   t.match(html, /Instance · Leaf-TS 1\.2\.3<\/h2><span class="badge bad">not ready/)
@@ -119,16 +122,16 @@ t.test('the dashboard: the instance panel, each tag\'s rate, buffer, loads and s
   t.match(html, /<svg class="spark"[^>]* data-points="90" aria-label="IDs per second over the last 15 minutes, peak 30"/)
   t.match(html, /buffered 2,801 IDs in 2 segments · 50\.9 s at 55 IDs\/s/)
   t.equal((html.match(/<script/g) ?? []).length, 0, 'no script')
-  const idle = renderCachePage(instance, [{ ...view, ratePerMinute: 0, rate: 0, bufferSeconds: Infinity, lastLoadSeconds: 0 }], undefined, TWEPOCH)
+  const idle = renderCachePage(instance, tagsOf([{ ...view, ratePerMinute: 0, rate: 0, bufferSeconds: Infinity, lastLoadSeconds: 0 }]), undefined, TWEPOCH)
   t.match(idle, /buffer lasts <b>idle<\/b>/)
   t.match(idle, /last load <b>—<\/b>/)
   t.match(idle, /ZooKeeper<\/dt><dd>snowflake mode off/)
-  t.match(renderCachePage(instance, [{ ...view, ended: true }], undefined, TWEPOCH), /badge bad">ID space ended/)
+  t.match(renderCachePage(instance, tagsOf([{ ...view, ended: true }]), undefined, TWEPOCH), /badge bad">ID space ended/)
 })
 
 t.test('the horizon in seconds only at 1 ID/s or more: under it, the remnant of a burst, the tag is idle', async (t) => {
   const horizon = (rate: number, bufferSeconds: number) =>
-    /data-horizon>([^<]*)</.exec(renderCachePage(instance, [{ ...view, buffered: 61_597, rate, bufferSeconds }], undefined, TWEPOCH))?.[1]
+    /data-horizon>([^<]*)</.exec(renderCachePage(instance, tagsOf([{ ...view, buffered: 61_597, rate, bufferSeconds }]), undefined, TWEPOCH))?.[1]
   // What a tag showed once it went quiet: the rate decays towards 0 and never reaches it.
   t.equal(horizon(61_597 / 2160684850.9, 2160684850.9), 'buffered 61,597 IDs in 2 segments · idle (under 1 ID/s)')
   t.equal(horizon(0.99, 61_597 / 0.99), 'buffered 61,597 IDs in 2 segments · idle (under 1 ID/s)')
@@ -151,7 +154,7 @@ t.test('durations and sparklines for a person', async (t) => {
 })
 
 t.test('the instance panel names the store the max_id guard sees, and the failovers it caught', async (t) => {
-  const none = renderCachePage({ ...instance, failover: { holdingMs: 0, raisesOwed: 0, regressions: 0, store: 'server_id 1' } }, [], undefined, TWEPOCH)
+  const none = renderCachePage({ ...instance, failover: { holdingMs: 0, raisesOwed: 0, regressions: 0, store: 'server_id 1' } }, tagsOf([]), undefined, TWEPOCH)
   t.match(none, /<dd data-failovers>none · answering: server_id 1<\/dd>/)
   const held = renderCachePage({
     ...instance,
@@ -162,9 +165,9 @@ t.test('the instance panel names the store the max_id guard sees, and the failov
       store: 'server_id 2',
       last: { cause: 'max_id went back', key: 'order<b>', from: 'server_id 1', to: 'server_id 2', gap: 123_456n, at: new Date('2026-12-04T03:00:00Z') },
     },
-  }, [], undefined, TWEPOCH)
+  }, tagsOf([]), undefined, TWEPOCH)
   t.match(held, /<b>2<\/b>; last 2026-12-04T03:00:00.000Z: max_id went back at order&lt;b&gt;, from server_id 1, 123,456 IDs behind · <span class="badge bad">allocations held 95 s more<\/span> · answering: server_id 2/)
-  t.notMatch(renderCachePage(instance, [], undefined, TWEPOCH), /data-failovers/, 'no segment mode: no line')
+  t.notMatch(renderCachePage(instance, undefined, undefined, TWEPOCH), /data-failovers/, 'no segment mode: no line')
 })
 
 t.test('the snowflake panel shows the layout and when its time field runs out, flagged under 2 years and under 180 days', async (t) => {

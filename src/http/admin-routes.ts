@@ -3,7 +3,7 @@ import { LeafError } from '../errors.js'
 import { MAX_ID } from '../id-range.js'
 import type { Logger } from '../logger.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
-import type { SegmentBufferView } from '../segment/segment-views.js'
+import type { SegmentBufferView, ViewQuery } from '../segment/segment-views.js'
 import type { LeafAllocRow, TagChanges } from '../segment/store.js'
 import { MAX_STEP } from '../segment/segment-loader.js'
 import { requireBearer } from './auth.js'
@@ -18,6 +18,10 @@ import { timeLeftSeconds } from '../snowflake/time-left.js'
 import { VERSION } from '../version.js'
 
 const MAX_DESCRIPTION = 256
+/** Tags per page: /api/cache by default, /cache always, and the most ?limit= may ask for. */
+const API_CACHE_LIMIT = 100
+const PAGE_LIMIT = 50
+const MAX_LIMIT = 1000
 /** Admin bodies are a few fields: anything larger is refused (413). */
 const BODY_LIMIT = 16 * 1024
 
@@ -33,9 +37,18 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
   const { layout } = app.leaf.config.snowflake
   const twepoch = layout.epoch
 
-  app.get('/api/cache', guarded, async () => {
-    const views = enabled(segment).generator.views()
-    return Object.fromEntries(views.map((v) => [v.key, cacheJson(v)]))
+  // A page of the tags, the busiest first: the whole map for a few tags, the busiest hundred of
+  // 100,000 (`?limit=`, `?cursor=` from the Link header, `?search=`).
+  app.get<{ Querystring: Record<string, unknown> }>('/api/cache', guarded, async (request, reply) => {
+    const query = parseViewQuery(request.query, API_CACHE_LIMIT)
+    const page = enabled(segment).generator.viewPage(query)
+    const end = page.offset + page.views.length
+    reply.header('x-total-count', page.matched)
+    if (end < page.matched) {
+      const next = new URLSearchParams({ ...(query.search === '' ? {} : { search: query.search }), limit: String(query.limit), cursor: String(end) })
+      reply.header('link', `</api/cache?${next.toString()}>; rel="next"`)
+    }
+    return Object.fromEntries(page.views.map((v) => [v.key, cacheJson(v)]))
   })
   app.get('/api/db', guarded, async () => (await rows(enabled(segment))).map(rowJson))
   app.get('/api/snowflake/status', guarded, async () => {
@@ -64,7 +77,8 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
       borrowedMs: snowflake.generator.borrowedMs(),
     }
   })
-  app.get('/cache', guarded, async (_request, reply) => {
+  app.get<{ Querystring: Record<string, unknown> }>('/cache', guarded, async (request, reply) => {
+    const query = parseViewQuery(request.query, PAGE_LIMIT)
     reply.type('text/html; charset=utf-8')
     return renderCachePage({
       version: VERSION,
@@ -76,7 +90,7 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
       failover: segment?.guard.view(),
       readiness: await checkReadiness(app.leaf),
       errors: app.leaf.metrics.errorCounts(),
-    }, segment?.generator.views(), snowflake?.lease.status(), twepoch, snowflake === undefined
+    }, segment === undefined ? undefined : { ...segment.generator.viewPage(query), ...query }, snowflake?.lease.status(), twepoch, snowflake === undefined
       ? undefined
       : { spec: layout.spec, runsOutAt: layoutEnd(layout), secondsLeft: timeLeftSeconds(layout, snowflake.clock()) })
   })
@@ -110,6 +124,30 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
     logger.info({ key, ...changes }, 'segment tag changed')
     return rowJson(row)
   })
+}
+
+/** `?search=`, `?cursor=` (an offset, as the Link header gives it) and `?limit=` of the cache views. */
+function parseViewQuery (query: Record<string, unknown>, defaultLimit: number): ViewQuery {
+  const one = (name: string): string | undefined => {
+    const value = query[name]
+    if (value === undefined) return undefined
+    if (typeof value !== 'string') throw new LeafError('BAD_REQUEST', `${name} is given more than once.`)
+    return value
+  }
+  const count = (name: string, min: number, max: number, what: string): number | undefined => {
+    const value = one(name)
+    if (value === undefined) return undefined
+    const n = /^\d{1,10}$/.test(value) ? Number(value) : NaN
+    if (!(n >= min && n <= max)) throw new LeafError('BAD_REQUEST', `${name} must be ${what}.`)
+    return n
+  }
+  const search = one('search') ?? ''
+  if (search.length > 128) throw new LeafError('BAD_REQUEST', 'search must be at most 128 characters long (a tag name is).')
+  return {
+    search,
+    limit: count('limit', 1, MAX_LIMIT, `an integer from 1 to ${MAX_LIMIT}`) ?? defaultLimit,
+    offset: count('cursor', 0, 2 ** 31, 'a cursor from the Link header of the page before') ?? 0,
+  }
 }
 
 function enabled (segment: SegmentMode | undefined): SegmentMode {

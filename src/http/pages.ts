@@ -1,5 +1,5 @@
 import type { LeafAllocRow } from '../segment/store.js'
-import type { SegmentBufferView } from '../segment/segment-views.js'
+import { neverLoaded, type SegmentBufferView, type ViewPage } from '../segment/segment-views.js'
 import { MIN_HORIZON_RATE, horizonSeconds } from '../segment/rate-meter.js'
 import type { GuardView } from '../segment/max-id-guard.js'
 import type { LeaseStatus } from '../snowflake/worker-id/worker-lease.js'
@@ -35,6 +35,8 @@ th{background:#eef1f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;margin:0}dt{color:#5a6372}dd{margin:0;word-break:break-all}
 .stats{display:grid;grid-template-columns:repeat(2,1fr);gap:.2rem .8rem;margin:.5rem 0;font-size:.85rem}.stats b{font-variant-numeric:tabular-nums}
 .spark{display:block;margin:.3rem 0}.spark polyline{fill:none;stroke:#2f7de1;stroke-width:1.5}.spark line{stroke:#dde1e7}
+.pager{display:flex;flex-wrap:wrap;gap:.5rem 1rem;align-items:center;margin:0 0 1rem;color:#5a6372}.pager a{color:#2457c5}
+.idle-tags{columns:16rem;margin:.4rem 0;padding-left:1.2rem}.idle-head{color:#5a6372;margin:1rem 0 0}
 .instance{margin-bottom:1.2rem}.age{color:#5a6372;font-size:.8rem;margin:-.6rem 0 1rem}
 `
 
@@ -202,14 +204,52 @@ function failoverLine (v: GuardView): string {
     `${last.from === undefined ? '' : `, from ${escapeHtml(last.from)}`}${gap}${hold}${seen}`
 }
 
-export function renderCachePage (instance: InstanceView, views: SegmentBufferView[] | undefined, snowflake: LeaseStatus | undefined, twepoch: number,
+/** The tags /cache shows: a page of the views (segment-views.ts), and the query that chose it. */
+export interface TagsView extends ViewPage {
+  limit: number
+  search: string
+}
+
+export function renderCachePage (instance: InstanceView, tags: TagsView | undefined, snowflake: LeaseStatus | undefined, twepoch: number,
   layout?: LayoutView): string {
-  const tags = views === undefined
-    ? '<p>Segment mode is disabled.</p>'
-    : views.length === 0 ? '<p>No tags in leaf_alloc.</p>' : `<div class="grid">${views.map(tagCard).join('')}</div>`
   const rendered = new Date(instance.renderedAt).toISOString()
   const age = `<p class="age" data-age>rendered ${escapeHtml(rendered)}${instance.ratesAgeMs === undefined ? '' : `; rates sampled ${num(instance.ratesAgeMs)} ms before`}; reloads every ${REFRESH_SECONDS} s</p>`
-  return page('Segment cache', `${age}${instancePanel(instance, snowflake)}${tags}<h1 style="margin-top:2rem">Snowflake</h1>${snowflakePanel(snowflake, twepoch, layout)}`, REFRESH_SECONDS)
+  return page('Segment cache', `${age}${instancePanel(instance, snowflake)}${tagsSection(tags)}<h1 style="margin-top:2rem">Snowflake</h1>${snowflakePanel(snowflake, twepoch, layout)}`, REFRESH_SECONDS)
+}
+
+/**
+ * The page of tags: a card for each tag that was loaded (the busiest first), a line for each
+ * never asked for, the search form, and links to the pages around it.
+ */
+function tagsSection (tags: TagsView | undefined): string {
+  if (tags === undefined) return '<p>Segment mode is disabled.</p>'
+  if (tags.total === 0) return '<p>No tags in leaf_alloc.</p>'
+  const loaded = tags.views.filter((v) => !neverLoaded(v))
+  const idle = tags.views.filter(neverLoaded)
+  const end = tags.offset + tags.views.length
+  const which = tags.search === '' ? `${num(tags.total)} tags` : `${num(tags.matched)} of ${num(tags.total)} tags matching “${escapeHtml(tags.search)}”`
+  const shown = tags.views.length === 0 ? 'none shown' : `${num(tags.offset + 1)}–${num(end)} shown`
+  const link = (offset: number, text: string) => `<a href="${escapeHtml(cacheUrl(tags, offset))}">${text}</a>`
+  const around = [
+    tags.offset > 0 ? link(Math.max(0, tags.offset - tags.limit), '← busier') : '',
+    end < tags.matched ? link(end, `next ${num(Math.min(tags.limit, tags.matched - end))} →`) : '',
+  ].filter((a) => a !== '').join(' · ')
+  const form = `<form class="search" method="get" action="/cache"><input type="search" name="search" value="${escapeHtml(tags.search)}" placeholder="tag name contains" aria-label="search tags">` +
+    '<button>search</button></form>'
+  const head = `<div class="pager" data-tags="${tags.matched}">${form}<span>${which} · ${shown}, the busiest first, tags never asked for last${around === '' ? '' : ` · ${around}`}</span></div>`
+  const cards = loaded.length === 0 ? '' : `<div class="grid">${loaded.map(tagCard).join('')}</div>`
+  const lines = idle.length === 0
+    ? ''
+    : `<p class="idle-head">Never asked for since the start (the first segment loads on the first request):</p><ul class="idle-tags">${idle.map((v) => `<li data-key="${escapeHtml(v.key)}">${escapeHtml(v.key)}</li>`).join('')}</ul>`
+  return `${head}${cards}${lines}`
+}
+
+function cacheUrl (tags: TagsView, offset: number): string {
+  const query = new URLSearchParams()
+  if (tags.search !== '') query.set('search', tags.search)
+  if (offset > 0) query.set('cursor', String(offset))
+  const q = query.toString()
+  return q === '' ? '/cache' : `/cache?${q}`
 }
 
 export function renderDbPage (rows: LeafAllocRow[]): string {

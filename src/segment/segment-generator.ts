@@ -9,7 +9,7 @@ import { createAllocationRetry } from './allocation-retry.js'
 import { giveBackAll, type GiveBack } from './give-back.js'
 import { missingKey, shuttingDown, spaceEnded } from './segment-errors.js'
 import { DEFAULT_LOAD_TIMEOUT_MS, createSegmentLoader } from './segment-loader.js'
-import { toView, type SegmentBufferView } from './segment-views.js'
+import { toView, viewPage, type SegmentBufferView, type ViewPage, type ViewQuery } from './segment-views.js'
 import { createTagList } from './tag-list.js'
 import { WARM_WINDOW_MS } from './warm-state.js'
 
@@ -85,6 +85,8 @@ export interface SegmentGenerator {
   addTag (key: string): void
   has (key: string): boolean
   views (): SegmentBufferView[]
+  /** A page of the views, the busiest tags first (segment-views.ts): what /cache and /api/cache show. */
+  viewPage (query: ViewQuery): ViewPage
   /** Loaded tags with no ID left in any segment: they cannot answer without the store. */
   exhaustedTags (): string[]
   /** Tags whose ID space has ended (max_id at 2^63 - 1): they answer ID_SPACE_EXHAUSTED. */
@@ -246,6 +248,10 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     views () {
       const now = monotonic()
       return [...buffers.values()].map((buf) => toView(buf, buf.rate.current(buf.issued, now)))
+    },
+    viewPage (query) {
+      const now = monotonic()
+      return viewPage(buffers.values(), (buf) => buf.rate.current(buf.issued, now), query)
     },
     exhaustedTags () {
       const tags: string[] = []

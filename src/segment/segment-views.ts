@@ -63,3 +63,43 @@ export function toView (buf: SegmentBuffer, rate: number): SegmentBufferView {
     ended: buf.ended,
   }
 }
+
+/** Which tags a view shows: those whose name contains `search` (any case), `limit` of them from `offset`. */
+export interface ViewQuery {
+  search: string
+  offset: number
+  limit: number
+}
+
+/** One page of the tags in memory: the busiest first (by `rate`, then name), tags never loaded last (by name). */
+export interface ViewPage {
+  /** Tags in memory, and those of them the search matched. */
+  total: number
+  matched: number
+  offset: number
+  views: SegmentBufferView[]
+}
+
+/** A tag with no segment and no failed load: it was never asked for (or its first load is in flight). */
+export function neverLoaded (v: Pick<SegmentBufferView, 'initOk' | 'segments' | 'failedLoads'>): boolean {
+  return !v.initOk && v.segments.length === 0 && v.failedLoads === 0
+}
+
+/**
+ * The page `query` asks for, with a view made for each of its tags only: with 100,000 tags in
+ * memory a view costs what the page shows, not what exists. `rateOf` is the tag's current rate.
+ */
+export function viewPage (buffers: Iterable<SegmentBuffer>, rateOf: (buf: SegmentBuffer) => number, query: ViewQuery): ViewPage {
+  const needle = query.search.toLowerCase()
+  const rows: { buf: SegmentBuffer, rate: number }[] = []
+  let total = 0
+  for (const buf of buffers) {
+    total++
+    if (needle !== '' && !buf.key.toLowerCase().includes(needle)) continue
+    // Never loaded: below every loaded tag, an idle one included.
+    rows.push({ buf, rate: neverLoaded({ initOk: buf.initOk, segments: buf.segments, failedLoads: buf.failedLoads }) ? -1 : rateOf(buf) })
+  }
+  rows.sort((a, b) => b.rate - a.rate || (a.buf.key < b.buf.key ? -1 : a.buf.key > b.buf.key ? 1 : 0))
+  const page = rows.slice(query.offset, query.offset + query.limit)
+  return { total, matched: rows.length, offset: query.offset, views: page.map((r) => toView(r.buf, Math.max(r.rate, 0))) }
+}

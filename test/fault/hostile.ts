@@ -232,6 +232,7 @@ const SNOWFLAKE_503 = ['503 CLOCK_BACKWARDS', '503 WORKER_ID_UNAVAILABLE']
 /** GET routes that are the admin views (behind the token in this scenario). */
 const VIEWS = new Set(['/api/cache', '/api/db', '/api/snowflake/status', '/cache', '/db'])
 const VIEWS_ON_DB = new Set(['/api/db', '/db'])
+const PAGED_VIEWS = new Set(['/api/cache', '/cache'])
 
 export interface RequestFacts {
   method: string
@@ -338,6 +339,8 @@ function routeAnswers (f: RequestFacts, target: string): { allowed: Set<string>,
   } else if (VIEWS.has(path) && get) {
     add(f.authorized ? '200' : '401 UNAUTHORIZED')
     if (f.authorized && VIEWS_ON_DB.has(path)) add('503 STORE_UNAVAILABLE')
+    // The cache views page the tags: a limit, cursor or search they cannot read is refused.
+    if (f.authorized && PAGED_VIEWS.has(path) && ['limit', 'cursor', 'search'].some((name) => query.has(name))) add('400 BAD_REQUEST')
   } else if (path === '/api/segment/tags' && f.method === 'POST') {
     if (f.authorized) add('201', '400 INVALID_BODY', '409 KEY_EXISTS', '503 STORE_UNAVAILABLE', ...(f.body?.badKey === true ? ['400 INVALID_KEY'] : []))
     else add('401 UNAUTHORIZED')
