@@ -31,8 +31,11 @@ export class RateMeter {
   rate = 0
   private lastCount = 0
   private lastAt = Number.NaN
-  /** IDs issued per history bucket, a ring; `bucketAt` is the start of the newest bucket. */
-  private readonly buckets = new Float64Array(HISTORY_BUCKETS)
+  /**
+   * IDs issued per history bucket, a ring; `bucketAt` is the start of the newest bucket. Made at
+   * the first sample after the first: of 100,000 tags, those never asked for keep none.
+   */
+  private buckets: Float64Array | undefined
   private newest = 0
   private bucketAt = Number.NaN
 
@@ -62,9 +65,11 @@ export class RateMeter {
 
   /** IDs per second over the last `ms` (whole buckets, the newest included), as of the last sample. */
   average (ms: number): number {
+    const buckets = this.buckets
+    if (buckets === undefined) return 0
     const n = Math.min(HISTORY_BUCKETS, Math.max(1, Math.round(ms / HISTORY_BUCKET_MS)))
     let sum = 0
-    for (let i = 0; i < n; i++) sum += this.buckets[(this.newest - i + HISTORY_BUCKETS) % HISTORY_BUCKETS] as number
+    for (let i = 0; i < n; i++) sum += buckets[(this.newest - i + HISTORY_BUCKETS) % HISTORY_BUCKETS] as number
     return sum / (n * HISTORY_BUCKET_MS / 1000)
   }
 
@@ -72,7 +77,7 @@ export class RateMeter {
   history (): number[] {
     const out: number[] = []
     for (let i = 1; i <= HISTORY_BUCKETS; i++) {
-      out.push((this.buckets[(this.newest + i) % HISTORY_BUCKETS] as number) / (HISTORY_BUCKET_MS / 1000))
+      out.push((this.buckets?.[(this.newest + i) % HISTORY_BUCKETS] ?? 0) / (HISTORY_BUCKET_MS / 1000))
     }
     return out
   }
@@ -83,15 +88,16 @@ export class RateMeter {
   }
 
   private record (delta: number, now: number): void {
+    const buckets = this.buckets ??= new Float64Array(HISTORY_BUCKETS)
     while (now - this.bucketAt >= HISTORY_BUCKET_MS) {
       this.newest = (this.newest + 1) % HISTORY_BUCKETS
-      this.buckets[this.newest] = 0
+      buckets[this.newest] = 0
       this.bucketAt += HISTORY_BUCKET_MS
       if (now - this.bucketAt >= HISTORY_BUCKET_MS * HISTORY_BUCKETS) {
-        this.buckets.fill(0)
+        buckets.fill(0)
         this.bucketAt = now
       }
     }
-    this.buckets[this.newest] = (this.buckets[this.newest] as number) + delta
+    buckets[this.newest] = (buckets[this.newest] as number) + delta
   }
 }

@@ -225,8 +225,11 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     const now = monotonic()
     sampledAt = now
     for (const buf of buffers.values()) {
+      // A tag never loaded has issued nothing: its meter starts at its first load
+      // (segment-loader.ts), and 100,000 such tags cost a loop, not 100,000 samples.
+      if (!buf.initOk) continue
       buf.rate.sample(buf.issued, now)
-      if (bufferSeconds > 0 && buf.initOk && !stopping) plan(buf)
+      if (bufferSeconds > 0 && !stopping) plan(buf)
     }
   }
 
