@@ -1,4 +1,5 @@
 import { BORROWING_ROW, BURST, BURST_BORROW_MS, BURST_FLOOR_ROW, burstRow, LAYOUT_PRESET_ROWS } from './in-process.js'
+import { BUSY, manyTagsLine, manyTagsVerdicts } from './many-tags.js'
 import { BATCH_ROUTE, CEILING, CLIENT_AWAIT_ROW, CLIENT_E2E_ROW, CLIENT_LATENCY_ROW, CLIENT_TRY_ROW, judge, LAYOUT_LIMIT, median, SINGLE_ID_ROUTES, VARIANT_MODULES, variantRow, type BenchResults, type Verdict } from './results.js'
 
 // The published performance figures, rendered from a results file (bench/results/latest.json):
@@ -81,6 +82,10 @@ export function renderFigures (r: BenchResults): string {
     rows.push([`\`@leaf-ts/client\` end to end, ${e.callers} callers for ${fmt(e.seconds, 0)} s`, `${fmt(e.idsPerSecond)} IDs/s; ${fmt(e.requestsPerMillionIds, 1)} requests per million IDs; server CPU ${fmt(e.serverCpuPerMillionIds * 1000, 1)} ms per million IDs, ${fmt(e.singleRouteCpuPerMillionIds / e.serverCpuPerMillionIds)}x less than the single-ID route's ${fmt(e.singleRouteCpuPerMillionIds * 1000)} ms; ${fmt(e.errors)} errors`, verdict(CLIENT_E2E_ROW)])
     rows.push([`\`@leaf-ts/client\` \`nextId\` latency, one caller, ${c.latency.seconds} s warm`, `p99.9 ${fmt(c.latency.p999Us, 2)} µs, p99.99 ${fmt(c.latency.p9999Us, 2)} µs over ${fmt(c.latency.samples)} calls${c.latency.floorP9999Us === undefined ? '' : `; the floor (an await of a bare bigint counter, interleaved) p99.9 ${fmt(c.latency.floorP999Us, 2)} µs, p99.99 ${fmt(c.latency.floorP9999Us, 2)} µs`}; ${fmt(c.latency.waited)} of them waited for a fetch`, verdict(CLIENT_LATENCY_ROW)])
   }
+
+  // A line per scale, then the largest scale's verdicts, a row each.
+  for (const m of r.manyTags ?? []) rows.push([`${fmt(m.tags)} tags in \`leaf_alloc\`, ${BUSY} in use, embedded store`, manyTagsLine(m), undefined])
+  if (r.manyTags !== undefined) for (const v of manyTagsVerdicts(r.manyTags)) rows.push([v.row, v.why, verdict(v.row)])
 
   const caption = `Commit \`${r.run.commit.slice(0, 12)}\`${r.run.dirty ? ' with uncommitted changes in the measured code' : ''}, ${r.run.date.slice(0, 10)}, ` +
     `${r.run.cores} cores, Node ${r.node}, \`${r.command}\` (` + (r.pairs === undefined

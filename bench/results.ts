@@ -1,6 +1,7 @@
 import type { RunInfo } from '../scripts/run-info.js'
 import { CLIENT_TARGETS, latencyMet, type ClientBench } from './client.js'
 import { BORROWING_ROW, BURST_BORROW_MS, BURST_FLOOR_ROW, burstRow, type InProcessRow } from './in-process.js'
+import { manyTagsVerdicts, type ManyTagsRow } from './many-tags.js'
 
 // What a bench run records in bench/results/latest.json, and the targets it is judged by.
 // run.ts writes the file and exits non-zero when a target is missed; render.ts turns the same
@@ -102,6 +103,8 @@ export interface BenchResults {
   callgrind: { countedRequests: number, ceiling: CountedRow[], routes: CountedRoute[], variants?: CountedVariant[] } | null
   /** The @leaf-ts/client rows (bench/client.ts); absent in runs from before the client. */
   client?: ClientBench
+  /** A start on 1,000 to 100,000 tags (bench/many-tags.ts); absent in runs from before issue 30. */
+  manyTags?: ManyTagsRow[]
 }
 
 export const CLIENT_TRY_ROW = '@leaf-ts/client tryNextId'
@@ -271,5 +274,6 @@ export function judge (r: BenchResults): Verdict[] {
       why: `p99.99 ${fmt(c.latency.p9999Us, 2)} µs beside a floor of ${fmt(c.latency.floorP9999Us, 2)} µs, ${fmt(c.latency.waited)} call${c.latency.waited === 1 ? '' : 's'} waited for a fetch`,
     })
   }
+  if (r.manyTags !== undefined) verdicts.push(...manyTagsVerdicts(r.manyTags))
   return verdicts
 }

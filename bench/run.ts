@@ -6,6 +6,7 @@ import autocannon from 'autocannon'
 import { ROOT, runInfo } from '../scripts/run-info.js'
 import { answerLength, callgrindAvailable, COUNTED_REQUESTS, countRoutes } from './callgrind.js'
 import { clientLines, runClientBenchInChild } from './client.js'
+import { manyTagsLine, manyTagsRows } from './many-tags.js'
 import { runInProcess } from './in-process.js'
 import { startServer, type ServerProcess } from '../test/helpers/server-process.js'
 import { cpuSeconds } from './cpu-time.js'
@@ -216,6 +217,10 @@ for (const r of http) {
 }
 console.log(`\n  batch of ${BATCH}: ${fmt(batchToSingle, 0)}x the single-ID route's IDs per CPU second (median of the pairs' ratios, ${spread(batchRatios, (n) => `${fmt(n)}x`)})`)
 
+console.log('\nMany tags (a server on the embedded store per scale, 200 tags in use; bench/many-tags.ts)')
+const manyTags = await manyTagsRows()
+for (const m of manyTags) console.log(`  ${m.tags.toLocaleString('en-US')} tags: ${manyTagsLine(m)}`)
+
 console.log('\n@leaf-ts/client (a process of its own: in process 3 s each; end to end against a server on the embedded store)')
 const client = runClientBenchInChild()
 for (const line of clientLines(client)) console.log(line)
@@ -251,6 +256,7 @@ const results: BenchResults = {
   batchRatios,
   callgrind,
   client,
+  manyTags,
 }
 mkdirSync(join(ROOT, 'bench/results'), { recursive: true })
 writeFileSync(RESULTS_FILE, JSON.stringify(results, null, 2) + '\n')
