@@ -7,10 +7,10 @@ import { buildApp } from '../src/app.js'
 import type { ResolvedConfig } from '../src/snowflake/settings.js'
 import { LeaseRefused, StartRefused } from '../src/errors.js'
 import { parseLayout, type Layout } from '../src/snowflake/layout.js'
-import { MYSQL_LEASE_DDL, createDbLeasePool } from '../src/snowflake/worker-id/db-lease-pool.js'
+import { MYSQL_LEASE_DDL, createDbLeaseStore } from '../src/snowflake/worker-id/db-lease-store.js'
 import { checkLayoutRecord, recordZookeeperLayout } from '../src/snowflake/worker-id/layout-record.js'
 import { acquireWorkerId } from '../src/snowflake/worker-id/sources.js'
-import type { WorkerLease } from '../src/snowflake/worker-id/worker-lease.js'
+import type { WorkerLease } from '../src/snowflake/worker-id/source.js'
 import { CreateMode, isNoNode, type Client } from '../src/snowflake/worker-id/zookeeper.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
@@ -105,7 +105,7 @@ interface LeaseDb {
   writeLayoutRow (pool: string, address: string | undefined): Promise<void>
 }
 
-// The SQLite table as db-lease-pool.ts creates it (it does not export its DDL).
+// The SQLite table as db-lease-store.ts creates it (it does not export its DDL).
 const SQLITE_LEASE_DDL = `CREATE TABLE IF NOT EXISTS leaf_worker_lease (
   pool VARCHAR(128) NOT NULL, worker_id INTEGER NOT NULL, owner VARCHAR(64) DEFAULT NULL, address VARCHAR(255) DEFAULT NULL,
   expires_at INTEGER NOT NULL, issued_until INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (pool, worker_id))`
@@ -258,7 +258,7 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     const layouts = [layoutOf('leaf'), layoutOf('js-safe')]
     for (let round = 0; round < 4; round++) {
       const name = uniqueName()
-      const results = await Promise.allSettled(layouts.map((layout) => createDbLeasePool({ store, pool: name, ttlMs: 3000, connectTimeoutMs: 5000, queryTimeoutMs: 5000, layout })))
+      const results = await Promise.allSettled(layouts.map((layout) => createDbLeaseStore({ store, pool: name, ttlMs: 3000, connectTimeoutMs: 5000, queryTimeoutMs: 5000, layout })))
       const started = results.flatMap((r, i) => r.status === 'fulfilled' ? [i] : [])
       await Promise.all(results.map((r) => r.status === 'fulfilled' ? r.value.close() : undefined))
       t.equal(started.length, 1, `round ${round}: one of two started`)

@@ -2,8 +2,8 @@ import { join } from 'node:path'
 import t from 'tap'
 import { buildApp } from '../src/app.js'
 import { leafLayout } from '../src/snowflake/layout.js'
-import { createDbLeasePool } from '../src/snowflake/worker-id/db-lease-pool.js'
-import { createZookeeperLeasePool } from '../src/snowflake/worker-id/zookeeper-lease-pool.js'
+import { createDbLeaseStore } from '../src/snowflake/worker-id/db-lease-store.js'
+import { createZookeeperLeaseStore } from '../src/snowflake/worker-id/zookeeper-lease-store.js'
 import { withTimeout } from '../src/timers.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
@@ -60,7 +60,7 @@ t.test('a db-lease instance shows its lease, and once it is lost answers WORKER_
 
 t.test('db-lease on a MySQL database that does not exist: the driver\'s error, nothing left open', async (t) => {
   const url = new URL(TEST_MYSQL)
-  const err = await createDbLeasePool({
+  const err = await createDbLeaseStore({
     store: { kind: 'mysql', hosts: [{ host: url.hostname, port: Number(url.port) }], user: url.username, password: url.password, database: 'leaf_no_such_database' },
     pool: 'leaf',
     ttlMs: 3000,
@@ -81,7 +81,7 @@ t.test('zookeeper-lease with ZooKeeper silent at start: refused within the conne
   })
   proxy.block()
   const started = performance.now()
-  const err = await createZookeeperLeasePool({
+  const err = await createZookeeperLeaseStore({
     address: `127.0.0.1:${proxy.port}`,
     name: `lease-views-${process.pid}`,
     ttlMs: 3000,
@@ -100,7 +100,7 @@ t.test('zookeeper-lease: a set-up call answered slowly at start takes what is le
   t.teardown(() => proxy.close())
   // TTL 2000 ms: one renewal call may take 667 ms. The first create of the tree's set-up is held 1200 ms.
   const held = proxy.holdStatements({ match: /^create$/, holdMs: 1200 })
-  const pool = await createZookeeperLeasePool({
+  const pool = await createZookeeperLeaseStore({
     address: `127.0.0.1:${proxy.port}`,
     name: `lease-slow-setup-${process.pid}-${Date.now()}`,
     ttlMs: 2000,
@@ -117,7 +117,7 @@ t.test('zookeeper-lease: a set-up call answered slowly at start takes what is le
 t.test('zookeeper-lease: a connection gone silent is replaced by a new session after one session timeout', async (t) => {
   const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })
   t.teardown(() => proxy.close())
-  const pool = await createZookeeperLeasePool({
+  const pool = await createZookeeperLeaseStore({
     address: `127.0.0.1:${proxy.port}`,
     name: `lease-silent-${process.pid}-${Date.now()}`,
     ttlMs: 2000,

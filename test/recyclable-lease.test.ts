@@ -3,9 +3,9 @@ import pino from 'pino'
 import t, { type Test } from 'tap'
 import { LeafError, LeaseRefused } from '../src/errors.js'
 import { writeWorkerCache, readWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
-import {
-  acquireRecyclableLease, fenceMarginMs, type ClaimResult, type Claimed, type LeasePool, type PoolSlot, type RecyclableLease, type RecyclableLeaseOptions,
-} from '../src/snowflake/worker-id/recyclable-lease.js'
+import type { Claimed, LeaseStore, PoolSlot } from '../src/snowflake/worker-id/lease-store.js'
+import { acquireRecyclableLease, type RecyclableLease } from '../src/snowflake/worker-id/recyclable-lease.js'
+import { fenceMarginMs, type ClaimResult, type RecyclableLeaseOptions } from '../src/snowflake/worker-id/recyclable-options.js'
 import { createSnowflakeGenerator } from '../src/snowflake/snowflake-generator.js'
 import { tempDir } from './helpers/config.js'
 import { captureLogger, silentLogger } from './helpers/logger.js'
@@ -16,8 +16,8 @@ import { captureLogger, silentLogger } from './helpers/logger.js'
 
 interface Row { owner: string | null, expiresAt: number, issuedUntil: number, by: string | undefined, generation?: number }
 
-/** An in-memory LeasePool with the real pools' rules (see db-lease-pool.ts, zookeeper-lease-pool.ts). */
-class FakePool implements LeasePool {
+/** An in-memory LeaseStore with the real pools' rules (see db-lease-store.ts, zookeeper-lease-store.ts). */
+class FakePool implements LeaseStore {
   readonly where = 'fake://pool'
   rows = new Map<number, Row>()
   /** Every claim, in order: the worker ids asked for. */
@@ -154,7 +154,7 @@ function manualClock (start = 10_000) {
 
 interface Recorded { claims: ClaimResult[], lost: number, changes: [number, number][] }
 
-function options (pool: LeasePool, overrides: Partial<RecyclableLeaseOptions> = {}): RecyclableLeaseOptions & { seen: Recorded } {
+function options (pool: LeaseStore, overrides: Partial<RecyclableLeaseOptions> = {}): RecyclableLeaseOptions & { seen: Recorded } {
   const seen: Recorded = { claims: [], lost: 0, changes: [] }
   return {
     source: 'db-lease',

@@ -5,11 +5,14 @@ import t, { type Test } from 'tap'
 import { ConfigError, loadConfig } from '../src/config/load-config.js'
 import { createMysqlRunner } from '../src/segment/stores/mysql-hosts.js'
 import { CACHE_FILE } from '../src/snowflake/worker-id/cache-file.js'
-import { MYSQL_LEASE_DDL, createDbLeasePool } from '../src/snowflake/worker-id/db-lease-pool.js'
-import { RecyclableLease, type ClaimResult, type LeasePool } from '../src/snowflake/worker-id/recyclable-lease.js'
-import { acquireWorkerId, ordinalOf } from '../src/snowflake/worker-id/sources.js'
-import type { WorkerLease } from '../src/snowflake/worker-id/worker-lease.js'
-import { createZookeeperLeasePool } from '../src/snowflake/worker-id/zookeeper-lease-pool.js'
+import { MYSQL_LEASE_DDL, createDbLeaseStore } from '../src/snowflake/worker-id/db-lease-store.js'
+import type { LeaseStore } from '../src/snowflake/worker-id/lease-store.js'
+import { RecyclableLease } from '../src/snowflake/worker-id/recyclable-lease.js'
+import type { ClaimResult } from '../src/snowflake/worker-id/recyclable-options.js'
+import { acquireWorkerId } from '../src/snowflake/worker-id/sources.js'
+import type { WorkerLease } from '../src/snowflake/worker-id/source.js'
+import { ordinalOf } from '../src/snowflake/worker-id/static-source.js'
+import { createZookeeperLeaseStore } from '../src/snowflake/worker-id/zookeeper-lease-store.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { TEST_MYSQL, createTestDatabase } from './helpers/mysql.js'
@@ -247,7 +250,7 @@ for (const kind of ['mysql', 'sqlite'] as const) {
 
     // A claim that never renews nor releases (its process died right after): it is taken over once
     // the database says it expired and the claimant has seen its row unchanged for its own TTL.
-    const pool = await createDbLeasePool({ store: patient.segment.store, pool: name, ttlMs: 1500, connectTimeoutMs: 2000, queryTimeoutMs: 2000, layout: LEAF })
+    const pool = await createDbLeaseStore({ store: patient.segment.store, pool: name, ttlMs: 1500, connectTimeoutMs: 2000, queryTimeoutMs: 2000, layout: LEAF })
     t.teardown(() => pool.close())
     t.ok(await pool.claim(0, 'dead-claim', '10.9.9.9:1'), 'the dead claim took the id')
     const at = Date.now()
@@ -265,7 +268,7 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     const db = await leaseDb(t, kind)
     const store = dbLeaseConfig(db, 'x').segment.store
     const name = uniqueName()
-    const pool = await createDbLeasePool({ store, pool: name, ttlMs: 300, connectTimeoutMs: 2000, queryTimeoutMs: 2000, layout: LEAF })
+    const pool = await createDbLeaseStore({ store, pool: name, ttlMs: 300, connectTimeoutMs: 2000, queryTimeoutMs: 2000, layout: LEAF })
     t.teardown(() => pool.close())
     t.same(await pool.claim(0, 'c1', 'a:1'), { issuedUntil: 0 }, 'a never-leased id: nothing to wait for')
     t.ok(await pool.renew(0, 'c1', 5000))
@@ -313,7 +316,7 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     await db.exec(kind === 'mysql'
       ? "INSERT INTO leaf_worker_lease (pool, worker_id, owner, address, expires_at, issued_until) VALUES (?, 0, 'old-holder', 'a:1', NOW(3) + INTERVAL 60 SECOND, 4242)"
       : "INSERT INTO leaf_worker_lease (pool, worker_id, owner, address, expires_at, issued_until) VALUES (?, 0, 'old-holder', 'a:1', CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + 60000, 4242)", [name])
-    const pool = await createDbLeasePool({ store, pool: name, ttlMs: 3000, connectTimeoutMs: 2000, queryTimeoutMs: 2000, layout: LEAF })
+    const pool = await createDbLeaseStore({ store, pool: name, ttlMs: 3000, connectTimeoutMs: 2000, queryTimeoutMs: 2000, layout: LEAF })
     t.teardown(() => pool.close())
     t.match((await db.rows())[0], { owner: 'old-holder', issuedUntil: 4242, generation: 0, releasedUntil: null })
     t.match(await pool.list(0, 1), [{ workerId: 0, state: 'held' }])
@@ -322,17 +325,17 @@ for (const kind of ['mysql', 'sqlite'] as const) {
 }
 
 /** Eight claimants of one id at once, each with its own connection: exactly one wins. */
-async function raceOneId (t: Test, pools: LeasePool[]): Promise<void> {
+async function raceOneId (t: Test, pools: LeaseStore[]): Promise<void> {
   t.teardown(() => Promise.all(pools.map((p) => p.close())))
   for (let round = 0; round < 3; round++) {
     const results = await Promise.all(pools.map((p, i) => p.claim(round, `owner-${i}`, `10.0.0.${i}:1`)))
     const winners = results.flatMap((r, i) => r === undefined ? [] : [i])
     t.equal(winners.length, 1, `id ${round}: one winner of ${pools.length}`)
-    const slots = await (pools[0] as LeasePool).list(round, round)
+    const slots = await (pools[0] as LeaseStore).list(round, round)
     t.match(slots, [{ workerId: round, state: 'held' }], `id ${round}: held`)
     const loser = pools.findIndex((_, i) => i !== winners[0])
-    t.equal(await (pools[loser] as LeasePool).renew(round, `owner-${loser}`, 1), false, 'a loser cannot renew it')
-    t.equal(await (pools[winners[0] as number] as LeasePool).renew(round, `owner-${winners[0]}`, 1), true, 'the winner can')
+    t.equal(await (pools[loser] as LeaseStore).renew(round, `owner-${loser}`, 1), false, 'a loser cannot renew it')
+    t.equal(await (pools[winners[0] as number] as LeaseStore).renew(round, `owner-${winners[0]}`, 1), true, 'the winner can')
   }
 }
 
@@ -342,15 +345,15 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     const store = dbLeaseConfig(db, 'x').segment.store
     const name = uniqueName()
     // The first pool creates the table; the others open it.
-    const pools = [await createDbLeasePool({ store, pool: name, ttlMs: 10_000, connectTimeoutMs: 2000, queryTimeoutMs: 5000, layout: LEAF })]
-    pools.push(...await Promise.all(Array.from({ length: 7 }, () => createDbLeasePool({ store, pool: name, ttlMs: 10_000, connectTimeoutMs: 2000, queryTimeoutMs: 5000, layout: LEAF }))))
+    const pools = [await createDbLeaseStore({ store, pool: name, ttlMs: 10_000, connectTimeoutMs: 2000, queryTimeoutMs: 5000, layout: LEAF })]
+    pools.push(...await Promise.all(Array.from({ length: 7 }, () => createDbLeaseStore({ store, pool: name, ttlMs: 10_000, connectTimeoutMs: 2000, queryTimeoutMs: 5000, layout: LEAF }))))
     await raceOneId(t, pools)
   })
 }
 
 t.test('racing claims on ZooKeeper: one create decides', async (t) => {
   const name = uniqueName()
-  const pools = await Promise.all(Array.from({ length: 8 }, () => createZookeeperLeasePool({ address: TEST_ZK, name, ttlMs: 4000, connectTimeoutMs: 5000, logger: silentLogger, layout: LEAF })))
+  const pools = await Promise.all(Array.from({ length: 8 }, () => createZookeeperLeaseStore({ address: TEST_ZK, name, ttlMs: 4000, connectTimeoutMs: 5000, logger: silentLogger, layout: LEAF })))
   await raceOneId(t, pools)
 })
 

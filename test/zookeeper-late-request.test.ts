@@ -1,7 +1,7 @@
 import t from 'tap'
 import { leafLayout } from '../src/snowflake/layout.js'
 import { ownerOf, sessionIdOf } from '../src/snowflake/worker-id/zookeeper.js'
-import { createZookeeperLeasePool } from '../src/snowflake/worker-id/zookeeper-lease-pool.js'
+import { createZookeeperLeaseStore } from '../src/snowflake/worker-id/zookeeper-lease-store.js'
 import { silentLogger } from './helpers/logger.js'
 import { createProxy } from './helpers/tcp-proxy.js'
 import { TEST_ZK, TEST_ZK_HOST, TEST_ZK_PORT, inspector, uniqueName, zk } from './helpers/zookeeper.js'
@@ -28,8 +28,8 @@ t.test('zookeeper-lease: a renewal held past its session\'s expiry, delivered af
   const base = `/snowflake/${name}/lease`
   const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST, protocol: 'zookeeper' })
   const zkc = await inspector()
-  const p1 = await createZookeeperLeasePool({ address: `127.0.0.1:${proxy.port}`, name, ttlMs: 2000, connectTimeoutMs: 5000, logger: silentLogger, layout: LEAF })
-  const p2 = await createZookeeperLeasePool({ address: TEST_ZK, name, ttlMs: 4000, connectTimeoutMs: 5000, logger: silentLogger, layout: LEAF })
+  const p1 = await createZookeeperLeaseStore({ address: `127.0.0.1:${proxy.port}`, name, ttlMs: 2000, connectTimeoutMs: 5000, logger: silentLogger, layout: LEAF })
+  const p2 = await createZookeeperLeaseStore({ address: TEST_ZK, name, ttlMs: 4000, connectTimeoutMs: 5000, logger: silentLogger, layout: LEAF })
   t.teardown(async () => {
     await p1.close()
     await p2.close()
@@ -61,7 +61,7 @@ t.test('zookeeper-lease: a renewal held within its session\'s timeout lands late
   const base = `/snowflake/${name}/lease`
   const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST, protocol: 'zookeeper' })
   const zkc = await inspector()
-  const p1 = await createZookeeperLeasePool({ address: `127.0.0.1:${proxy.port}`, name, ttlMs: 6000, connectTimeoutMs: 5000, logger: silentLogger, layout: LEAF })
+  const p1 = await createZookeeperLeaseStore({ address: `127.0.0.1:${proxy.port}`, name, ttlMs: 6000, connectTimeoutMs: 5000, logger: silentLogger, layout: LEAF })
   t.teardown(async () => {
     await p1.close()
     await proxy.close()

@@ -2,7 +2,7 @@ import type { LeafAllocRow } from '../segment/store.js'
 import { neverLoaded, type SegmentBufferView, type ViewPage } from '../segment/segment-views.js'
 import { MIN_HORIZON_RATE, horizonSeconds } from '../segment/rate-meter.js'
 import type { GuardView } from '../segment/max-id-guard.js'
-import type { LeaseStatus } from '../snowflake/worker-id/worker-lease.js'
+import type { LeaseStatus } from '../snowflake/worker-id/source.js'
 import { CRITICAL_SECONDS_LEFT, WARN_SECONDS_LEFT, YEAR_SECONDS } from '../snowflake/time-left.js'
 
 // Server-rendered pages for a person: Leaf's /cache and /db monitors, with pictures where they

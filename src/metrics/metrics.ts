@@ -4,7 +4,7 @@ import { OTHER_KEY, TagCounter, TagHistogram, TagPlan, type TagSignal } from './
 import { checkReadiness } from '../modes/readiness.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
-import type { LeaseSource } from '../snowflake/worker-id/worker-lease.js'
+import type { LeaseSource } from '../snowflake/worker-id/source.js'
 import type { Regression } from '../segment/max-id-guard.js'
 import type { SegmentBufferView } from '../segment/segment-views.js'
 import { horizonSeconds } from '../segment/rate-meter.js'

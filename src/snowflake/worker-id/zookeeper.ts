@@ -11,6 +11,12 @@ import zookeeper, { type Client } from 'node-zookeeper-client'
 export type { Client } from 'node-zookeeper-client'
 export const { CreateMode } = zookeeper
 
+/**
+ * ZooKeeper expires a session some time after its timeout (its expiry runs once per tick):
+ * waiting for another session's node to go allows this much beyond our session timeout.
+ */
+export const EXPIRY_MARGIN_MS = 2000
+
 /** A client that keeps trying to connect, in the background, until it does or is closed. */
 export function createZookeeper (connectString: string, sessionTimeoutMs: number): Client {
   const client = zookeeper.createClient(connectString, { sessionTimeout: sessionTimeoutMs, spinDelay: 500, retries: 1 })

@@ -8,7 +8,7 @@ import { createMysqlRunner } from '../../segment/stores/mysql-hosts.js'
 import { describeStore } from '../../segment/stores/create-store.js'
 import type { Layout } from '../layout.js'
 import { checkLayoutRecord } from './layout-record.js'
-import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
+import type { Claimed, LeaseStore, PoolSlot } from './lease-store.js'
 import { LeaseRefused } from '../../errors.js'
 
 // The db-lease pool: one row per (pool, worker id) in `leaf_worker_lease`, beside leaf_alloc.
@@ -121,7 +121,7 @@ function parseSeen (from: string | undefined): Seen | [null, null, null] {
   return v as Seen
 }
 
-export interface DbLeasePoolOptions {
+export interface DbLeaseStoreOptions {
   store: StoreConfig
   /** leaf.name: one table holds the pools of several services. */
   pool: string
@@ -135,8 +135,8 @@ export interface DbLeasePoolOptions {
 // The row with worker id -1 records the pool's ID layout in `address` (no claim ever lists it).
 const LAYOUT_ROW = -1
 
-export async function createDbLeasePool (o: DbLeasePoolOptions): Promise<LeasePool> {
-  return o.store.kind === 'sqlite' ? createSqliteLeasePool(o, o.store.path) : await createMysqlLeasePool(o)
+export async function createDbLeaseStore (o: DbLeaseStoreOptions): Promise<LeaseStore> {
+  return o.store.kind === 'sqlite' ? createSqliteLeaseStore(o, o.store.path) : await createMysqlLeaseStore(o)
 }
 
 function slotOf (workerId: number, owner: string | null, generation: number | string, leaseMs: number | null, expires: string | number, expiresInMs: number): PoolSlot {
@@ -164,7 +164,7 @@ async function upgradeMysqlTable (run: MysqlRunner['run'], where: string): Promi
   }
 }
 
-async function createMysqlLeasePool (o: DbLeasePoolOptions): Promise<LeasePool> {
+async function createMysqlLeaseStore (o: DbLeaseStoreOptions): Promise<LeaseStore> {
   if (o.store.kind !== 'mysql') throw new Error('not a MySQL store')
   const { run, close } = createMysqlRunner({ ...o.store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 2 })
   const where = `${describeStore(o.store)} ${LEASE_TABLE} (pool ${o.pool})`
@@ -223,7 +223,7 @@ async function createMysqlLeasePool (o: DbLeasePoolOptions): Promise<LeasePool> 
 }
 
 /** The embedded store's pool: the same rows in the SQLite file, for the instances of one host. */
-function createSqliteLeasePool (o: DbLeasePoolOptions, path: string): LeasePool {
+function createSqliteLeaseStore (o: DbLeaseStoreOptions, path: string): LeaseStore {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
   const db = new Database(path, { timeout: 5000 })
   db.pragma('journal_mode = WAL')

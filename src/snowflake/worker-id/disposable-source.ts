@@ -1,12 +1,15 @@
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
+import { randomInt } from 'node:crypto'
 import Database from 'better-sqlite3'
 import type { ResultSetHeader } from 'mysql2/promise'
 import type { StoreConfig } from '../../config/jdbc-url.js'
 import type { Logger } from '../../logger.js'
 import { createMysqlRunner } from '../../segment/stores/mysql-hosts.js'
 import { describeStore } from '../../segment/stores/create-store.js'
-import type { LeaseStatus, WorkerLease } from './worker-lease.js'
+import type { ResolvedConfig } from '../settings.js'
+import { firstNonLoopbackIPv4 } from './local-ip.js'
+import type { LeaseStatus, WorkerIdSource, WorkerLease } from './source.js'
 import { LeaseRefused } from '../../errors.js'
 
 // The disposable source, Baidu UidGenerator's DisposableWorkerIdAssigner: every start inserts
@@ -69,6 +72,28 @@ export interface DisposableWorkerIdOptions {
 }
 
 type Row = [hostName: string, port: string, type: number]
+
+/** leaf.snowflake.worker-id.source=disposable. */
+export function disposableSource (config: ResolvedConfig, logger: Logger, clock: () => number): WorkerIdSource {
+  const s = config.snowflake
+  return {
+    kind: 'disposable',
+    acquire: async () => await acquireDisposableWorkerId({
+      store: config.segment.store,
+      // As UidGenerator: the host's address, and a port no other start shares.
+      hostName: s.ip || firstNonLoopbackIPv4() || '127.0.0.1',
+      port: `${s.port}-${Date.now()}-${randomInt(100_000)}`,
+      type: process.env.KUBERNETES_SERVICE_HOST !== undefined ? 1 : 2,
+      min: s.workerIdMin,
+      max: s.workerIdMax,
+      connectTimeoutMs: config.segment.connectTimeoutMs,
+      queryTimeoutMs: config.segment.queryTimeoutMs,
+      borrowAheadMs: s.borrowAheadMs,
+      clock,
+      logger,
+    }),
+  }
+}
 
 /** A new worker id, never handed out before: the ID of a new WORKER_NODE row. */
 export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): Promise<WorkerLease> {

@@ -2,10 +2,9 @@ import type { Logger } from '../../logger.js'
 import type { Layout } from '../layout.js'
 import { recordZookeeperLayout } from './layout-record.js'
 import { withTimeout } from '../../timers.js'
-import type { Claimed, LeasePool, PoolSlot } from './recyclable-lease.js'
-import { EXPIRY_MARGIN_MS } from './worker-lease.js'
+import type { Claimed, LeaseStore, PoolSlot } from './lease-store.js'
 import {
-  CreateMode, closeZookeeper, createZookeeper, isConnected, isNoNode, isNodeExists, ownerOf, sessionIdOf, waitConnected, zk, type Client,
+  CreateMode, EXPIRY_MARGIN_MS, closeZookeeper, createZookeeper, isConnected, isNoNode, isNodeExists, ownerOf, sessionIdOf, waitConnected, zk, type Client,
 } from './zookeeper.js'
 import { LeaseRefused } from '../../errors.js'
 
@@ -24,7 +23,7 @@ import { LeaseRefused } from '../../errors.js'
 // sent. (The versions read are passed on, but node-zookeeper-client turns a version of 0 into
 // "any version", and a recreated node starts again at 0: they prove nothing alone.)
 
-export interface ZookeeperLeasePoolOptions {
+export interface ZookeeperLeaseStoreOptions {
   address: string
   name: string
   /** The session timeout asked for; ZooKeeper may grant another within its bounds. */
@@ -50,7 +49,7 @@ function parseIssued (data: Buffer | undefined): Issued {
   }
 }
 
-export async function createZookeeperLeasePool (o: ZookeeperLeasePoolOptions): Promise<LeasePool> {
+export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions): Promise<LeaseStore> {
   const base = `/snowflake/${o.name}/lease`
   const holders = `${base}/holders`
   const issued = `${base}/issued`

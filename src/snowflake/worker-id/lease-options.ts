@@ -1,0 +1,89 @@
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { LeaseRefused } from '../../errors.js'
+import type { Logger } from '../../logger.js'
+import type { Layout } from '../layout.js'
+import type { ResolvedConfig } from '../settings.js'
+
+// What the static, statefulset and zookeeper sources (and their heartbeat lease) are given, and
+// the restart rules they share: where the cache file is, and the first millisecond a restart
+// may issue in.
+
+export interface WorkerLeaseOptions {
+  name: string
+  /** Empty: no ZooKeeper, `staticWorkerId` is the worker id. */
+  zkAddress: string
+  /** Empty: the first non-loopback IPv4 address. */
+  ip: string
+  port: number
+  staticWorkerId: number
+  /** What the status calls a configured worker id: `static`, or `statefulset` (the host name's ordinal). */
+  staticSource?: 'static' | 'statefulset'
+  /** Empty: `<tmpdir>/<name>/leafconf/<port>`, as Java Leaf. */
+  cacheDir: string
+  heartbeatIntervalMs: number
+  maxClockDriftMs: number
+  zkConnectTimeoutMs: number
+  zkSessionTimeoutMs: number
+  clock: () => number
+  logger: Logger
+  /** The ID layout: its worker bits bound the ids, and the ZooKeeper tree records it. Default: Leaf's. */
+  layout?: Layout
+  /** How far past the clock the generator may record (borrowed time, a unit's rest); default 0. */
+  aheadMs?: number
+}
+
+/**
+ * How far past the clock the generator may take the time it records with the lease: the time it
+ * borrows, plus the rest of a time unit longer than a millisecond (an ID of a second is
+ * recorded at that second's last millisecond).
+ */
+export function aheadOfClockMs (config: ResolvedConfig): number {
+  return config.snowflake.borrowAheadMs + config.snowflake.layout.unitMs - 1
+}
+
+/** The options every source of these takes from the configuration (the zookeeper address and the static id apart). */
+export function leaseOptions (config: ResolvedConfig, logger: Logger, clock: () => number): Omit<WorkerLeaseOptions, 'zkAddress' | 'staticWorkerId'> {
+  const s = config.snowflake
+  return {
+    name: config.name,
+    ip: s.ip,
+    port: s.port,
+    cacheDir: s.cacheDir,
+    heartbeatIntervalMs: s.heartbeatIntervalMs,
+    maxClockDriftMs: s.maxClockDriftMs,
+    zkConnectTimeoutMs: s.zkConnectTimeoutMs,
+    zkSessionTimeoutMs: s.zkSessionTimeoutMs,
+    clock,
+    logger,
+    layout: s.layout,
+    aheadMs: aheadOfClockMs(config),
+  }
+}
+
+/** The cache file's folder: as configured, or `<tmpdir>/<name>/leafconf/<port>` as Java Leaf. */
+export function workerCacheDir (o: { cacheDir: string, name: string, port: number }): string {
+  return o.cacheDir || join(tmpdir(), o.name, 'leafconf', String(o.port))
+}
+
+export function refuseIfAhead (stored: number | undefined, now: number, where: string): void {
+  if (stored !== undefined && stored > now) {
+    throw new LeaseRefused(`the clock is behind ${where}: stored ${stored} (${new Date(stored).toISOString()}), now ${now} (${new Date(now).toISOString()})`)
+  }
+}
+
+/**
+ * The first millisecond a restart may issue in. IDs may have been issued for every millisecond
+ * up to one heartbeat after the cache file's last time, that one included (HeartbeatLease.issuableUntil).
+ * Without the cache file (`fromCache` false: a new container, another host's /tmp) what is left
+ * may lag: the generator records time ahead of the clock (borrowed, or a unit's last
+ * millisecond) in the cache file first, and ZooKeeper hears of it only at the next beat, or
+ * not at all while it is away. The earlier life ended before now, and never issued more than
+ * `aheadMs` past its clock: so the first ID comes after both bounds.
+ */
+export function restartWindow (last: number | undefined, fromCache: boolean, o: Pick<WorkerLeaseOptions, 'heartbeatIntervalMs' | 'aheadMs'>, now: number): number {
+  const recorded = last === undefined ? 0 : last + o.heartbeatIntervalMs + 1
+  const ahead = o.aheadMs ?? 0
+  if (fromCache || ahead === 0) return recorded
+  return Math.max(recorded + ahead, now + ahead + 1)
+}

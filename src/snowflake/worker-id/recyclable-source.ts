@@ -1,0 +1,47 @@
+import type { Logger } from '../../logger.js'
+import type { ResolvedConfig } from '../settings.js'
+import { createDbLeaseStore } from './db-lease-store.js'
+import { aheadOfClockMs, workerCacheDir } from './lease-options.js'
+import type { LeaseStore } from './lease-store.js'
+import { firstNonLoopbackIPv4 } from './local-ip.js'
+import { acquireRecyclableLease } from './recyclable-lease.js'
+import type { ClaimResult, RecyclableSource } from './recyclable-options.js'
+import type { WorkerIdSource } from './source.js'
+import { createZookeeperLeaseStore } from './zookeeper-lease-store.js'
+
+// The zookeeper-lease and db-lease sources: the recyclable lease protocol (recyclable-lease.ts)
+// over the LeaseStore of each (zookeeper-lease-store.ts, db-lease-store.ts).
+
+export interface RecyclableHooks {
+  clock: () => number
+  onLeaseClaim?: ((result: ClaimResult) => void) | undefined
+  onLeaseLost?: (() => void) | undefined
+}
+
+/** leaf.snowflake.worker-id.source=db-lease or zookeeper-lease. */
+export function recyclableSource (kind: RecyclableSource, config: ResolvedConfig, logger: Logger, hooks: RecyclableHooks): WorkerIdSource {
+  const s = config.snowflake
+  return {
+    kind,
+    async acquire () {
+      const pool: LeaseStore = kind === 'db-lease'
+        ? await createDbLeaseStore({ store: config.segment.store, pool: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: config.segment.connectTimeoutMs, queryTimeoutMs: config.segment.queryTimeoutMs, layout: s.layout })
+        : await createZookeeperLeaseStore({ address: s.zkAddress, name: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: s.zkConnectTimeoutMs, logger, layout: s.layout })
+      return await acquireRecyclableLease({
+        source: kind,
+        pool,
+        address: `${s.ip || firstNonLoopbackIPv4() || '127.0.0.1'}:${s.port}`,
+        min: s.workerIdMin,
+        max: s.workerIdMax,
+        cacheDir: workerCacheDir({ cacheDir: s.cacheDir, name: config.name, port: s.port }),
+        heartbeatIntervalMs: s.heartbeatIntervalMs,
+        maxClockDriftMs: s.maxClockDriftMs,
+        aheadMs: aheadOfClockMs(config),
+        clock: hooks.clock,
+        logger,
+        onClaim: hooks.onLeaseClaim,
+        onLost: hooks.onLeaseLost,
+      })
+    },
+  }
+}
