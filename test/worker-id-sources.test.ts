@@ -3,13 +3,14 @@ import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import t, { type Test } from 'tap'
 import { ConfigError, loadConfig } from '../src/config/load-config.js'
+import { WORKER_ID_SOURCES } from '../src/config/keys.js'
 import { createMysqlRunner } from '../src/segment/stores/mysql-hosts.js'
 import { CACHE_FILE } from '../src/snowflake/worker-id/cache-file.js'
 import { MYSQL_LEASE_DDL, createDbLeaseStore } from '../src/snowflake/worker-id/db-lease-store.js'
 import type { LeaseStore } from '../src/snowflake/worker-id/lease-store.js'
 import { RecyclableLease } from '../src/snowflake/worker-id/recyclable-lease.js'
 import type { ClaimResult } from '../src/snowflake/worker-id/recyclable-options.js'
-import { acquireWorkerId } from '../src/snowflake/worker-id/sources.js'
+import { acquireWorkerId, workerIdSource } from '../src/snowflake/worker-id/sources.js'
 import type { WorkerLease } from '../src/snowflake/worker-id/source.js'
 import { ordinalOf } from '../src/snowflake/worker-id/static-source.js'
 import { createZookeeperLeaseStore } from '../src/snowflake/worker-id/zookeeper-lease-store.js'
@@ -457,6 +458,16 @@ t.test('zookeeper-lease: after its session expires with nobody else waiting, an 
   t.same(changes, [[0, admitted + 1]], 'the same id, from the millisecond after the last one it began')
   t.same(claims, ['claimed', 'reclaimed'])
   t.same(await zkc.children(`${base}/holders`), ['0'])
+})
+
+t.test('each of the six sources is one WorkerIdSource, picked by its key and built without touching its store', async (t) => {
+  for (const kind of WORKER_ID_SOURCES) {
+    // (disposable needs 16 worker bits at least: uid-generator has 22.)
+    const config = sourceConfig({ 'leaf.snowflake.worker-id.source': kind, 'leaf.snowflake.zk.address': '127.0.0.1:1', ...(kind === 'disposable' ? { 'leaf.snowflake.layout': 'uid-generator,time=31s,worker=22,sequence=10,epoch=2022-01-01T00:00:00+08:00' } : {}) })
+    const source = workerIdSource(config, silentLogger, { clock: Date.now })
+    t.equal(source.kind, kind, kind)
+    t.equal(typeof source.acquire, 'function', `${kind}: acquire() claims`)
+  }
 })
 
 t.test('statefulset: the ordinal at the end of the host name', async (t) => {
