@@ -49,8 +49,8 @@ export interface WorkerLease extends IssueGuard {
   /** Set by the mode: told when the lease moves to another worker id (a recyclable lease claimed again). */
   onWorkerChange?: ((workerId: number, notBefore: number) => void) | undefined
   /**
-   * Release: stops issuing first (`issuableUntil` -Infinity, `status().unavailable` 'the lease
-   * is closed'), then gives the id up where the source can (the ephemeral node removed, a
+   * Release: first `issuableUntil` becomes -Infinity and the status says 'the lease is closed',
+   * then the id is given up where the source can (Java Leaf's ephemeral node removed, a
    * recyclable id released with the millisecond it reached); what is not answered in time
    * runs out with its session or TTL.
    */
@@ -61,8 +61,9 @@ export interface WorkerLease extends IssueGuard {
  * One source of worker ids. `acquire()` is the claim: it resolves a lease only once the id is
  * this instance's alone and its start is safe, and refuses the start (LeaseRefused, one line)
  * otherwise. A claim checks the ID layout against the pool's record (layout-record.ts) where
- * the source keeps one (zookeeper, zookeeper-lease, db-lease), and the clock against the last
- * time recorded for the id (the cache file, ZooKeeper's timestamp, a lease's `issuedUntil`):
+ * the source keeps one (zookeeper, zookeeper-lease, db-lease; a zookeeper start from its
+ * cache file checks it once ZooKeeper answers, and stops issuing if it differs), and the clock
+ * against the last time recorded for the id (the cache file, ZooKeeper's timestamp, a lease's `issuedUntil`):
  * the lease's `notBefore` lies past every millisecond an earlier holder may have issued in,
  * and a recyclable claim waits for its holder's `issuedUntil` before it resolves. Renewal is
  * the lease's own heartbeat, every leaf.snowflake.heartbeat-interval-ms, from the claim until
