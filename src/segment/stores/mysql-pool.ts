@@ -2,6 +2,7 @@ import type { Socket } from 'node:net'
 import mysql, { type PoolConnection } from 'mysql2/promise'
 import type { MysqlHost } from '../../config/jdbc-url.js'
 import type { UnansweredError } from '../../driver-errors.js'
+import { compareServers, IDENTITY_SQL, identityOf, type ServerIdentity } from './server-identity.js'
 
 // One mysql2 pool, to one server, with the bounds mysql2 lacks: a query timeout that takes its connection for
 // dead, a bounded wait for a free connection, and a close that never rejects. The segment
@@ -43,74 +44,8 @@ export const ER_READ_ONLY = 1290
 /** ER_UNKNOWN_COM_ERROR as Galera uses it: WSREP has not yet prepared node for application use. */
 export const ER_WSREP_NOT_READY = 1047
 
-/** Which server process a connection reached. */
-export interface ServerIdentity {
-  host: string
-  port: number
-  /**
-   * When the process started, in seconds by the server's own clock: UNIX_TIMESTAMP() less
-   * Uptime, both read off its wall clock, so a step of that clock moves neither.
-   */
-  started: number
-  /** The id of the connection that read this: ids only grow within one server process. */
-  connectionId: number
-  /** `@@server_id`: replication needs it to differ between a primary and its replicas. */
-  serverId: number
-  /** `@@global.read_only`: a replica (or a primary fenced by its operator); never written through. */
-  readOnly: boolean
-  /** Galera's `wsrep_cluster_state_uuid`: one for every node of a cluster. */
-  cluster?: string
-}
-
-/**
- * What holds the `leaf_alloc` rows an allocation moved: a Galera cluster (any of its nodes),
- * else one server, named by its server_id, which replication needs to differ between a primary
- * and its replicas. A change of it is a failover: the new store may be behind
- * (segment/max-id-guard.ts). Not the host name: a container re-created on the same data gets a
- * new one.
- */
-export function storeIdOf (server: ServerIdentity): string {
-  return server.cluster === undefined ? `server_id ${server.serverId}` : `galera cluster ${server.cluster}`
-}
-
 /** TIMESTAMP columns in UTC, as mysql2 is told to read them. */
 const SESSION_ZONE = "SET time_zone = '+00:00'"
-
-/** Read on every new connection, and again by a kill before it is sent. */
-const IDENTITY_SQL = 'SELECT @@hostname AS host, @@port AS port, UNIX_TIMESTAMP() AS now, CONNECTION_ID() AS id, @@server_id AS server_id, @@global.read_only AS read_only; ' +
-  "SHOW GLOBAL STATUS WHERE Variable_name IN ('Uptime', 'wsrep_cluster_state_uuid')"
-
-/** The identity from IDENTITY_SQL's two result sets; undefined when the server did not say. */
-export function identityOf (results: unknown[]): ServerIdentity | undefined {
-  const server = (results[0] as { host?: unknown, port?: unknown, now?: unknown, id?: unknown, server_id?: unknown, read_only?: unknown }[] | undefined)?.[0]
-  const status = new Map(((results[1] ?? []) as { Variable_name?: unknown, Value?: unknown }[]).map((r) => [String(r.Variable_name).toLowerCase(), r.Value]))
-  const uptime = Number(status.get('uptime'))
-  if (server === undefined || !status.has('uptime') || !Number.isFinite(uptime) || !Number.isFinite(Number(server.now))) return undefined
-  const cluster = status.get('wsrep_cluster_state_uuid')
-  return {
-    host: String(server.host),
-    port: Number(server.port),
-    started: Number(server.now) - uptime,
-    connectionId: Number(server.id),
-    serverId: Number(server.server_id ?? 0),
-    readOnly: Number(server.read_only ?? 0) === 1,
-    ...(typeof cluster === 'string' && cluster !== '' && !/^0{8}-/.test(cluster) ? { cluster } : {}),
-  }
-}
-
-/**
- * Whether `now` (read over a connection of its own) is the server process that ran thread
- * `threadId`, whose connection read `then`: 'same'; 'restarted' (that process is gone); 'other'
- * (another server, or an older one); 'unclear' (a later start, with ids past `threadId`).
- */
-export function compareServers (then: ServerIdentity, now: ServerIdentity, threadId: number): 'same' | 'restarted' | 'other' | 'unclear' {
-  if (then.host !== now.host || then.port !== now.port) return 'other'
-  // The two reads of a start may straddle a second.
-  if (Math.abs(now.started - then.started) <= 1) return now.connectionId > threadId ? 'same' : 'other'
-  if (now.started < then.started) return 'other'
-  // A later start on the same host and port: a restart, if its ids are still below ours.
-  return now.connectionId < threadId ? 'restarted' : 'unclear'
-}
 
 /** What the pool's events hand over: mysql2's own connection, whatever its typings say. */
 interface CoreConnection {
