@@ -2,7 +2,8 @@ import type { Socket } from 'node:net'
 import mysql, { type PoolConnection } from 'mysql2/promise'
 import type { MysqlHost } from '../../config/jdbc-url.js'
 import type { UnansweredError } from '../../driver-errors.js'
-import { compareServers, IDENTITY_SQL, identityOf, type ServerIdentity } from './server-identity.js'
+import { killThread } from './kill-thread.js'
+import { IDENTITY_SQL, identityOf, type ServerIdentity } from './server-identity.js'
 
 // One mysql2 pool, to one server, with the bounds mysql2 lacks: a query timeout that takes its connection for
 // dead, a bounded wait for a free connection, and a close that never rejects. The segment
@@ -37,8 +38,6 @@ export interface ServerOptions extends MysqlHost {
   acquireTimeoutMs?: number
 }
 
-/** MySQL's ER_NO_SUCH_THREAD: the thread had ended already. */
-const ER_NO_SUCH_THREAD = 1094
 /** ER_OPTION_PREVENTS_STATEMENT: `--read-only` refused a write. */
 export const ER_READ_ONLY = 1290
 /** ER_UNKNOWN_COM_ERROR as Galera uses it: WSREP has not yet prepared node for application use. */
@@ -140,7 +139,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     try {
       if (fresh || !identities.has(conn.connection)) {
         // TIMESTAMP columns come back in the session's zone: make it the one mysql2 reads them
-        // in; and note the server (see kill()). A statement of its own, bounded like any: one
+        // in; and note the server (see kill-thread.ts). A statement of its own, bounded like any: one
         // queued behind a statement mysql2 gave up on would wait for its answer unbounded.
         await setUp(conn)
       }
@@ -199,7 +198,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
 
   /** Ends the server thread of a statement that got no answer, and says in `err` whether that worked. */
   async function unanswered (err: Error, threadId: number, identity: ServerIdentity | null | undefined): Promise<UnansweredError> {
-    const killed = kill(threadId, identity)
+    const killed = killThread(options, threadId, identity)
     kills.add(killed)
     const outcome = await killed
     kills.delete(killed)
@@ -240,51 +239,11 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     identities.set(conn.connection, identity)
   }
 
-  /** What kill() answers when the statement ran before or never will. */
+  /** What killThread() answers when the statement ran before or never will. */
   const SETTLED = new Set(['killed', 'restarted', 'unsent'])
 
   /** Pending kills: close() waits for them (each is bounded). */
   const kills = new Set<Promise<string>>()
-
-  /**
-   * KILL CONNECTION over a connection of its own, within the query timeout, once that
-   * connection is seen to reach the very server process `identity` names: 'killed', or
-   * 'restarted' (that process is gone), or why not.
-   */
-  async function kill (threadId: number, identity: ServerIdentity | null | undefined): Promise<string> {
-    let conn: mysql.Connection | undefined
-    let timer: NodeJS.Timeout | undefined
-    const timeout = new Promise<string>((resolve) => { timer = setTimeout(() => resolve(`no answer within ${queryTimeoutMs} ms`), queryTimeoutMs) })
-    const attempt = (async (): Promise<string> => {
-      if (identity === undefined) return 'unsent'
-      if (identity === null) return 'the server it ran on did not say who it is'
-      try {
-        conn = await mysql.createConnection({
-          host: options.host, port: options.port, user: options.user, password: options.password, connectTimeout: queryTimeoutMs, multipleStatements: true,
-        })
-        const [results] = await conn.query({ sql: IDENTITY_SQL, timeout: queryTimeoutMs }) as unknown as [unknown[]]
-        const now = identityOf(results)
-        if (now === undefined) return 'the server did not say who it is'
-        const same = compareServers(identity, now, threadId)
-        if (same === 'other') return `the kill reached another server (${now.host}:${now.port} started at ${now.started}, not ${identity.host}:${identity.port} started at ${identity.started})`
-        if (same === 'unclear') return `its server restarted, or another answered (started at ${now.started}, not ${identity.started}), and its thread ids are past ${threadId}`
-        if (same === 'restarted') return 'restarted'
-        await conn.query({ sql: 'KILL CONNECTION ?', values: [threadId], timeout: queryTimeoutMs })
-        return 'killed'
-      } catch (e) {
-        if ((e as { errno?: number }).errno === ER_NO_SUCH_THREAD) return 'killed'
-        return (e as Error).message
-      }
-    })()
-    try {
-      return await Promise.race([attempt, timeout])
-    } finally {
-      clearTimeout(timer)
-      // Never left open: a kill that did not finish in time is abandoned with its connection.
-      attempt.finally(() => conn?.destroy()).catch(() => {})
-      if (conn !== undefined) conn.destroy()
-    }
-  }
 
   return {
     query,
