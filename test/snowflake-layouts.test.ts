@@ -1,7 +1,8 @@
 import t from 'tap'
 import { LeafError } from '../src/errors.js'
 import { expandRanges } from '../src/id-range.js'
-import { parseLayout, type LayoutContext } from '../src/snowflake/layout.js'
+import type { LayoutContext } from '../src/snowflake/layout.js'
+import { parseLayout } from '../src/snowflake/layout-spec.js'
 import { createSnowflakeGenerator, type IssueGuard, type SnowflakeGenerator } from '../src/snowflake/snowflake-generator.js'
 
 // The generator with borrowed time (leaf.snowflake.borrow-ahead-ms) and with the layouts of

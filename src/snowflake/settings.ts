@@ -5,7 +5,8 @@
 
 import { ConfigError } from '../config/keys.js'
 import type { Config, SnowflakeConfig } from '../config/load-config.js'
-import { LayoutError, parseLayout, type Layout } from './layout.js'
+import type { Layout } from './layout.js'
+import { LayoutError, parseLayout } from './layout-spec.js'
 
 /** config.snowflake with the layout parsed and the worker-id max resolved. */
 export interface SnowflakeSettings extends SnowflakeConfig {
