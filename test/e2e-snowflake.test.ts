@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3'
 import t from 'tap'
-import { decodeSnowflakeId } from '../src/snowflake/snowflake-generator.js'
+import { decodeSnowflakeId } from '../src/snowflake/leaf-ids.js'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { readWorkerCache, writeWorkerCache } from '../src/snowflake/worker-id/cache-file.js'

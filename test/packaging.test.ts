@@ -10,7 +10,7 @@ import { ENTRY, EXTERNAL, OUTFILE, buildServer, bundledPackages } from '../scrip
 import { DEFAULT_SQLITE_PATH, parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { KEYS, envName } from '../src/config/keys.js'
 import { loadConfig } from '../src/config/load-config.js'
-import { decodeSnowflakeId } from '../src/snowflake/snowflake-generator.js'
+import { decodeSnowflakeId } from '../src/snowflake/leaf-ids.js'
 import { readWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
 import { tempDir } from './helpers/config.js'
 import { TEST_MYSQL } from './helpers/mysql.js'

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { buildApp } from '../src/app.js'
-import { decodeSnowflakeId } from '../src/snowflake/snowflake-generator.js'
+import { decodeSnowflakeId } from '../src/snowflake/leaf-ids.js'
 import { readWorkerCache } from '../src/snowflake/worker-id/cache-file.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'

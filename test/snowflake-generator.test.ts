@@ -1,7 +1,8 @@
 import t from 'tap'
 import { LeafError } from '../src/errors.js'
 import { expandRanges } from '../src/id-range.js'
-import { DEFAULT_TWEPOCH, MAX_WORKER_ID, SEQUENCE_MASK, createSnowflakeGenerator, decodeSnowflakeId, type SnowflakeGeneratorOptions } from '../src/snowflake/snowflake-generator.js'
+import { createSnowflakeGenerator, type SnowflakeGeneratorOptions } from '../src/snowflake/snowflake-generator.js'
+import { DEFAULT_TWEPOCH, MAX_WORKER_ID, SEQUENCE_MASK, decodeSnowflakeId } from '../src/snowflake/leaf-ids.js'
 
 const T0 = 1_790_000_000_000
 

@@ -1,17 +1,11 @@
 import { LeafError, StartRefused } from '../errors.js'
 import { expandRanges, type IdRange } from '../id-range.js'
 import { explainId, leafLayout, msOf, timeOf, type Layout } from './layout.js'
+import { DEFAULT_TWEPOCH, type SnowflakeParts } from './leaf-ids.js'
 
-// Java Leaf's layout: 41 bits of milliseconds since twepoch, 10 bits of worker id,
-// 12 bits of sequence.
-export const WORKER_ID_BITS = 10
-export const SEQUENCE_BITS = 12
-export const MAX_WORKER_ID = (1 << WORKER_ID_BITS) - 1 // 1023
-export const SEQUENCE_MASK = (1 << SEQUENCE_BITS) - 1 // 4095
-const WORKER_SHIFT = BigInt(SEQUENCE_BITS)
-const TIMESTAMP_SHIFT = BigInt(WORKER_ID_BITS + SEQUENCE_BITS)
-/** 2010-11-04 09:42:54.657 +08:00, Java Leaf's epoch. */
-export const DEFAULT_TWEPOCH = 1288834974657
+// The worker-id lease (worker-id/worker-lease.ts) reads Leaf's defaults from here.
+export { DEFAULT_TWEPOCH, MAX_WORKER_ID } from './leaf-ids.js'
+
 /** A new millisecond starts its sequence at a random value below this, as Leaf does. */
 export const SEQUENCE_START_SPREAD = 100
 /** A clock this far behind (ms) is waited out (twice the offset); further behind fails. */
@@ -61,12 +55,6 @@ export interface SnowflakeGeneratorOptions {
   guard?: IssueGuard
   /** Told each time the clock is found behind the last ID's millisecond. */
   onClockBackwards?: (offsetMs: number) => void
-}
-
-export interface SnowflakeParts {
-  timestamp: number
-  workerId: number
-  sequence: number
 }
 
 export interface SnowflakeGenerator {
@@ -326,12 +314,4 @@ function checkWorkerId (workerId: number, layout: Layout): void {
 
 function clockBackwards (offsetMs: number): LeafError {
   return new LeafError('CLOCK_BACKWARDS', `The clock is ${offsetMs} ms behind the last ID issued; no ID until it catches up.`)
-}
-
-export function decodeSnowflakeId (id: bigint, twepoch = DEFAULT_TWEPOCH): SnowflakeParts {
-  return {
-    timestamp: Number(id >> TIMESTAMP_SHIFT) + twepoch,
-    workerId: Number((id >> WORKER_SHIFT) & BigInt(MAX_WORKER_ID)),
-    sequence: Number(id & BigInt(SEQUENCE_MASK)),
-  }
 }

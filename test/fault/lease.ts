@@ -1,5 +1,5 @@
 import { join } from 'node:path'
-import { decodeSnowflakeId } from '../../src/snowflake/snowflake-generator.js'
+import { decodeSnowflakeId } from '../../src/snowflake/leaf-ids.js'
 import { errorCode, startLeaf, takeIds, zkInspector, type Leaf, type Report, type Suite } from './harness.js'
 import { HttpClient, backgroundLoad, batchMix, type Answer } from './load.js'
 import { sleep, waitUntil } from './services.js'

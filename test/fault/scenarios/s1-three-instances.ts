@@ -1,5 +1,5 @@
 import { join } from 'node:path'
-import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
+import { decodeSnowflakeId } from '../../../src/snowflake/leaf-ids.js'
 import { scenarioSetup, startLeaf, takeIds, type Report, type Suite } from '../harness.js'
 import { batchMix, httpClients, runLoad } from '../load.js'
 

@@ -1,4 +1,4 @@
-import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
+import { decodeSnowflakeId } from '../../../src/snowflake/leaf-ids.js'
 import { checkSlowest, fmtMs, metrics, scenarioSetup, startLeaf, takeIds, type Leaf, type Report, type Suite } from '../harness.js'
 import { HttpClient, backgroundLoad, batchMix } from '../load.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'

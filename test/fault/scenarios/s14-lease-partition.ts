@@ -1,4 +1,4 @@
-import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
+import { decodeSnowflakeId } from '../../../src/snowflake/leaf-ids.js'
 import { checkSlowest, fmtMs, unique, type Leaf, type Report, type Suite } from '../harness.js'
 import { HttpClient } from '../load.js'
 import {

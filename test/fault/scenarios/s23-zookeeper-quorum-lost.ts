@@ -1,4 +1,4 @@
-import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
+import { decodeSnowflakeId } from '../../../src/snowflake/leaf-ids.js'
 import { fmtMs, type Report, type Suite } from '../harness.js'
 import { isLeaseLost } from '../lease.js'
 import type { Answer } from '../load.js'

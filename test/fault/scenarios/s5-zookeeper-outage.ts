@@ -1,4 +1,4 @@
-import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
+import { decodeSnowflakeId } from '../../../src/snowflake/leaf-ids.js'
 import { SCHEDULING_SLACK_MS, Timeline, fmtMs, metrics, startScenarioLeaf, takeIds, zkInspector, type Report, type Suite, type ZkInspector } from '../harness.js'
 import { HttpClient, backgroundLoad, batchMix } from '../load.js'
 import { createProxy } from '../../helpers/tcp-proxy.js'

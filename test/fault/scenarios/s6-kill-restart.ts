@@ -1,4 +1,4 @@
-import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
+import { decodeSnowflakeId } from '../../../src/snowflake/leaf-ids.js'
 import { readWorkerCache } from '../../../src/snowflake/worker-id/cache-file.js'
 import { fmtMs, scenarioSetup, startLeaf, takeIds, zkInspector, type Leaf, type Report, type Suite } from '../harness.js'
 import { backgroundLoad, batchMix } from '../load.js'

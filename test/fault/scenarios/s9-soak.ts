@@ -1,4 +1,4 @@
-import { decodeSnowflakeId } from '../../../src/snowflake/snowflake-generator.js'
+import { decodeSnowflakeId } from '../../../src/snowflake/leaf-ids.js'
 import { describe, fmtMs, procStats, startScenarioLeaf, takeIds, type Report, type Suite } from '../harness.js'
 import { createRandom } from '../hostile.js'
 import { HttpClient, httpClients, runLoad } from '../load.js'
