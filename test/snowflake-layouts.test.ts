@@ -3,7 +3,8 @@ import { LeafError } from '../src/errors.js'
 import { expandRanges } from '../src/id-range.js'
 import type { LayoutContext } from '../src/snowflake/layout.js'
 import { parseLayout } from '../src/snowflake/layout-spec.js'
-import { createSnowflakeGenerator, type IssueGuard, type SnowflakeGenerator } from '../src/snowflake/snowflake-generator.js'
+import { createSnowflakeGenerator, type SnowflakeGenerator } from '../src/snowflake/snowflake-generator.js'
+import type { IssueGuard } from '../src/snowflake/issue-guard.js'
 
 // The generator with borrowed time (leaf.snowflake.borrow-ahead-ms) and with the layouts of
 // layout.ts. Every test but the real-clock one runs on a clock moved by hand.

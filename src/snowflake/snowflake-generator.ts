@@ -2,9 +2,11 @@ import { LeafError, StartRefused } from '../errors.js'
 import { expandRanges, type IdRange } from '../id-range.js'
 import { explainId, leafLayout, msOf, timeOf, type Layout } from './layout.js'
 import { DEFAULT_TWEPOCH, type SnowflakeParts } from './leaf-ids.js'
+import { UNGUARDED, type IssueGuard } from './issue-guard.js'
 
-// The worker-id lease (worker-id/worker-lease.ts) reads Leaf's defaults from here.
+// The worker-id lease (worker-id/worker-lease.ts) reads Leaf's defaults and the guard's type from here.
 export { DEFAULT_TWEPOCH, MAX_WORKER_ID } from './leaf-ids.js'
+export type { IssueGuard } from './issue-guard.js'
 
 /** A new millisecond starts its sequence at a random value below this, as Leaf does. */
 export const SEQUENCE_START_SPREAD = 100
@@ -14,21 +16,6 @@ export const MAX_BACKWARDS_WAIT_MS = 5
 const RESTART_WINDOW_PASSES = 3
 /** A timer may fire this much early by the wall clock: the wait cap allows for it. */
 const TIMER_SLACK_MS = 2
-
-/**
- * What the worker-id lease promises the generator: IDs may be issued for milliseconds up to
- * `issuableUntil`, because a restart waits past it. Past it, `extend(ms)` records `ms` first,
- * or throws (a LeafError) when the instance may not issue at all. A lease that loses its
- * worker id sets `issuableUntil` to -Infinity: issuing stops at the next ID.
- */
-export interface IssueGuard {
-  readonly issuableUntil: number
-  extend (ms: number): void
-  /** Asked before the first ID of each new millisecond; throws (a LeafError) when none may be issued. */
-  check? (ms: number): void
-}
-
-const UNGUARDED: IssueGuard = { issuableUntil: Infinity, extend () {} }
 
 export interface SnowflakeGeneratorOptions {
   workerId: number
