@@ -4,19 +4,17 @@ import { OTHER_KEY, TagCounter, TagHistogram, TagPlan, type TagSignal } from './
 import { checkReadiness } from '../modes/readiness.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
-import type { LeaseSource } from '../snowflake/worker-id/source.js'
 import type { Regression } from '../segment/max-id-guard.js'
 import type { SegmentBufferView } from '../segment/segment-views.js'
 import { horizonSeconds } from '../segment/rate-meter.js'
-import { timeLeftSeconds } from '../snowflake/time-left.js'
+import { createSnowflakeGauges } from './snowflake-gauges.js'
+import { valuesMetric } from './values-metric.js'
 
 /** Snowflake keys are the caller's choice: past this many distinct keys, count under `_other`. */
 export const MAX_SNOWFLAKE_KEYS = 100
 export { OTHER_KEY }
 /** LeafSegmentBufferLow's threshold (config/alerts.yml): a tag under it keeps its series past the cap. */
 const BUFFER_LOW_SECONDS = 60
-/** The worker-id sources that hold a ZooKeeper session (`cache`: the zookeeper source started from its cache file). */
-const ZOOKEEPER_SOURCES: ReadonlySet<LeaseSource> = new Set(['zookeeper', 'cache', 'zookeeper-lease'])
 /**
  * The error codes config/alerts.yml watches, exported at 0 from the start: a counter that first
  * appears at its first increment hides that increment, or that whole burst, from increase().
@@ -54,11 +52,6 @@ export interface MetricsOptions {
   maxTagSeries: number
   /** Monotonic ms, for how long ago a tag was active; tests inject one. */
   now?: () => number
-}
-
-/** A metric prom-client's Registry can render from a list of values (the interface HotCounter implements). */
-function valuesMetric (name: string, help: string, type: 'counter' | 'gauge', values: () => MetricValue[]) {
-  return { name, help, type, aggregator: 'sum', get: () => ({ name, help, type, values: values(), aggregator: 'sum' }) }
 }
 
 /** Buffer under a minute while serving, or the current segment used up with none after it. */
@@ -159,43 +152,7 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
     valuesMetric('leaf_segment_folded_tags', `Segment tags without series of their own, summed under key="${OTHER_KEY}" (past leaf.metrics.max-tag-series, for idle tags).`,
       'gauge', () => [{ labels: {}, value: plan.folded }]),
   ]
-  const leaseGauge = (name: string, help: string, read: (s: ReturnType<SnowflakeMode['lease']['status']>) => number | undefined) =>
-    new Gauge({
-      name,
-      help,
-      registers: [],
-      collect () {
-        this.reset()
-        const status = modes.snowflake?.lease.status()
-        const value = status === undefined ? undefined : read(status)
-        if (value !== undefined) this.set(value)
-      },
-    })
-  const snowflakeGauges = [
-    leaseGauge('leaf_snowflake_worker_id', 'This instance\'s snowflake worker id.', (s) => s.workerId),
-    leaseGauge('leaf_zookeeper_connected', '1 while the ZooKeeper session is connected.', (s) => s.zookeeperConnected ? 1 : 0),
-    // leaf_zookeeper_connected is 0 on an instance without ZooKeeper too: alerts need this to tell the two apart.
-    leaseGauge('leaf_zookeeper_in_use', '1 when this instance\'s worker-id source uses ZooKeeper (zookeeper, zookeeper-lease), else 0.',
-      (s) => ZOOKEEPER_SOURCES.has(s.source) ? 1 : 0),
-    leaseGauge('leaf_snowflake_last_heartbeat_timestamp_seconds', 'When the worker lease was last written.',
-      (s) => s.lastHeartbeat === undefined ? undefined : s.lastHeartbeat / 1000),
-    leaseGauge('leaf_snowflake_lease_expiry_seconds', 'Time left until the store may free the worker-id lease (recyclable sources; the holder fences TTL/10 earlier); 0 once lost.',
-      (s) => s.issuedUntil === undefined ? undefined : Math.max(0, ((s.leaseExpiresAt ?? 0) - Date.now()) / 1000)),
-    new Gauge({
-      // The issue's leaf_snowflake_borrowed_ms in Prometheus's base unit: promtool refuses "_ms".
-      name: 'leaf_snowflake_borrowed_seconds',
-      help: 'How far ahead of the clock the generator\'s time is now, in seconds (borrowed time, leaf.snowflake.borrow-ahead-ms).',
-      registers: [],
-      collect () {
-        this.reset()
-        if (modes.snowflake !== undefined) this.set(modes.snowflake.generator.borrowedMs() / 1000)
-      },
-    }),
-    // No series at all with snowflake mode off: an unlabelled Gauge would read 0 there, and 0
-    // fires LeafSnowflakeLayoutEnding.
-    valuesMetric('leaf_snowflake_time_left_seconds', 'Seconds until the time field of the layout in use runs out (no snowflake ID after it); 0 once it has.',
-      'gauge', () => modes.snowflake === undefined ? [] : [{ labels: {}, value: timeLeftSeconds(modes.snowflake.generator.layout, modes.snowflake.clock()) }]),
-  ]
+  const snowflakeGauges = createSnowflakeGauges(() => modes.snowflake)
 
   // What /readyz would answer now, for an alert on `leaf_ready == 0`: the same function, asked
   // at scrape time (it may wait up to READY_DB_TIMEOUT_MS on the database).
