@@ -1,6 +1,7 @@
 import t from 'tap'
 import { nextBatchSize } from '../client/src/batch-size.js'
-import { createLeafClient, type LeafClientOptions } from '../client/src/client.js'
+import { createLeafClient } from '../client/src/client.js'
+import type { LeafClientOptions } from '../client/src/client-options.js'
 import { errorFromAnswer, LeafClientError } from '../client/src/errors.js'
 import { parseIdRanges, type IdRange } from '../client/src/id-ranges.js'
 import type { Clock } from '../client/src/clock.js'

@@ -1,4 +1,5 @@
-export { createLeafClient, DEFAULTS, MAX_IDS_PER_CALL, type ClientStats, type LeafClient, type LeafClientOptions, type ServerStats } from './client.js'
+export { createLeafClient, MAX_IDS_PER_CALL, type ClientStats, type LeafClient, type ServerStats } from './client.js'
+export { DEFAULTS, type LeafClientOptions } from './client-options.js'
 export { CLIENT_CODES, isLeafClientError, LeafClientError, type LeafClientErrorOptions } from './errors.js'
 export { parseIdRanges, type IdRange } from './id-ranges.js'
 export type { Clock } from './clock.js'
