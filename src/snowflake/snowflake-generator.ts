@@ -4,10 +4,6 @@ import { explainId, leafLayout, msOf, timeOf, type Layout } from './layout.js'
 import { DEFAULT_TWEPOCH, type SnowflakeParts } from './leaf-ids.js'
 import { UNGUARDED, type IssueGuard } from './issue-guard.js'
 
-// The worker-id lease (worker-id/worker-lease.ts) reads Leaf's defaults and the guard's type from here.
-export { DEFAULT_TWEPOCH, MAX_WORKER_ID } from './leaf-ids.js'
-export type { IssueGuard } from './issue-guard.js'
-
 /** A new millisecond starts its sequence at a random value below this, as Leaf does. */
 export const SEQUENCE_START_SPREAD = 100
 /** A clock this far behind (ms) is waited out (twice the offset); further behind fails. */

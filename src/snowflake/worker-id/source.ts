@@ -1,5 +1,5 @@
 import type { WorkerIdSource as SourceName } from '../../config/keys.js'
-import type { IssueGuard } from '../snowflake-generator.js'
+import type { IssueGuard } from '../issue-guard.js'
 
 // What the snowflake generator and the routes need from wherever the worker id comes from
 // (leaf.snowflake.worker-id.source). They never know which source is behind the lease: a
