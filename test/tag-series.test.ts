@@ -7,7 +7,7 @@ import { ConfigError, loadConfig } from '../src/config/load-config.js'
 import { createMetrics, type Metrics } from '../src/metrics/metrics.js'
 import { ACTIVE_MS, OTHER_KEY } from '../src/metrics/tag-series.js'
 import type { SegmentMode } from '../src/modes/segment-mode.js'
-import type { SegmentBufferView } from '../src/segment/segment-views.js'
+import { neverLoaded, type SegmentBufferView } from '../src/segment/segment-views.js'
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { parseSamples, valueOf, type Sample } from './helpers/prometheus.js'
@@ -47,22 +47,36 @@ class Remembered {
   }
 }
 
-interface FakeTag { buffered: number, rate: number, step: number, initOk: boolean, nextReady: boolean }
+/** `neverLoaded`: a tag nobody asked for (no segment, no load, nothing buffered). Otherwise one not initOk has failed its first load. */
+interface FakeTag { buffered: number, rate: number, step: number, initOk: boolean, nextReady: boolean, neverLoaded?: boolean }
 
 function view (key: string, tag: FakeTag): SegmentBufferView {
   const segments = tag.initOk ? [{ value: 10n, max: 20n, step: tag.step }] : []
   const max0 = BigInt(10 + Math.min(tag.buffered, tag.step))
   const bufferSeconds = tag.rate > 0 ? tag.buffered / tag.rate : Infinity
-  return { ...tag, key, value0: 10n, max0, segments, bufferSeconds } as unknown as SegmentBufferView
+  if (tag.neverLoaded === true) {
+    return { key, initOk: false, nextReady: false, buffered: 0, rate: 0, step: 0, value0: 0n, max0: 0n, segments: [], bufferSeconds: Infinity, failedLoads: 0 } as unknown as SegmentBufferView
+  }
+  return { ...tag, key, value0: 10n, max0, segments, bufferSeconds, failedLoads: tag.initOk ? 0 : 1 } as unknown as SegmentBufferView
 }
 
-/** createMetrics watching a fake segment mode whose views are `tags`, on a clock the test moves. */
-function setup (maxTagSeries: number, tags: Map<string, FakeTag>) {
+/**
+ * createMetrics watching a fake segment mode whose views are `tags`, on a clock the test moves.
+ * `allViews`: the generator ignores `loaded` and gives every tag's view, never-loaded ones too.
+ */
+function setup (maxTagSeries: number, tags: Map<string, FakeTag>, { allViews = false } = {}) {
   let clock = 1_000_000
   const metrics = createMetrics({ maxTagSeries, now: () => clock })
   const segment = {
     store: { ping: async () => {} },
-    generator: { initialized: true, warming: false, endedTags: () => [], exhaustedTags: () => [], views: () => [...tags].map(([k, v]) => view(k, v)) },
+    generator: {
+      initialized: true,
+      warming: false,
+      endedTags: () => [],
+      exhaustedTags: () => [],
+      views: (o?: { loaded?: boolean }) => [...tags].map(([k, v]) => view(k, v)).filter((v) => allViews || o?.loaded !== true || !neverLoaded(v)),
+      tagCount: () => tags.size,
+    },
     guard: { view: () => ({ holdingMs: 0, raisesOwed: 0 }) },
   } as unknown as SegmentMode
   metrics.watch({ segment, snowflake: undefined })
@@ -161,6 +175,45 @@ t.test('2,000 tags: at most the cap keep series of their own, _other sums the re
   check(samples, 'after they serve on')
   t.equal(valueOf(samples, 'leaf_ids_issued_total', { mode: 'segment', key: tagName(0) }), 12)
   t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: tagName(3) }), 1)
+})
+
+t.test('past the cap, tags never loaded fold without a view each, and /metrics is what it was with a view of each', async (t) => {
+  const CAP = 20
+  const tags = new Map<string, FakeTag>()
+  for (let i = 0; i < 1000; i++) {
+    tags.set(tagName(i), i % 10 === 0
+      ? { buffered: 500 + i, rate: i % 20 === 0 ? 50 : 0, step: 1000 + i, initOk: true, nextReady: i % 30 !== 0 }
+      : { buffered: 0, rate: 0, step: 0, initOk: false, nextReady: false, neverLoaded: true })
+  }
+  const lean = setup(CAP, tags)
+  const full = setup(CAP, tags, { allViews: true })
+  const leaf = (text: string) => parseSamples(text).filter((x) => x.name.startsWith('leaf_segment') || x.name === 'leaf_ids_issued_total')
+  const both = async (when: string) => {
+    const [a, b] = [leaf(await lean.metrics.scrape()), leaf(await full.metrics.scrape())]
+    t.same(a, b, `the same samples ${when}`)
+    return a
+  }
+  const folded = (samples: Sample[]) => {
+    const own = keysOf(samples, 'leaf_segment_step')
+    return [...tags].filter(([k]) => !own.has(k))
+  }
+  let samples = await both('with no traffic')
+  t.equal(keysOf(samples, 'leaf_segment_step').size, CAP + 1, 'the cap filled (by the 50 tags under a minute of buffer), and _other')
+  t.equal(valueOf(samples, 'leaf_segment_folded_tags'), folded(samples).length, 'the folded-tags gauge counts the never-loaded tags')
+  t.equal(folded(samples).length, 980)
+  t.equal(valueOf(samples, 'leaf_segment_buffered_ids', { key: OTHER_KEY }), folded(samples).reduce((a, [, v]) => a + v.buffered, 0))
+  for (const m of [lean, full]) for (let i = 0; i < 100; i += 10) { m.metrics.issued('segment', tagName(i), 5); m.metrics.segmentLoad(tagName(i), 0.01, i !== 40) }
+  samples = await both('after 10 tags served')
+  t.equal(valueOf(samples, 'leaf_segment_folded_tags'), folded(samples).length)
+  t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: tagName(40) }), 1, 'the failed load keeps its tag\'s series')
+  t.equal(valueOf(samples, 'leaf_segment_buffer_seconds', { key: OTHER_KEY }), Math.min(...folded(samples).map(([, v]) => v.rate > 0 ? v.buffered / v.rate : Infinity)))
+  // Under the cap, every tag keeps its series: a tag never loaded too, at 0.
+  const few = new Map([...tags].slice(0, 15))
+  const small = setup(CAP, few)
+  samples = leaf(await small.metrics.scrape())
+  t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: tagName(1) }), 0, 'a tag never loaded has its failure counter at 0')
+  t.equal(valueOf(samples, 'leaf_segment_step', { key: tagName(1) }), 0)
+  t.equal(valueOf(samples, 'leaf_segment_folded_tags'), 0)
 })
 
 function returned (metrics: Metrics, truth: { returned: number }, i: number, ids: number): void {

@@ -5,7 +5,8 @@ import { checkReadiness } from '../modes/readiness.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
 import type { Regression } from '../segment/max-id-guard.js'
-import type { SegmentBufferView } from '../segment/segment-views.js'
+import { SegmentBuffer } from '../segment/segment-buffer.js'
+import { toView, type SegmentBufferView } from '../segment/segment-views.js'
 import { horizonSeconds } from '../segment/rate-meter.js'
 import { createSnowflakeGauges } from './snowflake-gauges.js'
 import { valuesMetric } from './values-metric.js'
@@ -20,6 +21,8 @@ const BUFFER_LOW_SECONDS = 60
  * appears at its first increment hides that increment, or that whole burst, from increase().
  */
 const ALERTED_ERRORS = { segment: ['SEGMENTS_NOT_READY'], snowflake: ['CLOCK_BACKWARDS'] } as const
+/** What a tag never loaded shows: in _other, it stands for all of them past the cap. */
+const NEVER_LOADED = toView(new SegmentBuffer(OTHER_KEY), 0, { history: false })
 const REGRESSION_CAUSES: readonly Regression['cause'][] = ['store changed', 'max_id went back']
 
 export interface Metrics {
@@ -174,7 +177,14 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
 
   /** Once per scrape: which tags were active, the plan, and each per-tag count moved to its series. */
   function foldTags (): void {
-    const views = modes.segment?.generator.views() ?? []
+    const generator = modes.segment?.generator
+    // Past the cap, a tag never loaded has nothing to show and can only fold into _other: it
+    // gets no view and no signal, only its place in the count. One view of a tag never loaded
+    // stands for all of them in _other (each reads as it would): with 100,000 tags, a few
+    // hundred in use, a scrape costs what is used.
+    const past = generator !== undefined && generator.tagCount() > plan.maxTags
+    const views = generator?.views({ history: false, loaded: past }) ?? []
+    const idle = past ? generator.tagCount() - views.length : 0
     const signals = new Map<string, TagSignal>()
     const at = (key: string): TagSignal => {
       let s = signals.get(key)
@@ -186,12 +196,13 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
     for (const counter of [segmentIssued, returnedTo.table, returnedTo.successor]) counter.signals(moved)
     loadSeconds.signals(moved)
     loadFailures.signals((key, m) => { const s = at(key); if (m) s.moved = s.failed = true })
-    plan.decide(signals)
+    plan.decide(signals, idle)
     for (const counter of tagCounters) counter.fold(plan)
     loadSeconds.fold()
     keptViews = []
     foldedViews = []
     for (const v of views) (plan.kept(v.key) ? keptViews : foldedViews).push(v)
+    if (idle > 0) foldedViews.push(NEVER_LOADED)
   }
 
   function errorChild (mode: string, code: string): { value: number } {

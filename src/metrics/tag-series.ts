@@ -40,8 +40,13 @@ export class TagPlan {
 
   constructor (readonly maxTags: number, private readonly now: () => number) {}
 
-  decide (tags: ReadonlyMap<string, TagSignal>): void {
+  /**
+   * `idle`: tags that are known but not in `tags`, with no signal at all (segment tags never
+   * loaded, past the cap): they count towards the cap and fold, without a state each.
+   */
+  decide (tags: ReadonlyMap<string, TagSignal>, idle = 0): void {
     const now = this.now()
+    const total = tags.size + idle
     for (const key of this.states.keys()) if (!tags.has(key)) this.states.delete(key)
     const candidates: [string, TagState, boolean][] = []
     for (const [key, signal] of tags) {
@@ -50,17 +55,17 @@ export class TagPlan {
       else s.was = s.kept ? 'kept' : 'folded'
       if (signal.moved) s.activeAt = now
       if (signal.failed) s.failedAt = now
-      s.kept = tags.size <= this.maxTags
+      s.kept = total <= this.maxTags
       const alert = signal.alert || now - s.failedAt < ACTIVE_MS
       if (!s.kept && (alert || now - s.activeAt < ACTIVE_MS)) candidates.push([key, s, alert])
     }
-    if (tags.size > this.maxTags) {
+    if (total > this.maxTags) {
       candidates.sort(([ka, a, alertA], [kb, b, alertB]) =>
         Number(alertB) - Number(alertA) || compare(b.activeAt, a.activeAt) ||
         Number(b.was === 'kept') - Number(a.was === 'kept') || compare(ka, kb))
       for (const [, s] of candidates.slice(0, this.maxTags)) s.kept = true
     }
-    this.folded = tags.size <= this.maxTags ? 0 : tags.size - Math.min(candidates.length, this.maxTags)
+    this.folded = total <= this.maxTags ? 0 : total - Math.min(candidates.length, this.maxTags)
   }
 
   kept (key: string): boolean {

@@ -9,7 +9,7 @@ import { createAllocationRetry } from './allocation-retry.js'
 import { giveBackAll, type GiveBack } from './give-back.js'
 import { missingKey, shuttingDown, spaceEnded } from './segment-errors.js'
 import { DEFAULT_LOAD_TIMEOUT_MS, createSegmentLoader } from './segment-loader.js'
-import { toView, viewPage, type SegmentBufferView, type ViewPage, type ViewQuery } from './segment-views.js'
+import { neverLoaded, toView, viewPage, type SegmentBufferView, type ViewPage, type ViewQuery } from './segment-views.js'
 import { createTagList } from './tag-list.js'
 import { WARM_WINDOW_MS } from './warm-state.js'
 
@@ -84,7 +84,13 @@ export interface SegmentGenerator {
   /** Makes a tag servable at once (after it was inserted in the store). */
   addTag (key: string): void
   has (key: string): boolean
-  views (): SegmentBufferView[]
+  /**
+   * The tags' views: `history: false` leaves out the history (segment-views.ts); `loaded: true`
+   * leaves out the tags never loaded (neverLoaded()), which have nothing to show.
+   */
+  views (options?: { history?: boolean, loaded?: boolean }): SegmentBufferView[]
+  /** The tags in memory, loaded or not. */
+  tagCount (): number
   /** A page of the views, the busiest tags first (segment-views.ts): what /cache and /api/cache show. */
   viewPage (query: ViewQuery): ViewPage
   /** Loaded tags with no ID left in any segment: they cannot answer without the store. */
@@ -248,9 +254,17 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     has (key) {
       return buffers.has(key)
     },
-    views () {
+    views (options) {
       const now = monotonic()
-      return [...buffers.values()].map((buf) => toView(buf, buf.rate.current(buf.issued, now)))
+      const views: SegmentBufferView[] = []
+      for (const buf of buffers.values()) {
+        if (options?.loaded === true && neverLoaded(buf)) continue
+        views.push(toView(buf, buf.rate.current(buf.issued, now), options))
+      }
+      return views
+    },
+    tagCount () {
+      return buffers.size
     },
     viewPage (query) {
       const now = monotonic()

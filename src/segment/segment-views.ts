@@ -35,7 +35,8 @@ export interface SegmentBufferView {
   ended: boolean
 }
 
-export function toView (buf: SegmentBuffer, rate: number): SegmentBufferView {
+/** `history: false`: the view without its 90 points of history (an empty list), for readers that draw none (the metrics). */
+export function toView (buf: SegmentBuffer, rate: number, { history = true }: { history?: boolean } = {}): SegmentBufferView {
   const [s0, s1] = buf.segments
   const buffered = buf.buffered
   return {
@@ -57,7 +58,7 @@ export function toView (buf: SegmentBuffer, rate: number): SegmentBufferView {
     rate,
     ratePerMinute: buf.rate.average(WARM_WINDOW_MS),
     bufferSeconds: rate > 0 ? buffered / rate : Infinity,
-    history: buf.rate.history(),
+    history: history ? buf.rate.history() : [],
     lastLoadSeconds: buf.lastLoadSeconds,
     failedLoads: buf.failedLoads,
     ended: buf.ended,
@@ -81,7 +82,7 @@ export interface ViewPage {
 }
 
 /** A tag with no segment and no failed load: it was never asked for (or its first load is in flight). */
-export function neverLoaded (v: Pick<SegmentBufferView, 'initOk' | 'segments' | 'failedLoads'>): boolean {
+export function neverLoaded (v: { initOk: boolean, segments: readonly unknown[], failedLoads: number }): boolean {
   return !v.initOk && v.segments.length === 0 && v.failedLoads === 0
 }
 
@@ -97,7 +98,7 @@ export function viewPage (buffers: Iterable<SegmentBuffer>, rateOf: (buf: Segmen
     total++
     if (needle !== '' && !buf.key.toLowerCase().includes(needle)) continue
     // Never loaded: below every loaded tag, an idle one included.
-    rows.push({ buf, rate: neverLoaded({ initOk: buf.initOk, segments: buf.segments, failedLoads: buf.failedLoads }) ? -1 : rateOf(buf) })
+    rows.push({ buf, rate: neverLoaded(buf) ? -1 : rateOf(buf) })
   }
   rows.sort((a, b) => b.rate - a.rate || (a.buf.key < b.buf.key ? -1 : a.buf.key > b.buf.key ? 1 : 0))
   const page = rows.slice(query.offset, query.offset + query.limit)
