@@ -9,7 +9,7 @@ import { createAllocationRetry } from './allocation-retry.js'
 import { giveBackAll, type GiveBack } from './give-back.js'
 import { missingKey, shuttingDown, spaceEnded } from './segment-errors.js'
 import { DEFAULT_LOAD_TIMEOUT_MS, createSegmentLoader } from './segment-loader.js'
-import { neverLoaded, toView, viewPage, type SegmentBufferView, type ViewPage, type ViewQuery } from './segment-views.js'
+import { tagViews, type TagViews } from './segment-views.js'
 import { createTagList } from './tag-list.js'
 import { WARM_WINDOW_MS } from './warm-state.js'
 
@@ -66,7 +66,8 @@ export interface ShutdownResult {
   warmTags: string[]
 }
 
-export interface SegmentGenerator {
+/** The generator: IDs, the tag list, the warm start and the stop; its views of the tags are TagViews (segment-views.ts). */
+export interface SegmentGenerator extends TagViews {
   /** Loads the tag list (retrying in the background on failure) and starts the refresh timer. */
   init (): Promise<boolean>
   readonly initialized: boolean
@@ -84,19 +85,6 @@ export interface SegmentGenerator {
   /** Makes a tag servable at once (after it was inserted in the store). */
   addTag (key: string): void
   has (key: string): boolean
-  /**
-   * The tags' views: `history: false` leaves out the history (segment-views.ts); `loaded: true`
-   * leaves out the tags never loaded (neverLoaded()), which have nothing to show.
-   */
-  views (options?: { history?: boolean, loaded?: boolean }): SegmentBufferView[]
-  /** The tags in memory, loaded or not. */
-  tagCount (): number
-  /** A page of the views, the busiest tags first (segment-views.ts): what /cache and /api/cache show. */
-  viewPage (query: ViewQuery): ViewPage
-  /** Loaded tags with no ID left in any segment: they cannot answer without the store. */
-  exhaustedTags (): string[]
-  /** Tags whose ID space has ended (max_id at 2^63 - 1): they answer ID_SPACE_EXHAUSTED. */
-  endedTags (): string[]
   /** How long ago the rates were last sampled (ms). */
   ratesAgeMs (): number
   /**
@@ -254,34 +242,9 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     has (key) {
       return buffers.has(key)
     },
-    views (options) {
-      const now = monotonic()
-      const views: SegmentBufferView[] = []
-      for (const buf of buffers.values()) {
-        if (options?.loaded === true && neverLoaded(buf)) continue
-        views.push(toView(buf, buf.rate.current(buf.issued, now), options))
-      }
-      return views
-    },
-    tagCount () {
-      return buffers.size
-    },
-    viewPage (query) {
-      const now = monotonic()
-      return viewPage(buffers.values(), (buf) => buf.rate.current(buf.issued, now), query)
-    },
-    exhaustedTags () {
-      const tags: string[] = []
-      for (const buf of buffers.values()) {
-        if (buf.initOk && !buf.nextReady && buf.currentSegment.idle === 0) tags.push(buf.key)
-      }
-      return tags
-    },
+    ...tagViews(buffers, monotonic),
     ratesAgeMs () {
       return monotonic() - sampledAt
-    },
-    endedTags () {
-      return [...buffers.values()].filter((b) => b.ended).map((b) => b.key)
     },
     get warming () {
       return warming

@@ -104,3 +104,52 @@ export function viewPage (buffers: Iterable<SegmentBuffer>, rateOf: (buf: Segmen
   const page = rows.slice(query.offset, query.offset + query.limit)
   return { total, matched: rows.length, offset: query.offset, views: page.map((r) => toView(r.buf, Math.max(r.rate, 0))) }
 }
+
+/** What the generator shows of its tags, for the views and the metrics. */
+export interface TagViews {
+  /**
+   * The tags' views: `history: false` leaves out the history; `loaded: true` leaves out the
+   * tags never loaded (neverLoaded()), which have nothing to show.
+   */
+  views (options?: { history?: boolean, loaded?: boolean }): SegmentBufferView[]
+  /** The tags in memory, loaded or not. */
+  tagCount (): number
+  /** A page of the views, the busiest tags first: what /cache and /api/cache show. */
+  viewPage (query: ViewQuery): ViewPage
+  /** Loaded tags with no ID left in any segment: they cannot answer without the store. */
+  exhaustedTags (): string[]
+  /** Tags whose ID space has ended (max_id at 2^63 - 1): they answer ID_SPACE_EXHAUSTED. */
+  endedTags (): string[]
+}
+
+/** The views of the generator's `buffers`, each tag's rate read at the time of the call on `monotonic`. */
+export function tagViews (buffers: ReadonlyMap<string, SegmentBuffer>, monotonic: () => number): TagViews {
+  return {
+    views (options) {
+      const now = monotonic()
+      const views: SegmentBufferView[] = []
+      for (const buf of buffers.values()) {
+        if (options?.loaded === true && neverLoaded(buf)) continue
+        views.push(toView(buf, buf.rate.current(buf.issued, now), options))
+      }
+      return views
+    },
+    tagCount () {
+      return buffers.size
+    },
+    viewPage (query) {
+      const now = monotonic()
+      return viewPage(buffers.values(), (buf) => buf.rate.current(buf.issued, now), query)
+    },
+    exhaustedTags () {
+      const tags: string[] = []
+      for (const buf of buffers.values()) {
+        if (buf.initOk && !buf.nextReady && buf.currentSegment.idle === 0) tags.push(buf.key)
+      }
+      return tags
+    },
+    endedTags () {
+      return [...buffers.values()].filter((b) => b.ended).map((b) => b.key)
+    },
+  }
+}
