@@ -76,6 +76,7 @@ function setup (maxTagSeries: number, tags: Map<string, FakeTag>, { allViews = f
       exhaustedTags: () => [],
       views: (o?: { loaded?: boolean }) => [...tags].map(([k, v]) => view(k, v)).filter((v) => allViews || o?.loaded !== true || !neverLoaded(v)),
       tagCount: () => tags.size,
+      view: (k: string) => { const tag = tags.get(k); return tag === undefined ? undefined : view(k, tag) },
     },
     guard: { view: () => ({ holdingMs: 0, raisesOwed: 0 }) },
   } as unknown as SegmentMode
@@ -207,6 +208,11 @@ t.test('past the cap, tags never loaded fold without a view each, and /metrics i
   t.equal(valueOf(samples, 'leaf_segment_folded_tags'), folded(samples).length)
   t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: tagName(40) }), 1, 'the failed load keeps its tag\'s series')
   t.equal(valueOf(samples, 'leaf_segment_buffer_seconds', { key: OTHER_KEY }), Math.min(...folded(samples).map(([, v]) => v.rate > 0 ? v.buffered / v.rate : Infinity)))
+  // A tag that served leaves leaf_alloc and comes back: never loaded again, with counters of its own.
+  tags.set(tagName(20), { buffered: 0, rate: 0, step: 0, initOk: false, nextReady: false, neverLoaded: true })
+  samples = await both('after a served tag came back unloaded')
+  t.equal(valueOf(samples, 'leaf_segment_folded_tags'), folded(samples).length, 'counted once')
+  t.equal(valueOf(samples, 'leaf_segment_step', { key: tagName(20) }), undefined, 'folded: the room goes to the tags under a minute of buffer')
   // Under the cap, every tag keeps its series: a tag never loaded too, at 0.
   const few = new Map([...tags].slice(0, 15))
   const small = setup(CAP, few)

@@ -1,5 +1,5 @@
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
-import { HotCounter, HotHistogram, type HistogramChild, type MetricValue } from './hot-metrics.js'
+import { HotCounter, HotHistogram, type HistogramChild } from './hot-metrics.js'
 import { OTHER_KEY, TagCounter, TagHistogram, TagPlan, type TagSignal } from './tag-series.js'
 import { checkReadiness } from '../modes/readiness.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
@@ -10,6 +10,7 @@ import { toView, type SegmentBufferView } from '../segment/segment-views.js'
 import { horizonSeconds } from '../segment/rate-meter.js'
 import { createSnowflakeGauges } from './snowflake-gauges.js'
 import { valuesMetric } from './values-metric.js'
+import { createSegmentTagGauges } from './segment-tag-gauges.js'
 
 /** Snowflake keys are the caller's choice: past this many distinct keys, count under `_other`. */
 export const MAX_SNOWFLAKE_KEYS = 100
@@ -126,35 +127,7 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
       this.set((modes.segment?.guard.view().holdingMs ?? 0) / 1000)
     },
   })]
-  /**
-   * A per-tag gauge: one series per kept tag, and `_other` over the folded ones (those `inOther`
-   * accepts) when there are any, their sum or their worst as `fold` says.
-   */
-  const tagGauge = (name: string, help: string, read: (v: SegmentBufferView) => number, fold: (a: number, b: number) => number,
-    inOther: (v: SegmentBufferView) => boolean = () => true) =>
-    valuesMetric(name, help, 'gauge', () => {
-      const out: MetricValue[] = []
-      let other: number | undefined
-      for (const v of keptViews) out.push({ labels: { key: v.key }, value: read(v) })
-      for (const v of foldedViews) if (inOther(v)) other = other === undefined ? read(v) : fold(other, read(v))
-      if (other !== undefined) out.push({ labels: { key: OTHER_KEY }, value: other })
-      return out
-    })
-  const sum = (a: number, b: number) => a + b
-  const perTagGauges = [
-    tagGauge('leaf_segment_step', 'Current (adapted) step per tag; _other: the largest.', (v) => v.step, Math.max),
-    tagGauge('leaf_segment_remaining', 'IDs left in the current segment per tag; _other: their sum.', (v) => Number(v.max0 - v.value0), sum),
-    tagGauge('leaf_segment_buffered_ids', 'IDs held and not handed out yet, in every loaded segment of the tag; _other: their sum.', (v) => v.buffered, sum),
-    // _other: the lowest, so LeafSegmentBufferLow still fires when tags under a minute outnumber the cap.
-    tagGauge('leaf_segment_buffer_seconds', 'How long the buffered IDs of the tag last at its current issue rate; +Inf while it is idle (under 1 ID/s); _other: the lowest.',
-      (v) => horizonSeconds(v) ?? Infinity, Math.min),
-    tagGauge('leaf_segment_loaded_segments', 'Segments the tag holds, the current one included; _other: their sum.', (v) => v.segments.length, sum),
-    // A tag that never loaded has no segment to follow: _other is the lowest among those that did.
-    tagGauge('leaf_segment_next_ready', '1 when the next segment of the tag is loaded; _other: 0 when any loaded folded tag lacks it.',
-      (v) => v.nextReady ? 1 : 0, Math.min, (v) => v.initOk),
-    valuesMetric('leaf_segment_folded_tags', `Segment tags without series of their own, summed under key="${OTHER_KEY}" (past leaf.metrics.max-tag-series, for idle tags).`,
-      'gauge', () => [{ labels: {}, value: plan.folded }]),
-  ]
+  const perTagGauges = createSegmentTagGauges(() => ({ kept: keptViews, folded: foldedViews }), () => plan.folded)
   const snowflakeGauges = createSnowflakeGauges(() => modes.snowflake)
 
   // What /readyz would answer now, for an alert on `leaf_ready == 0`: the same function, asked
@@ -184,7 +157,6 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
     // hundred in use, a scrape costs what is used.
     const past = generator !== undefined && generator.tagCount() > plan.maxTags
     const views = generator?.views({ history: false, loaded: past }) ?? []
-    const idle = past ? generator.tagCount() - views.length : 0
     const signals = new Map<string, TagSignal>()
     const at = (key: string): TagSignal => {
       let s = signals.get(key)
@@ -196,6 +168,17 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
     for (const counter of [segmentIssued, returnedTo.table, returnedTo.successor]) counter.signals(moved)
     loadSeconds.signals(moved)
     loadFailures.signals((key, m) => { const s = at(key); if (m) s.moved = s.failed = true })
+    let idle = 0
+    if (past) {
+      // A tag never loaded with counters of its own (it served, left leaf_alloc, and came back)
+      // has a signal: it gets its view as every tag with one does, and is no idle tag.
+      const viewed = new Set(views.map((v) => v.key))
+      for (const key of signals.keys()) {
+        const v = viewed.has(key) ? undefined : generator.view(key, { history: false })
+        if (v !== undefined) views.push(v)
+      }
+      idle = generator.tagCount() - views.length
+    }
     plan.decide(signals, idle)
     for (const counter of tagCounters) counter.fold(plan)
     loadSeconds.fold()

@@ -112,6 +112,8 @@ export interface TagViews {
    * tags never loaded (neverLoaded()), which have nothing to show.
    */
   views (options?: { history?: boolean, loaded?: boolean }): SegmentBufferView[]
+  /** One tag's view; undefined when the tag is not in memory. */
+  view (key: string, options?: { history?: boolean }): SegmentBufferView | undefined
   /** The tags in memory, loaded or not. */
   tagCount (): number
   /** A page of the views, the busiest tags first: what /cache and /api/cache show. */
@@ -133,6 +135,10 @@ export function tagViews (buffers: ReadonlyMap<string, SegmentBuffer>, monotonic
         views.push(toView(buf, buf.rate.current(buf.issued, now), options))
       }
       return views
+    },
+    view (key, options) {
+      const buf = buffers.get(key)
+      return buf === undefined ? undefined : toView(buf, buf.rate.current(buf.issued, monotonic()), options)
     },
     tagCount () {
       return buffers.size

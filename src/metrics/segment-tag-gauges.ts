@@ -1,0 +1,44 @@
+import type { MetricValue } from './hot-metrics.js'
+import { OTHER_KEY } from './tag-series.js'
+import { valuesMetric } from './values-metric.js'
+import { horizonSeconds } from '../segment/rate-meter.js'
+import type { SegmentBufferView } from '../segment/segment-views.js'
+
+// Segment mode's per-tag gauges, read at each scrape from the views the scrape split by its
+// plan (metrics.ts): one series per kept tag, and _other over the folded ones.
+
+/**
+ * The gauges over `views()`, the kept tags' views and the folded ones' as of the scrape, and
+ * leaf_segment_folded_tags from `folded()`, the plan's count of tags without series.
+ */
+export function createSegmentTagGauges (views: () => { kept: readonly SegmentBufferView[], folded: readonly SegmentBufferView[] }, folded: () => number) {
+  /**
+   * A per-tag gauge: one series per kept tag, and `_other` over the folded ones (those `inOther`
+   * accepts) when there are any, their sum or their worst as `fold` says.
+   */
+  const tagGauge = (name: string, help: string, read: (v: SegmentBufferView) => number, fold: (a: number, b: number) => number,
+    inOther: (v: SegmentBufferView) => boolean = () => true) =>
+    valuesMetric(name, help, 'gauge', () => {
+      const out: MetricValue[] = []
+      let other: number | undefined
+      for (const v of views().kept) out.push({ labels: { key: v.key }, value: read(v) })
+      for (const v of views().folded) if (inOther(v)) other = other === undefined ? read(v) : fold(other, read(v))
+      if (other !== undefined) out.push({ labels: { key: OTHER_KEY }, value: other })
+      return out
+    })
+  const sum = (a: number, b: number) => a + b
+  return [
+    tagGauge('leaf_segment_step', 'Current (adapted) step per tag; _other: the largest.', (v) => v.step, Math.max),
+    tagGauge('leaf_segment_remaining', 'IDs left in the current segment per tag; _other: their sum.', (v) => Number(v.max0 - v.value0), sum),
+    tagGauge('leaf_segment_buffered_ids', 'IDs held and not handed out yet, in every loaded segment of the tag; _other: their sum.', (v) => v.buffered, sum),
+    // _other: the lowest, so LeafSegmentBufferLow still fires when tags under a minute outnumber the cap.
+    tagGauge('leaf_segment_buffer_seconds', 'How long the buffered IDs of the tag last at its current issue rate; +Inf while it is idle (under 1 ID/s); _other: the lowest.',
+      (v) => horizonSeconds(v) ?? Infinity, Math.min),
+    tagGauge('leaf_segment_loaded_segments', 'Segments the tag holds, the current one included; _other: their sum.', (v) => v.segments.length, sum),
+    // A tag that never loaded has no segment to follow: _other is the lowest among those that did.
+    tagGauge('leaf_segment_next_ready', '1 when the next segment of the tag is loaded; _other: 0 when any loaded folded tag lacks it.',
+      (v) => v.nextReady ? 1 : 0, Math.min, (v) => v.initOk),
+    valuesMetric('leaf_segment_folded_tags', `Segment tags without series of their own, summed under key="${OTHER_KEY}" (past leaf.metrics.max-tag-series, for idle tags).`,
+      'gauge', () => [{ labels: {}, value: folded() }]),
+  ]
+}
