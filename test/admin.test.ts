@@ -261,6 +261,9 @@ t.test('/api/cache and /cache show a page of the tags, the busiest first: ?limit
   t.match(search, /0 of 122 tags matching “&lt;b&gt;” · none shown/, 'the search echoed, escaped')
   t.match(search, /<input type="search" name="search" value="&lt;b&gt;"/)
   t.equal((await get('/cache?limit=0')).statusCode, 400)
+  const wide = (await get('/cache?limit=100&cursor=20')).body
+  t.match(wide, /21–120 shown/)
+  t.match(wide, /<a href="\/cache\?limit=100">← busier<\/a> · <a href="\/cache\?cursor=120&amp;limit=100">next 2 →<\/a>/, 'the links keep the page size asked for')
 })
 
 t.test('/healthz and /readyz', async (t) => {

@@ -9,7 +9,7 @@ import { MAX_STEP } from '../segment/segment-loader.js'
 import { requireBearer } from './auth.js'
 import { parseInt64 } from './decode-routes.js'
 import { validKey } from './id-routes.js'
-import { renderCachePage, renderDbPage } from './pages.js'
+import { CACHE_PAGE_SIZE, renderCachePage, renderDbPage } from './pages.js'
 import { horizonSeconds } from '../segment/rate-meter.js'
 import { checkReadiness } from '../modes/readiness.js'
 import { describeStore } from '../segment/stores/create-store.js'
@@ -18,9 +18,8 @@ import { timeLeftSeconds } from '../snowflake/time-left.js'
 import { VERSION } from '../version.js'
 
 const MAX_DESCRIPTION = 256
-/** Tags per page: /api/cache by default, /cache always, and the most ?limit= may ask for. */
+/** Tags per page of /api/cache unless ?limit= says (/cache: CACHE_PAGE_SIZE), and the most it may ask for. */
 const API_CACHE_LIMIT = 100
-const PAGE_LIMIT = 50
 const MAX_LIMIT = 1000
 /** Admin bodies are a few fields: anything larger is refused (413). */
 const BODY_LIMIT = 16 * 1024
@@ -78,7 +77,7 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
     }
   })
   app.get<{ Querystring: Record<string, unknown> }>('/cache', guarded, async (request, reply) => {
-    const query = parseViewQuery(request.query, PAGE_LIMIT)
+    const query = parseViewQuery(request.query, CACHE_PAGE_SIZE)
     reply.type('text/html; charset=utf-8')
     return renderCachePage({
       version: VERSION,

@@ -11,6 +11,8 @@ import { CRITICAL_SECONDS_LEFT, WARN_SECONDS_LEFT, YEAR_SECONDS } from '../snowf
 
 /** How often /cache reloads itself. */
 export const REFRESH_SECONDS = 5
+/** Tags on a page of /cache unless `?limit=` asks for another number. */
+export const CACHE_PAGE_SIZE = 50
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }
 
@@ -248,6 +250,7 @@ function cacheUrl (tags: TagsView, offset: number): string {
   const query = new URLSearchParams()
   if (tags.search !== '') query.set('search', tags.search)
   if (offset > 0) query.set('cursor', String(offset))
+  if (tags.limit !== CACHE_PAGE_SIZE) query.set('limit', String(tags.limit))
   const q = query.toString()
   return q === '' ? '/cache' : `/cache?${q}`
 }
