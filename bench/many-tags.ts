@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { get, startServer, type ServerProcess } from '../test/helpers/server-process.js'
 import { cpuSeconds } from './cpu-time.js'
+import { median } from './stats.js'
 
 // Issue 30's rows: the built server on the embedded store with 1,000, 10,000 and 100,000 tags in
 // leaf_alloc, BUSY of them in use. What a tag costs while nobody asks for it: the start, the
@@ -47,14 +48,15 @@ export const MANY_TAGS_TARGETS = {
   rssToIdle: 1.5,
 }
 
+const kb = (bytes: number) => `${(bytes / 1024).toFixed(0)} KiB`
+const ms = (n: number) => `${n.toFixed(0)} ms`
+
 export const MANY_TAGS_ROW = (what: string) => `${MANY_TAGS_TARGETS.tags.toLocaleString('en-US')} tags: ${what}`
 
 /** The verdicts of the largest scale's row: the start, /cache, /metrics and the memory the views leave. */
 export function manyTagsVerdicts (rows: ManyTagsRow[]): { row: string, target: string, met: boolean | null, why: string }[] {
   const t = MANY_TAGS_TARGETS
   const r = rows.find((x) => x.tags === t.tags)
-  const kb = (bytes: number) => `${(bytes / 1024).toFixed(0)} KiB`
-  const ms = (n: number) => `${n.toFixed(0)} ms`
   const all = [
     { row: MANY_TAGS_ROW('start'), target: `ready within ${ms(t.readyMs)}`, met: r === undefined ? null : r.readyMs <= t.readyMs, why: r === undefined ? 'not measured' : `ready in ${ms(r.readyMs)}` },
     {
@@ -81,8 +83,6 @@ export function manyTagsVerdicts (rows: ManyTagsRow[]): { row: string, target: s
 
 /** One line per scale, for the console and the published table. */
 export function manyTagsLine (r: ManyTagsRow): string {
-  const kb = (bytes: number) => `${(bytes / 1024).toFixed(0)} KiB`
-  const ms = (n: number) => `${n.toFixed(0)} ms`
   return `ready ${ms(r.readyMs)}, idle RSS ${r.idleRssMiB.toFixed(0)} MiB; /cache ${kb(r.cacheBytes)} in ${ms(r.cacheMs)}, /api/cache ${kb(r.apiCacheBytes)} in ${ms(r.apiCacheMs)}, ` +
     `/metrics ${kb(r.metricsBytes)} in ${ms(r.metricsMs)}; RSS after the views ${r.afterViewsRssMiB.toFixed(0)} MiB; a refresh of the tag list ${r.refreshCpuMs.toFixed(1)} ms CPU`
 }
@@ -90,13 +90,8 @@ export function manyTagsLine (r: ManyTagsRow): string {
 const tagName = (i: number) => `tenant-${String(i).padStart(6, '0')}`
 
 function rssMiB (pid: number): number {
-  const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]
-  return Number(kb) / 1024
-}
-
-function median (values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.floor(sorted.length / 2)] as number
+  const kib = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]
+  return Number(kib) / 1024
 }
 
 async function visit (url: string): Promise<{ bytes: number, ms: number }> {

@@ -1,6 +1,8 @@
+import { overFloorSummary } from './client.js'
 import { BORROWING_ROW, BURST, BURST_BORROW_MS, BURST_FLOOR_ROW, burstRow, LAYOUT_PRESET_ROWS } from './in-process.js'
 import { BUSY, manyTagsLine, manyTagsVerdicts } from './many-tags.js'
-import { BATCH_ROUTE, CEILING, CLIENT_AWAIT_ROW, CLIENT_E2E_ROW, CLIENT_LATENCY_ROW, CLIENT_TRY_ROW, judge, LAYOUT_LIMIT, median, SINGLE_ID_ROUTES, VARIANT_MODULES, variantRow, type BenchResults, type Verdict } from './results.js'
+import { BATCH_ROUTE, CEILING, CLIENT_AWAIT_ROW, CLIENT_E2E_ROW, CLIENT_LATENCY_ROW, CLIENT_TRY_ROW, judge, LAYOUT_LIMIT, SINGLE_ID_ROUTES, VARIANT_MODULES, variantRow, type BenchResults, type Verdict } from './results.js'
+import { median } from './stats.js'
 
 // The published performance figures, rendered from a results file (bench/results/latest.json):
 // a line naming the run, then the table. docs/performance.md holds them between two markers;
@@ -80,7 +82,7 @@ export function renderFigures (r: BenchResults): string {
     rows.push(['`@leaf-ts/client` `tryNextNumber`, warm buffer, in process', `${fmt(c.tryNextNumber)} IDs/s = ${pct(c.tryNextNumber / c.numberCounter)} of a bare number counter (${fmt(c.numberCounter)} IDs/s)`, undefined])
     rows.push(['`@leaf-ts/client` `await nextId`, warm buffer, in process', `${fmt(c.awaitNextId)} IDs/s`, verdict(CLIENT_AWAIT_ROW)])
     rows.push([`\`@leaf-ts/client\` end to end, ${e.callers} callers for ${fmt(e.seconds, 0)} s`, `${fmt(e.idsPerSecond)} IDs/s; ${fmt(e.requestsPerMillionIds, 1)} requests per million IDs; server CPU ${fmt(e.serverCpuPerMillionIds * 1000, 1)} ms per million IDs, ${fmt(e.singleRouteCpuPerMillionIds / e.serverCpuPerMillionIds)}x less than the single-ID route's ${fmt(e.singleRouteCpuPerMillionIds * 1000)} ms; ${fmt(e.errors)} errors`, verdict(CLIENT_E2E_ROW)])
-    rows.push([`\`@leaf-ts/client\` \`nextId\` latency, one caller, ${c.latency.seconds} s warm`, `p99.9 ${fmt(c.latency.p999Us, 2)} µs, p99.99 ${fmt(c.latency.p9999Us, 2)} µs over ${fmt(c.latency.samples)} calls${c.latency.floorP9999Us === undefined ? '' : `; the floor (an await of a bare bigint counter, interleaved) p99.9 ${fmt(c.latency.floorP999Us, 2)} µs, p99.99 ${fmt(c.latency.floorP9999Us, 2)} µs`}; ${fmt(c.latency.waited)} of them waited for a fetch`, verdict(CLIENT_LATENCY_ROW)])
+    rows.push([`\`@leaf-ts/client\` \`nextId\` latency, one caller, ${c.latency.seconds} s warm`, `p99.9 ${fmt(c.latency.p999Us, 2)} µs, p99.99 ${fmt(c.latency.p9999Us, 2)} µs over ${fmt(c.latency.samples)} calls${c.latency.floorP9999Us === undefined ? '' : `; the floor (an await of a bare bigint counter, interleaved) p99.9 ${fmt(c.latency.floorP999Us, 2)} µs, p99.99 ${fmt(c.latency.floorP9999Us, 2)} µs`}; ${overFloorSummary(c.latency)}; ${fmt(c.latency.waited)} of them waited for a fetch`, verdict(CLIENT_LATENCY_ROW)])
   }
 
   // A line per scale, then the largest scale's verdicts, a row each.

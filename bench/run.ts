@@ -12,7 +12,8 @@ import { startServer, type ServerProcess } from '../test/helpers/server-process.
 import { cpuSeconds } from './cpu-time.js'
 import { withoutHotMetrics } from './variants.js'
 import { publishable, RESULTS_FILE, writeFigures } from './publish.js'
-import { BATCH, BATCH_ROUTE, CEILING, judge, median, roundOf, SEGMENT_ROUTE, SNOWFLAKE_ROUTE, TARGETS, type BenchResults, type CountedRow, type CountedRoute, type HttpRow, type Round } from './results.js'
+import { BATCH, BATCH_ROUTE, CEILING, judge, roundOf, SEGMENT_ROUTE, SNOWFLAKE_ROUTE, TARGETS, type BenchResults, type CountedRow, type CountedRoute, type HttpRow, type Round } from './results.js'
+import { median } from './stats.js'
 
 // The benchmark harness: in-process generator throughput, then the HTTP routes beside a bare
 // Fastify ceiling measured in the same run. Every ratio is taken on PAIRS interleaved pairs of
