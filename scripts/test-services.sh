@@ -3,14 +3,18 @@
 # where it is missing: MariaDB (the machine's own service when it is up), ZooKeeper on a
 # loopback port with its own data folder, Chromium (the /cache page test), promtool (the
 # metrics lint), faketime (the fault suite's clock-ahead scenario), galera-4 and rsync (the
-# Galera tests). Creates the `leaf` database and user.
+# Galera tests), and a private PostgreSQL 15 on 127.0.0.1:25432 (scripts/private-postgres.sh:
+# its own data folder under .test-services, never the machine's own server on 5432).
+# Creates the `leaf` database and user on each.
 #
 # Services of your own (macOS, a container, a shared server): with
 #   LEAF_TEST_MYSQL_URL=mysql://user:pass@host:port   and/or
-#   LEAF_TEST_ZK_ADDRESS=host:port
+#   LEAF_TEST_ZK_ADDRESS=host:port   and/or
+#   LEAF_TEST_PG_URL=postgres://user:pass@host:port
 # nothing is installed or started for that service; the script only checks that it answers,
 # and the tests use it (test/helpers/mysql.ts, test/helpers/zookeeper.ts). The MySQL user
-# needs a database `leaf` and the rights to create and drop `leaf_test_*` databases. The
+# needs a database `leaf` and the rights to create and drop `leaf_test_*` databases (the
+# PostgreSQL user: CREATEDB, and it owns the `leaf_test_*` databases it makes). The
 # tools are still looked up on PATH, and installed with apt only where missing.
 # Idempotent: run it as often as you like.
 set -euo pipefail
@@ -18,6 +22,7 @@ cd "$(dirname "$0")/.."
 
 STATE_DIR="${LEAF_TEST_STATE_DIR:-$PWD/.test-services}"
 ZK_PORT="${LEAF_TEST_ZK_PORT:-2181}"
+PG_PORT="${LEAF_TEST_PG_PORT:-25432}"
 mkdir -p "$STATE_DIR"
 
 log() { printf '[services] %s\n' "$*"; }
@@ -143,4 +148,20 @@ CFG
   wait_for ZooKeeper 30 port_open "$ZK_PORT"
 fi
 log "ZooKeeper ready on 127.0.0.1:$ZK_PORT"
+fi
+
+# --- PostgreSQL ------------------------------------------------------------
+if [ -n "${LEAF_TEST_PG_URL:-}" ]; then
+  rest=${LEAF_TEST_PG_URL#*://}
+  rest=${rest##*@}
+  read -r pg_host pg_port <<<"$(split_host_port "${rest%%/*}" 5432)"
+  check_own_service PostgreSQL LEAF_TEST_PG_URL "$pg_host" "$pg_port"
+else
+if [ ! -x /usr/lib/postgresql/15/bin/initdb ] || [ ! -x /usr/lib/postgresql/15/bin/pg_ctl ]; then
+  log "installing PostgreSQL 15"
+  apt_install postgresql-15 postgresql-client-15
+fi
+# Idempotent: initdb only into a new folder, pg_ctl start only when nothing answers.
+bash scripts/private-postgres.sh start "$STATE_DIR/postgres-$PG_PORT" "$PG_PORT"
+log "PostgreSQL ready on 127.0.0.1:$PG_PORT (database leaf, user leaf/leaf; stop: scripts/private-postgres.sh stop $STATE_DIR/postgres-$PG_PORT)"
 fi

@@ -10,9 +10,11 @@ import { createSegmentGenerator } from '../src/segment/segment-generator.js'
 import { IdSpaceEnded, type Allocation, type SegmentStore } from '../src/segment/store.js'
 import { createStore } from '../src/segment/stores/create-store.js'
 import { MYSQL_PARKED_DDL, describeTopology } from '../src/segment/stores/mysql-store.js'
+import { PG_PARKED_DDL, describePgTopology } from '../src/segment/stores/postgres-store.js'
 import { createSqliteStore } from '../src/segment/stores/sqlite-store.js'
 import { silentLogger } from './helpers/logger.js'
 import { createTestDatabase } from './helpers/mysql.js'
+import { createTestPgDatabase } from './helpers/postgres.js'
 
 const MYSQL_OPTIONS = { connectTimeoutMs: 2000, poolSize: 4, queryTimeoutMs: 2000 }
 const BEYOND_2_53 = 2n ** 53n - 10n
@@ -43,6 +45,19 @@ const cases: StoreCase[] = [
         store,
         setMaxId: async (key, maxId) => { await db.query('UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ?', [String(maxId), key]) },
         insert: async (key, step) => { await db.query('INSERT INTO leaf_alloc (biz_tag, step) VALUES (?, ?)', [key, step]) },
+      }
+    },
+  },
+  {
+    name: 'PostgreSQL',
+    async open () {
+      const db = await createTestPgDatabase()
+      const store = createStore(parseJdbcUrl(db.jdbc.url, db.jdbc.username, db.jdbc.password), MYSQL_OPTIONS)
+      t.teardown(async () => { await store.close(); await db.drop() })
+      return {
+        store,
+        setMaxId: async (key, maxId) => { await db.query('UPDATE leaf_alloc SET max_id = $1 WHERE biz_tag = $2', [String(maxId), key]) },
+        insert: async (key, step) => { await db.query('INSERT INTO leaf_alloc (biz_tag, step) VALUES ($1, $2)', [key, step]) },
       }
     },
   },
@@ -97,7 +112,7 @@ for (const c of cases) {
         t.equal(identity, undefined, 'a file cannot tell')
         t.equal(alloc?.store, undefined)
       } else {
-        t.match(identity, /^server_id \d+$/, 'the server_id')
+        t.match(identity, c.name === 'PostgreSQL' ? /^postgres system \d+ timeline \d+$/ : /^server_id \d+$/, 'the server_id, or the PostgreSQL cluster\'s system identifier')
         t.equal(alloc?.store, identity, 'the allocation names the same server')
       }
     })
@@ -132,7 +147,7 @@ for (const c of cases) {
 
     // Through the pool's 4 connections at once. (A SQLite handle runs its calls one at a time:
     // SQLite's races are between handles and processes, below.)
-    if (c.name === 'MariaDB') {
+    if (c.name !== 'SQLite') {
       t.test('concurrent allocations never overlap', async (t) => {
         await insert('race', 10)
         const got = await Promise.all(Array.from({ length: 40 }, () => store.allocate('race')))
@@ -173,7 +188,7 @@ for (const c of cases) {
     })
 
     t.test('parked ranges: kept per identity, taken once (the table made when missing), too old ones dropped', async (t) => {
-      t.same(await store.claimParked('order', 'A', 60_000), [], 'nothing parked yet (MariaDB: the table is made here)')
+      t.same(await store.claimParked('order', 'A', 60_000), [], 'nothing parked yet (MariaDB, PostgreSQL: the table is made here)')
       t.equal(await store.park('order', 'A', [{ first: 30n, end: 40n }, { first: 10n, end: 20n }]), true)
       t.equal(await store.park('order', 'B', [{ first: 50n, end: 60n }]), true)
       t.equal(await store.park('order', 'A', []), true, 'nothing to park: no statement needed')
@@ -375,4 +390,19 @@ t.test('the start\'s line on the store\'s replication: what a failover of each t
   t.teardown(async () => { await store.close(); await db.drop() })
   const [variables] = await db.query<{ Value: string }[]>("SHOW GLOBAL VARIABLES LIKE 'log_bin'")
   t.match(await store.topology?.(), variables?.Value === 'ON' ? /^asynchronous replication possible/ : /^a single server, no binary log/, 'read off the suite\'s MariaDB')
+})
+
+t.test('leaf_alloc_parked as the PostgreSQL store makes it is sql/leaf_alloc_parked.postgres.sql', async (t) => {
+  const shipped = readFileSync(new URL('../sql/leaf_alloc_parked.postgres.sql', import.meta.url), 'utf8')
+  t.ok(shipped.includes(`${PG_PARKED_DDL};\n`), 'the same statements')
+})
+
+t.test('PostgreSQL: the start\'s line on replication, and the private server\'s', async (t) => {
+  t.match(describePgTopology(0, ''), /^a single server, no standby/)
+  t.match(describePgTopology(2, ''), /^asynchronous streaming replication \(2 standby\(s\)\): a promotion may lose the last allocations/)
+  t.match(describePgTopology(1, 'ANY 1 (s1)'), /^synchronous streaming replication \(1 standby\(s\), synchronous_standby_names = 'ANY 1 \(s1\)'\)/)
+  const db = await createTestPgDatabase()
+  const store = createStore(parseJdbcUrl(db.url, '', ''), MYSQL_OPTIONS)
+  t.teardown(async () => { await store.close(); await db.drop() })
+  t.match(await store.topology?.(), /^a single server, no standby/, 'read off the suite\'s PostgreSQL')
 })

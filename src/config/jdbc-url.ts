@@ -7,6 +7,10 @@ export type StoreConfig =
   | { kind: 'sqlite', path: string }
   /** `hosts` in the URL's order: the first that answers and is writable is used (stores/mysql-hosts.ts). */
   | { kind: 'mysql', hosts: MysqlHost[], user: string, password: string, database: string }
+  /** One PostgreSQL server (stores/postgres-store.ts). */
+  | { kind: 'postgres', host: string, port: number, user: string, password: string, database: string }
+
+const DEFAULT_PORTS = { mysql: 3306, postgres: 5432 } as const
 
 export const DEFAULT_SQLITE_PATH = './data/leaf.db'
 const URL_KEY = 'leaf.jdbc.url'
@@ -15,7 +19,9 @@ const URL_KEY = 'leaf.jdbc.url'
  * Turns `leaf.jdbc.url` into a store config. Accepts Java Leaf's JDBC form as-is
  * (`jdbc:mysql://host:3306/leaf?useUnicode=true&characterEncoding=utf8`), Connector/J's
  * failover form with several hosts (`jdbc:mysql://h1:3306,h2:3306/leaf`), the same as a
- * `mysql://user:pass@h1,h2:3307/db` URL, and `sqlite:PATH`; empty means the embedded store.
+ * `mysql://user:pass@h1,h2:3307/db` URL, PostgreSQL's JDBC form
+ * (`jdbc:postgresql://host:5432/leaf`) and libpq's (`postgres://user:pass@host:5432/leaf`,
+ * `postgresql://...`), and `sqlite:PATH`; empty means the embedded store.
  */
 export function parseJdbcUrl (url: string, username: string, password: string): StoreConfig {
   const value = url.trim()
@@ -25,13 +31,15 @@ export function parseJdbcUrl (url: string, username: string, password: string): 
     if (path === '') throw new ConfigError(URL_KEY, 'sqlite: needs a file path, e.g. sqlite:./data/leaf.db')
     return { kind: 'sqlite', path }
   }
-  const mysqlUrl = value.replace(/^jdbc:(mysql|mariadb):/, 'mysql:').replace(/^mariadb:/, 'mysql:')
-  if (!mysqlUrl.startsWith('mysql://')) {
+  const kind = /^(jdbc:)?(mysql|mariadb):\/\//.test(value)
+    ? 'mysql'
+    : /^(jdbc:postgresql|postgres|postgresql):\/\//.test(value) ? 'postgres' : undefined
+  if (kind === undefined) {
     const scheme = value.includes(':') ? value.slice(0, value.indexOf(':')) : value
-    throw new ConfigError(URL_KEY, `unknown scheme "${scheme}" (use jdbc:mysql://, mysql:// or sqlite:)`)
+    throw new ConfigError(URL_KEY, `unknown scheme "${scheme}" (use jdbc:mysql://, mysql://, jdbc:postgresql://, postgres:// or sqlite:)`)
   }
   // WHATWG URLs hold one host: the list is split off and each host parsed on its own.
-  const rest = mysqlUrl.slice('mysql://'.length)
+  const rest = value.slice(value.indexOf('://') + 3)
   const authorityEnd = rest.search(/[/?#]/)
   const authority = authorityEnd === -1 ? rest : rest.slice(0, authorityEnd)
   const at = authority.lastIndexOf('@')
@@ -53,7 +61,7 @@ export function parseJdbcUrl (url: string, username: string, password: string): 
   if (hostList === '') throw new ConfigError(URL_KEY, 'has no host')
   let hosts: MysqlHost[]
   try {
-    hosts = hostList.split(',').map(parseHost)
+    hosts = hostList.split(',').map((part) => parseHost(part, DEFAULT_PORTS[kind]))
   } catch (err) {
     // An '@' past a host list that does not read: credentials with a '/', '?' or '#' ended it
     // early. The error must not echo what may be part of a password.
@@ -67,11 +75,15 @@ export function parseJdbcUrl (url: string, username: string, password: string): 
   // JDBC URLs may carry the credentials as query parameters; the URL wins over the keys.
   const user = decode(parsed.username, 'user') || parsed.searchParams.get('user') || username
   const pass = decode(parsed.password, 'password') || parsed.searchParams.get('password') || password
-  return { kind: 'mysql', hosts, user, password: pass, database }
+  if (kind === 'mysql') return { kind, hosts, user, password: pass, database }
+  const [host, ...others] = hosts
+  // node-postgres connects to one server; a failover list is the job of a proxy or a virtual IP.
+  if (host === undefined || others.length > 0) throw new ConfigError(URL_KEY, 'names several PostgreSQL hosts: give one (a proxy or virtual IP in front of a failover pair)')
+  return { kind, host: host.host, port: host.port, user, password: pass, database }
 }
 
 /** `host`, `host:port`, `[v6]` or `[v6]:port`; the error names the part it could not read. */
-function parseHost (part: string): MysqlHost {
+function parseHost (part: string, defaultPort: number): MysqlHost {
   const bad = (why: string) => new ConfigError(URL_KEY, `host "${part}" ${why}`)
   let parsed: URL | undefined
   try {
@@ -79,7 +91,7 @@ function parseHost (part: string): MysqlHost {
   } catch {}
   // (mysql: is not a special scheme: its host is kept as written, port and case alike.)
   if (parsed === undefined || parsed.hostname === '' || parsed.host !== part) throw bad('is not a host or host:port')
-  const port = parsed.port === '' ? 3306 : Number(parsed.port)
+  const port = parsed.port === '' ? defaultPort : Number(parsed.port)
   if (port === 0) throw bad('has port 0')
   return { host: parsed.hostname.replace(/^\[|\]$/g, ''), port }
 }

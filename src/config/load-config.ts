@@ -139,7 +139,7 @@ function checkWorkerIdSource (s: SnowflakeConfig): void {
  */
 function defaultFailoverHoldMs (p: ParsedConfig): number {
   const store = parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password'])
-  const hosts = store.kind === 'mysql' ? store.hosts.length : 1
+  const hosts = store.kind === 'mysql' ? store.hosts.length : 1 // postgres: one host
   return 2 * p['leaf.segment.refresh-interval-ms'] + hosts * (p['leaf.jdbc.connect-timeout-ms'] + 3 * p['leaf.jdbc.query-timeout-ms'])
 }
 

@@ -30,6 +30,13 @@ const REMEDIES: Record<string, string> = {
   ER_DBACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on that database (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
   ER_TABLEACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc',
   ER_BAD_FIELD_ERROR: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.sql',
+  // PostgreSQL's SQLSTATEs (driver-errors.ts names them).
+  '28P01': 'check leaf.jdbc.username and leaf.jdbc.password (or the user and password in leaf.jdbc.url)',
+  28000: 'the server has no pg_hba.conf entry letting this user in from this host, or the role may not log in',
+  '3D000': 'create the database, or correct the one named in leaf.jdbc.url',
+  '42P01': 'create the table with sql/leaf_alloc.postgres.sql',
+  42501: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
+  42703: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.postgres.sql',
 }
 
 /**
@@ -93,7 +100,7 @@ export async function startSegmentMode (
       'database unreachable at start: answering NOT_READY and retrying in the background')
   }
   // The marks hold for the store they were taken on: not for another database or file.
-  const storeKey = segment.store.kind === 'sqlite' ? `sqlite:${segment.store.path}` : `mysql database ${segment.store.database}`
+  const storeKey = segment.store.kind === 'sqlite' ? `sqlite:${segment.store.path}` : `${segment.store.kind} database ${segment.store.database}`
   const saved = warm?.guard?.where === storeKey ? warm.guard : undefined
   if (warm?.guard !== undefined && saved === undefined) {
     logger.info({ file: stateFile, was: warm.guard.where, now: storeKey }, 'warm-start file written for another store: its max_id marks are dropped')

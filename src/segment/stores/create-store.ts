@@ -2,20 +2,30 @@ import type { StoreConfig } from '../../config/jdbc-url.js'
 import type { Logger } from '../../logger.js'
 import type { SegmentStore } from '../store.js'
 import { createMysqlStore, type MysqlStoreOptions } from './mysql-store.js'
+import { createPostgresStore } from './postgres-store.js'
 import { createSqliteStore } from './sqlite-store.js'
 
 /** Told of what a store does on its own: an allocation repeated after a conflict. */
 export type StoreHooks = Pick<MysqlStoreOptions, 'onRetry'>
 
-export function createStore (store: StoreConfig, mysql: { connectTimeoutMs: number, poolSize: number, queryTimeoutMs: number, logger?: Logger } & StoreHooks): SegmentStore {
-  return store.kind === 'sqlite'
-    ? createSqliteStore(store.path)
-    : createMysqlStore({ ...store, ...mysql })
+/** The pool bounds (leaf.jdbc.*) of the networked stores, and their hooks. */
+export type PoolOptions = { connectTimeoutMs: number, poolSize: number, queryTimeoutMs: number, logger?: Logger } & StoreHooks
+
+export function createStore (store: StoreConfig, pool: PoolOptions): SegmentStore {
+  switch (store.kind) {
+    case 'sqlite': return createSqliteStore(store.path)
+    case 'postgres': return createPostgresStore({ ...store, connectTimeoutMs: pool.connectTimeoutMs, poolSize: pool.poolSize, queryTimeoutMs: pool.queryTimeoutMs })
+    case 'mysql': return createMysqlStore({ ...store, ...pool })
+  }
 }
+
+const hostPort = (host: string, port: number) => `${host.includes(':') ? `[${host}]` : host}:${port}`
 
 /** Where the store is, for logs: never the password. */
 export function describeStore (store: StoreConfig): string {
-  return store.kind === 'sqlite'
-    ? `sqlite:${store.path}`
-    : `mysql://${store.user}@${store.hosts.map((h) => `${h.host.includes(':') ? `[${h.host}]` : h.host}:${h.port}`).join(',')}/${store.database}`
+  switch (store.kind) {
+    case 'sqlite': return `sqlite:${store.path}`
+    case 'postgres': return `postgres://${store.user}@${hostPort(store.host, store.port)}/${store.database}`
+    case 'mysql': return `mysql://${store.user}@${store.hosts.map((h) => hostPort(h.host, h.port)).join(',')}/${store.database}`
+  }
 }
