@@ -188,7 +188,8 @@ t.test('bad values stop the start, naming the key', async (t) => {
   const cases: [Record<string, string>, string[], string, RegExp][] = [
     [{ SERVER_PORT: 'abc' }, [], 'server.port', /not an integer/],
     [{}, ['--server.port=70000'], 'server.port', /out of range/],
-    [{ LEAF_JDBC_URL: 'postgres://x/y' }, [], 'leaf.jdbc.url', /unknown scheme "postgres"/],
+    [{ LEAF_JDBC_URL: 'redis://x/y' }, [], 'leaf.jdbc.url', /unknown scheme "redis" \(use jdbc:mysql:\/\/, mysql:\/\/, jdbc:postgresql:\/\/, postgres:\/\/ or sqlite:\)/],
+    [{ LEAF_JDBC_URL: 'postgres://db' }, [], 'leaf.jdbc.url', /must name one database/],
     [{ LEAF_SEGMENT_ENABLE: 'yes' }, [], 'leaf.segment.enable', /not true or false/],
     [{ LEAF_CONFIG: '/nonexistent/leaf.properties' }, [], 'LEAF_CONFIG', /cannot read \/nonexistent\/leaf\.properties \(ENOENT\)/],
     [{}, ['--config=/nonexistent/leaf.properties'], '--config', /cannot read/],
@@ -267,6 +268,22 @@ t.test('JDBC URLs in every accepted form', async (t) => {
   // A password with an unencoded '/' ends the host list inside it: the error names no part of it.
   t.throws(() => parseJdbcUrl('mysql://leaf:s3cr/et@db/leaf', '', ''), { message: 'leaf.jdbc.url: has a host list that cannot be read: a user or password with \'/\', \'?\' or \'#\' must be percent-encoded' })
   t.match(parseJdbcUrl('jdbc:mysql://db/leaf?user=leaf@server', '', ''), { hosts: [{ host: 'db' }], user: 'leaf@server' }, 'an \'@\' in a query parameter is no credential')
+
+})
+
+t.test('PostgreSQL URLs: Java\'s jdbc:postgresql:// with the user and password keys, and libpq\'s postgres:// and postgresql://', async (t) => {
+  t.same(parseJdbcUrl('jdbc:postgresql://db.local:5433/leaf?ssl=false&ApplicationName=x', 'u', 'p'),
+    { kind: 'postgres', host: 'db.local', port: 5433, user: 'u', password: 'p', database: 'leaf' })
+  t.same(parseJdbcUrl('jdbc:postgresql://db/leaf', 'u', 'p'), { kind: 'postgres', host: 'db', port: 5432, user: 'u', password: 'p', database: 'leaf' }, 'port 5432 by default')
+  t.same(parseJdbcUrl('jdbc:postgresql://db/leaf?user=a&password=b', 'u', 'p'), { kind: 'postgres', host: 'db', port: 5432, user: 'a', password: 'b', database: 'leaf' }, 'PgJDBC\'s user and password parameters')
+  t.same(parseJdbcUrl('postgres://me:p%40ss@127.0.0.1:25432/ids', 'u', 'p'), { kind: 'postgres', host: '127.0.0.1', port: 25432, user: 'me', password: 'p@ss', database: 'ids' })
+  t.same(parseJdbcUrl('postgresql://me@[::1]/ids', '', 'pw'), { kind: 'postgres', host: '::1', port: 5432, user: 'me', password: 'pw', database: 'ids' })
+  t.throws(() => parseJdbcUrl('postgres://a,b/leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: names several PostgreSQL hosts: give one (a proxy or virtual IP in front of a failover pair)' })
+  t.throws(() => parseJdbcUrl('jdbc:postgresql://db:0/leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: host "db:0" has port 0' })
+  t.throws(() => parseJdbcUrl('postgresql:///leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: has no host' })
+  t.throws(() => parseJdbcUrl('postgres://db/', '', ''), { name: 'ConfigError', message: /must name one database/ })
+  t.throws(() => parseJdbcUrl('postgres://leaf:50%off@db/leaf', '', ''), { name: 'ConfigError', message: /malformed percent-encoding in its password/ })
+  t.throws(() => parseJdbcUrl('jdbc:postgres://db/leaf', '', ''), { name: 'ConfigError', message: /unknown scheme "jdbc"/ }, 'PgJDBC spells it postgresql')
 })
 
 t.test('string values are kept as Java\'s Properties reads them: an escaped trailing space stays', async (t) => {
