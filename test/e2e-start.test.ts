@@ -5,6 +5,7 @@ import t, { type Test } from 'tap'
 import { tempDir } from './helpers/config.js'
 import { TEST_MYSQL, TEST_MYSQL_HOST, TEST_MYSQL_PORT, createTestDatabase } from './helpers/mysql.js'
 import { ROOT, SERVER_JS, emptyConfigFile, get, startServer } from './helpers/server-process.js'
+import { TEST_PG, createTestPgDatabase } from './helpers/postgres.js'
 import { withSqlite } from './helpers/sqlite.js'
 import { createProxy } from './helpers/tcp-proxy.js'
 import { freePort } from './helpers/ports.js'
@@ -80,6 +81,34 @@ t.test('MySQL without the leaf_alloc table: exit 1 with one line', async (t) => 
   await db.query('DROP TABLE leaf_alloc')
   refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=${db.url}`],
     /^start refused: segment store .*: ER_NO_SUCH_TABLE: .*leaf_alloc.*: create the table with sql\/leaf_alloc\.sql/)
+})
+
+const pgServer = new URL(TEST_PG)
+
+t.test('PostgreSQL: a wrong password (28P01), a database that does not exist (3D000), no leaf_alloc table (42P01): exit 1 with one line each', async (t) => {
+  const db = await createTestPgDatabase()
+  t.teardown(() => db.drop())
+  const jdbc = `--leaf.jdbc.url=jdbc:postgresql://${pgServer.host}/${db.name}`
+  refusesInOneLine(t, ['--leaf.segment.enable=true', jdbc, `--leaf.jdbc.username=${db.jdbc.username}`, '--leaf.jdbc.password=not-the-password'],
+    /^start refused: segment store postgres:\/\/[^@:]+@[^ ]+: 28P01: password authentication failed for user .*: check leaf\.jdbc\.username and leaf\.jdbc\.password/)
+  const { lines } = runToExit(['--leaf.segment.enable=true', jdbc, `--leaf.jdbc.username=${db.jdbc.username}`, '--leaf.jdbc.password=not-the-password'])
+  t.notOk(lines.some((l) => l.includes('not-the-password')), 'the password is not in the output')
+  refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=${TEST_PG}/leaf_test_no_such_database`],
+    /^start refused: segment store postgres:.*: 3D000: database "leaf_test_no_such_database" does not exist: create the database/)
+  await db.query('DROP TABLE leaf_alloc')
+  refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=${db.url}`],
+    /^start refused: segment store postgres:.*: 42P01: relation "leaf_alloc" does not exist: create the table with sql\/leaf_alloc\.postgres\.sql/)
+})
+
+t.test('PostgreSQL refusing connections: the server starts and answers NOT_READY with the cause', async (t) => {
+  const port = await freePort()
+  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=postgres://leaf:leaf@127.0.0.1:${port}/leaf`, '--leaf.jdbc.connect-timeout-ms=500'] })
+  t.teardown(() => server.stop())
+  t.match(logLines(server.output).find((l) => l.level === 40 && /database unreachable at start/.test(l.msg as string)), { code: 'ECONNREFUSED' })
+  const ready = await get(`${server.url}/readyz`)
+  t.equal(ready.status, 503)
+  t.match(JSON.parse(ready.body), { status: 'not ready', modes: { segment: { ready: false, reason: /^database unreachable: ECONNREFUSED \(connection refused\)/ } } })
+  t.match(JSON.parse((await get(`${server.url}/api/segment/get/order`)).body), { error: 'NOT_READY' })
 })
 
 t.test('SQLite: a leaf_alloc without Leaf\'s columns, a file that is not a database, a folder: exit 1 with one line', async (t) => {
