@@ -54,7 +54,7 @@ SELECT 'CREATE ROLE leaf LOGIN CREATEDB PASSWORD ''leaf''' WHERE NOT EXISTS (SEL
 SELECT 'CREATE DATABASE leaf OWNER leaf' WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'leaf')\gexec
 SQL
     for f in sql/*.postgres.sql; do
-      PGPASSWORD=leaf "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U leaf -d leaf -v ON_ERROR_STOP=1 -q -f "$f" >/dev/null
+      PGPASSWORD=leaf PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U leaf -d leaf -v ON_ERROR_STOP=1 -q -f "$f" >/dev/null
     done
     ;;
   *)

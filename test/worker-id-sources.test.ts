@@ -6,7 +6,7 @@ import { ConfigError, loadConfig } from '../src/config/load-config.js'
 import { WORKER_ID_SOURCES } from '../src/config/keys.js'
 import { createMysqlRunner } from '../src/segment/stores/mysql-hosts.js'
 import { CACHE_FILE } from '../src/snowflake/worker-id/cache-file.js'
-import { MYSQL_LEASE_DDL, createDbLeaseStore } from '../src/snowflake/worker-id/db-lease-store.js'
+import { MYSQL_LEASE_DDL, PG_LEASE_DDL, createDbLeaseStore } from '../src/snowflake/worker-id/db-lease-store.js'
 import type { LeaseStore } from '../src/snowflake/worker-id/lease-store.js'
 import { RecyclableLease } from '../src/snowflake/worker-id/recyclable-lease.js'
 import type { ClaimResult } from '../src/snowflake/worker-id/recyclable-options.js'
@@ -17,6 +17,7 @@ import { createZookeeperLeaseStore } from '../src/snowflake/worker-id/zookeeper-
 import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { TEST_MYSQL, createTestDatabase } from './helpers/mysql.js'
+import { createTestPgDatabase, TEST_PG } from './helpers/postgres.js'
 import { TEST_ZK, inspector, uniqueName, zookeeperProxy } from './helpers/zookeeper.js'
 import { leafLayout } from '../src/snowflake/layout.js'
 import { resolveSnowflakeSettings, type ResolvedConfig } from '../src/snowflake/settings.js'
@@ -24,10 +25,11 @@ import { withSqlite } from './helpers/sqlite.js'
 import { LeaseRefused } from '../src/errors.js'
 
 const mysqlServer = new URL(TEST_MYSQL)
+const pgServer = new URL(TEST_PG)
 
 const LEAF = leafLayout(1288834974657)
 
-// The worker-id sources against the real stores: db-lease on MariaDB and on a SQLite file,
+// The worker-id sources against the real stores: db-lease on MariaDB, PostgreSQL and on a SQLite file,
 // zookeeper-lease on ZooKeeper, and the configured sources (static, statefulset, zookeeper)
 // with the [min, max] range. The protocol's own rules are unit-tested in recyclable-lease.test.ts.
 
@@ -77,8 +79,11 @@ interface LeaseRow {
 }
 
 /** The db-lease table of one test, read behind the pool's back. */
+type LeaseKind = 'mysql' | 'postgres' | 'sqlite'
+const LEASE_KINDS = ['mysql', 'postgres', 'sqlite'] as const
+
 interface LeaseDb {
-  kind: 'mysql' | 'sqlite'
+  kind: LeaseKind
   url: string
   /** A statement behind the pool's back. */
   exec (sql: string, values?: unknown[]): Promise<void>
@@ -86,7 +91,27 @@ interface LeaseDb {
   rows (): Promise<LeaseRow[]>
 }
 
-async function leaseDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<LeaseDb> {
+async function leaseDb (t: Test, kind: LeaseKind): Promise<LeaseDb> {
+  if (kind === 'postgres') {
+    const db = await createTestPgDatabase()
+    t.teardown(() => db.drop())
+    return {
+      kind,
+      url: db.jdbc.url.replace('jdbc:postgresql://', `postgres://${db.jdbc.username}:${db.jdbc.password}@`),
+      async tableExists () {
+        return (await db.query("SELECT 1 FROM pg_tables WHERE tablename = 'leaf_worker_lease'")).length === 1
+      },
+      async exec (sql, values) {
+        await db.query(sql, values)
+      },
+      async rows () {
+        const rows = await db.query<Record<string, unknown>>(
+          'SELECT pool, worker_id, owner, address, issued_until, released_until, generation, round(EXTRACT(EPOCH FROM expires_at) * 1000) AS expires_at, ' +
+          'trunc(EXTRACT(EPOCH FROM (expires_at - statement_timestamp())) * 1000) AS expires_in FROM leaf_worker_lease WHERE worker_id >= 0 ORDER BY pool, worker_id')
+        return rows.map(toRow)
+      },
+    }
+  }
   if (kind === 'mysql') {
     const db = await createTestDatabase()
     t.teardown(() => db.drop())
@@ -161,9 +186,11 @@ function dbLeaseConfig (db: LeaseDb, name: string, values: Record<string, string
   })
 }
 
-t.test('sql/leaf_worker_lease.sql is the DDL the MySQL pool runs', async (t) => {
+t.test('sql/leaf_worker_lease.sql is the DDL the MySQL pool runs, sql/leaf_worker_lease.postgres.sql the PostgreSQL one', async (t) => {
   const shipped = readFileSync(new URL('../sql/leaf_worker_lease.sql', import.meta.url), 'utf8')
   t.ok(shipped.includes(`${MYSQL_LEASE_DDL};\n`), 'the same CREATE TABLE statement')
+  const pg = readFileSync(new URL('../sql/leaf_worker_lease.postgres.sql', import.meta.url), 'utf8')
+  t.ok(pg.includes(`${PG_LEASE_DDL};\n`), 'the same CREATE TABLE statement on PostgreSQL')
 })
 
 t.test('mysql2 counts matched rows in affectedRows: an UPDATE that changes nothing still reports 1', async (t) => {
@@ -183,7 +210,7 @@ t.test('mysql2 counts matched rows in affectedRows: an UPDATE that changes nothi
   t.equal(none.affectedRows, 0, 'no row: 0')
 })
 
-for (const kind of ['mysql', 'sqlite'] as const) {
+for (const kind of LEASE_KINDS) {
   t.test(`db-lease on ${kind}: the table is created, and the claim, a renewal and the release are its rows`, async (t) => {
     const db = await leaseDb(t, kind)
     t.notOk(await db.tableExists(), 'no lease table before the first start')
@@ -201,10 +228,10 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     t.ok(row !== undefined && row.issuedUntil >= before + 2700 && row.issuedUntil <= Date.now() + 2700, 'issued_until one window ahead')
     t.equal(lease.issuableUntil, row?.issuedUntil, 'issuable up to what the store confirmed')
     t.match(lease.status(), {
-      source: 'db-lease', workerId: 3, range: [3, 4], unavailable: undefined, issuedUntil: row?.issuedUntil, pool: `${kind === 'mysql' ? `mysql://${decodeURIComponent(mysqlServer.username)}@${mysqlServer.hostname}:${mysqlServer.port || 3306}/` : 'sqlite:'}`,
+      source: 'db-lease', workerId: 3, range: [3, 4], unavailable: undefined, issuedUntil: row?.issuedUntil, pool: `${kind === 'mysql' ? `mysql://${decodeURIComponent(mysqlServer.username)}@${mysqlServer.hostname}:${mysqlServer.port || 3306}/` : kind === 'postgres' ? `postgres://${decodeURIComponent(pgServer.username)}@${pgServer.hostname}:${pgServer.port || 5432}/` : 'sqlite:'}`,
     })
     t.match(lease.status().pool, new RegExp(`leaf_worker_lease \\(pool ${name}\\)$`))
-    t.equal(JSON.parse(JSON.stringify(lease.status())).pool.includes(`:${decodeURIComponent(mysqlServer.password)}@`), false, 'no password in the status')
+    t.equal(JSON.parse(JSON.stringify(lease.status())).pool.includes(`:${decodeURIComponent(kind === 'postgres' ? pgServer.password : mysqlServer.password)}@`), false, 'no password in the status')
 
     await sleep(300)
     await lease.heartbeat()
@@ -264,7 +291,7 @@ for (const kind of ['mysql', 'sqlite'] as const) {
   })
 }
 
-for (const kind of ['mysql', 'sqlite'] as const) {
+for (const kind of LEASE_KINDS) {
   t.test(`db-lease on ${kind}: statements of an earlier claim, landing late, never touch a later one; issued_until only rises`, async (t) => {
     const db = await leaseDb(t, kind)
     const store = dbLeaseConfig(db, 'x').segment.store
@@ -302,13 +329,18 @@ for (const kind of ['mysql', 'sqlite'] as const) {
     if (kind === 'mysql') {
       await db.exec("UPDATE leaf_worker_lease SET owner = 'old', expires_at = NOW(3) WHERE pool = ? AND worker_id = 0", [name])
       await db.exec('UPDATE leaf_worker_lease SET owner = NULL, issued_until = 7500, expires_at = NOW(3) + INTERVAL 1 MICROSECOND WHERE pool = ? AND worker_id = 0', [name])
+    } else if (kind === 'postgres') {
+      await db.exec("UPDATE leaf_worker_lease SET owner = 'old', expires_at = statement_timestamp() WHERE pool = $1 AND worker_id = 0", [name])
+      await db.exec("UPDATE leaf_worker_lease SET owner = NULL, issued_until = 7500, expires_at = statement_timestamp() + interval '1 millisecond' WHERE pool = $1 AND worker_id = 0", [name])
     } else {
       await db.exec('UPDATE leaf_worker_lease SET owner = NULL, issued_until = 8500, expires_at = expires_at + 1 WHERE pool = ? AND worker_id = 0', [name])
     }
-    const expected = kind === 'mysql' ? 7500 : 8500
+    const expected = kind === 'sqlite' ? 8500 : 7500
     t.same(await pool.claim(0, 'c4', 'a:4'), { issuedUntil: expected }, 'touched since the release: the recorded issued_until')
   })
 
+  // (PostgreSQL's table has had every column from its first version.)
+  if (kind === 'postgres') continue
   t.test(`db-lease on ${kind}: a table of an earlier version gets the new columns, and its rows are kept`, async (t) => {
     const db = await leaseDb(t, kind)
     const store = dbLeaseConfig(db, 'x').segment.store
@@ -340,7 +372,7 @@ async function raceOneId (t: Test, pools: LeaseStore[]): Promise<void> {
   }
 }
 
-for (const kind of ['mysql', 'sqlite'] as const) {
+for (const kind of LEASE_KINDS) {
   t.test(`racing claims on ${kind}: one conditional write decides`, async (t) => {
     const db = await leaseDb(t, kind)
     const store = dbLeaseConfig(db, 'x').segment.store

@@ -1,0 +1,114 @@
+import type { StoreConfig } from '../../config/jdbc-url.js'
+import { createPostgresRunner, type PostgresRunner } from '../../segment/stores/postgres-pool.js'
+import { describeStore } from '../../segment/stores/create-store.js'
+import { checkLayoutRecord } from './layout-record.js'
+import type { Claimed, LeaseStore } from './lease-store.js'
+import { LeaseRefused } from '../../errors.js'
+import { LAYOUT_ROW, LEASE_TABLE, parseSeen, previousIssuedUntil, slotOf, type Before, type DbLeaseStoreOptions } from './db-lease-rows.js'
+
+// The db-lease pool's statements on PostgreSQL, each the MySQL one's twin (db-lease-mysql.ts;
+// db-lease-rows.ts describes the rows). MySQL's NOW(3) is the time a statement started, one
+// value within it: statement_timestamp() here, stored to the millisecond (timestamptz(3)), so
+// a release's released_at equals its expires_at as on MySQL.
+
+/** The DDL of sql/leaf_worker_lease.postgres.sql (test/worker-id-sources.test.ts compares them). */
+export const PG_LEASE_DDL = `CREATE TABLE IF NOT EXISTS leaf_worker_lease (
+  pool           varchar(128)   NOT NULL,
+  worker_id      int            NOT NULL,
+  owner          varchar(64)    DEFAULT NULL,
+  address        varchar(255)   DEFAULT NULL,
+  expires_at     timestamptz(3) NOT NULL,
+  issued_until   bigint         NOT NULL DEFAULT 0,
+  generation     bigint         NOT NULL DEFAULT 0,
+  lease_ms       int            DEFAULT NULL,
+  released_until bigint         DEFAULT NULL,
+  released_at    timestamptz(3) DEFAULT NULL,
+  update_time    timestamptz(3) NOT NULL DEFAULT now(),
+  PRIMARY KEY (pool, worker_id)
+)`
+
+const UNDEFINED_TABLE = '42P01'
+const UNIQUE_VIOLATION = '23505'
+const NOW = 'statement_timestamp()'
+const MS = "* interval '1 millisecond'"
+
+const INSERT_FREE = `INSERT INTO leaf_worker_lease (pool, worker_id, expires_at) VALUES ($1, $2, ${NOW}) ON CONFLICT (pool, worker_id) DO NOTHING`
+const SELECT_BEFORE = 'SELECT owner, issued_until, released_until, released_at = expires_at AS clean FROM leaf_worker_lease WHERE pool = $1 AND worker_id = $2 FOR UPDATE'
+// Taken when free, or when it is the very holder the claimant watched stand still and the
+// database says it expired too (the NULLs of a claim of a free id match nothing).
+const TAKE = `UPDATE leaf_worker_lease SET owner = $1, address = $2, generation = generation + 1, lease_ms = $3::int, expires_at = ${NOW} + $3::int ${MS}, update_time = ${NOW} ` +
+  `WHERE pool = $4 AND worker_id = $5 AND (owner IS NULL OR (owner = $6::varchar AND generation = $7::bigint AND expires_at = $8::timestamptz AND expires_at < ${NOW}))`
+const SELECT_OWNER = 'SELECT owner FROM leaf_worker_lease WHERE pool = $1 AND worker_id = $2'
+const RENEW = `UPDATE leaf_worker_lease SET expires_at = ${NOW} + $1::int ${MS}, issued_until = GREATEST(issued_until, $2::bigint), generation = generation + 1, lease_ms = $1::int, update_time = ${NOW} ` +
+  'WHERE pool = $3 AND worker_id = $4 AND owner = $5'
+// A released_until of NULL (a claim that never answered) sends the next holder to issued_until.
+const RELEASE = `UPDATE leaf_worker_lease SET owner = NULL, expires_at = ${NOW}, released_at = ${NOW}, released_until = $1::bigint, ` +
+  `issued_until = GREATEST(issued_until, COALESCE($1::bigint, 0)), generation = generation + 1, update_time = ${NOW} WHERE pool = $2 AND worker_id = $3 AND owner = $4`
+const LIST = `SELECT worker_id, owner, generation::text AS generation, lease_ms, expires_at::text AS expires, trunc(EXTRACT(EPOCH FROM (expires_at - ${NOW})) * 1000)::bigint AS expires_in ` +
+  'FROM leaf_worker_lease WHERE pool = $1 AND worker_id BETWEEN $2 AND $3'
+
+const codeOf = (err: unknown) => (err as { code?: unknown }).code
+
+/** Creates the table when it is missing, or refuses with the script to run. */
+async function ensureTable (query: PostgresRunner['query'], where: string): Promise<void> {
+  try {
+    await query(`SELECT 1 FROM ${LEASE_TABLE} LIMIT 1`)
+    return
+  } catch (err) {
+    if (codeOf(err) !== UNDEFINED_TABLE) throw err
+  }
+  try {
+    await query(PG_LEASE_DDL)
+  } catch (err) {
+    // Another instance created it at the same moment.
+    if (codeOf(err) === UNIQUE_VIOLATION) return
+    throw new LeaseRefused(`${where}: the table does not exist and cannot be created (${(err as Error).message}): run sql/leaf_worker_lease.postgres.sql`)
+  }
+}
+
+export async function createPostgresLeaseStore (o: DbLeaseStoreOptions, store: Extract<StoreConfig, { kind: 'postgres' }>): Promise<LeaseStore> {
+  const { query, transaction, close } = createPostgresRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 2 })
+  const where = `${describeStore(store)} ${LEASE_TABLE} (pool ${o.pool})`
+  try {
+    await ensureTable(query, where)
+    const read = async () => (await query<{ address: string | null }>('SELECT address FROM leaf_worker_lease WHERE pool = $1 AND worker_id = $2', [o.pool, LAYOUT_ROW])).rows[0]?.address
+    let recorded = await read()
+    if (recorded === undefined) {
+      const used = (await query('SELECT 1 FROM leaf_worker_lease WHERE pool = $1 AND worker_id >= 0 LIMIT 1', [o.pool])).rows.length > 0
+      checkLayoutRecord(where, undefined, used, o.layout)
+      await query(`INSERT INTO leaf_worker_lease (pool, worker_id, address, expires_at) VALUES ($1, $2, $3, ${NOW}) ON CONFLICT (pool, worker_id) DO NOTHING`, [o.pool, LAYOUT_ROW, o.layout.signature])
+      recorded = await read()
+    }
+    checkLayoutRecord(where, recorded ?? '', true, o.layout)
+  } catch (err) {
+    await close()
+    throw err
+  }
+  return {
+    where,
+    ttlMs: () => o.ttlMs,
+    async list (min, max) {
+      const { rows } = await query<{ worker_id: number, owner: string | null, generation: string, lease_ms: number | null, expires: string, expires_in: string }>(LIST, [o.pool, min, max])
+      return rows.map((r) => slotOf(Number(r.worker_id), r.owner, r.generation, r.lease_ms === null ? null : Number(r.lease_ms), r.expires, Number(r.expires_in)))
+    },
+    async claim (workerId, owner, address, from): Promise<Claimed | undefined> {
+      const [seenOwner, seenGeneration, seenExpires] = parseSeen(from)
+      // One transaction: the row made (free) if it never was, locked and read (the wait comes
+      // from it), taken when the rules allow, and its owner read back: who won.
+      return await transaction(async (q) => {
+        await q(INSERT_FREE, [o.pool, workerId])
+        const before = (await q(SELECT_BEFORE, [o.pool, workerId])).rows[0] as Before | undefined
+        await q(TAKE, [owner, address, o.ttlMs, o.pool, workerId, seenOwner, seenGeneration, seenExpires === null ? null : String(seenExpires)])
+        const row = (await q(SELECT_OWNER, [o.pool, workerId])).rows[0] as { owner: string | null } | undefined
+        return row?.owner === owner ? { issuedUntil: previousIssuedUntil(before) } : undefined
+      })
+    },
+    async renew (workerId, owner, issuedUntil) {
+      return (await query(RENEW, [o.ttlMs, issuedUntil, o.pool, workerId, owner])).rowCount === 1
+    },
+    async release (workerId, owner, issuedUntil) {
+      await query(RELEASE, [issuedUntil ?? null, o.pool, workerId, owner])
+    },
+    close,
+  }
+}

@@ -1,0 +1,68 @@
+import type { StoreConfig } from '../../config/jdbc-url.js'
+import type { Layout } from '../layout.js'
+import type { PoolSlot } from './lease-store.js'
+
+// The db-lease pool: one row per (pool, worker id) in `leaf_worker_lease`, beside leaf_alloc.
+// `owner` is the token of one claim (NULL: released); `generation` counts the claims and
+// renewals, so that a claimant can tell a live holder from a stopped one without trusting the
+// database's clock (recyclable-lease.ts), and `lease_ms` is the TTL that holder asked for (a
+// claimant watches it that long at least); `issued_until` is the last millisecond, by the
+// holders' clocks, that any holder of the id may have issued, and only ever rises;
+// `released_until` is the millisecond the last holder actually reached, written by its own
+// release, and read only while that release is the row's last write (`released_at` still
+// equals `expires_at`). docs/worker-ids.md argues each statement against late, repeated and
+// lost arrival.
+
+// What the three engines' statement sets (db-lease-mysql.ts, db-lease-sqlite.ts,
+// db-lease-postgres.ts) share; db-lease-store.ts picks one.
+
+export const LEASE_TABLE = 'leaf_worker_lease'
+/** Columns a table made by an earlier version lacks, with their MySQL and SQLite types. */
+export const ADDED_COLUMNS: [name: string, mysql: string, sqlite: string][] = [
+  ['generation', "bigint(20) NOT NULL DEFAULT '0'", 'INTEGER NOT NULL DEFAULT 0'],
+  ['lease_ms', 'int(11) DEFAULT NULL', 'INTEGER DEFAULT NULL'],
+  ['released_until', 'bigint(20) DEFAULT NULL', 'INTEGER DEFAULT NULL'],
+  ['released_at', 'datetime(3) DEFAULT NULL', 'INTEGER DEFAULT NULL'],
+]
+
+/** What a claim read of the row before it took it. */
+export interface Before { owner: string | null, issued_until: number | string, released_until: number | string | null, clean: number | boolean | null }
+
+/** The last millisecond the id's previous holders may have issued, from the row as the claim found it. */
+export function previousIssuedUntil (row: Before | undefined): number {
+  if (row === undefined) return 0
+  // Released by its holder, and untouched since: the millisecond that holder actually reached
+  // (which covers the holders before it: it waited for them). Otherwise the recorded bound.
+  if (row.owner === null && Number(row.clean) === 1 && row.released_until !== null) return Number(row.released_until)
+  return Number(row.issued_until)
+}
+
+/** The holder as seen by list(), in the form claim() takes it over from: [owner, generation, expires_at]. */
+export type Seen = [owner: string, generation: string, expires: string | number]
+
+export function parseSeen (from: string | undefined): Seen | [null, null, null] {
+  if (from === undefined) return [null, null, null]
+  const v = JSON.parse(from) as unknown
+  if (!Array.isArray(v) || v.length !== 3) throw new Error(`not a holder seen by list(): ${from}`)
+  return v as Seen
+}
+
+export interface DbLeaseStoreOptions {
+  store: StoreConfig
+  /** leaf.name: one table holds the pools of several services. */
+  pool: string
+  ttlMs: number
+  connectTimeoutMs: number
+  queryTimeoutMs: number
+  /** Recorded by the pool's first instance; another layout refuses to start (layout-record.ts). */
+  layout: Layout
+}
+
+// The row with worker id -1 records the pool's ID layout in `address` (no claim ever lists it).
+export const LAYOUT_ROW = -1
+
+export function slotOf (workerId: number, owner: string | null, generation: number | string, leaseMs: number | null, expires: string | number, expiresInMs: number): PoolSlot {
+  if (owner === null) return { workerId, state: 'free', expiresInMs }
+  const version = JSON.stringify([owner, String(generation), expires] satisfies Seen)
+  return { workerId, state: expiresInMs >= 0 ? 'held' : 'expired', expiresInMs, version, ttlMs: leaseMs ?? undefined }
+}
