@@ -4,15 +4,16 @@ import Database from 'better-sqlite3'
 import t, { type Test } from 'tap'
 import { parseJdbcUrl, type StoreConfig } from '../src/config/jdbc-url.js'
 import { describeStore } from '../src/segment/stores/create-store.js'
-import { MYSQL_WORKER_NODE_DDL, acquireDisposableWorkerId, type DisposableWorkerIdOptions } from '../src/snowflake/worker-id/disposable-source.js'
+import { MYSQL_WORKER_NODE_DDL, PG_WORKER_NODE_DDL, acquireDisposableWorkerId, type DisposableWorkerIdOptions } from '../src/snowflake/worker-id/disposable-source.js'
 import { tempDir } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { createTestDatabase } from './helpers/mysql.js'
+import { createTestPgDatabase } from './helpers/postgres.js'
 import { withSqlite } from './helpers/sqlite.js'
 import { LeaseRefused } from '../src/errors.js'
 
 // The disposable worker-id source (Baidu UidGenerator's WORKER_NODE) against the real stores:
-// MariaDB and a SQLite file.
+// MariaDB, PostgreSQL and a SQLite file.
 
 interface NodeRow { id: number, hostName: string, port: string, type: number, launchDate: string, stamped: boolean }
 
@@ -29,6 +30,8 @@ interface NodeDb {
 // stamped: MODIFIED and CREATED are the insert's NOW().
 const SELECT_MYSQL = "SELECT ID, HOST_NAME, PORT, TYPE, DATE_FORMAT(LAUNCH_DATE, '%Y-%m-%d') AS LAUNCH_DATE, " +
   'MODIFIED = CREATED AND ABS(TIMESTAMPDIFF(SECOND, CREATED, NOW())) < 60 AS stamped FROM WORKER_NODE ORDER BY ID'
+const SELECT_PG = 'SELECT ID AS "ID", HOST_NAME AS "HOST_NAME", PORT AS "PORT", TYPE AS "TYPE", to_char(LAUNCH_DATE, \'YYYY-MM-DD\') AS "LAUNCH_DATE", ' +
+  "MODIFIED = CREATED AND abs(EXTRACT(EPOCH FROM (CREATED - (now() AT TIME ZONE 'UTC')))) < 60 AS stamped FROM WORKER_NODE ORDER BY ID"
 const SELECT_SQLITE = 'SELECT ID, HOST_NAME, PORT, TYPE, LAUNCH_DATE, ' +
   "MODIFIED = CREATED AND ABS(strftime('%s', CREATED) - strftime('%s', 'now')) < 60 AS stamped FROM WORKER_NODE ORDER BY ID"
 
@@ -36,7 +39,27 @@ function toRow (r: Record<string, unknown>): NodeRow {
   return { id: Number(r.ID), hostName: String(r.HOST_NAME), port: String(r.PORT), type: Number(r.TYPE), launchDate: String(r.LAUNCH_DATE), stamped: Number(r.stamped) === 1 }
 }
 
-async function nodeDb (t: Test, kind: 'mysql' | 'sqlite'): Promise<NodeDb> {
+async function nodeDb (t: Test, kind: 'mysql' | 'postgres' | 'sqlite'): Promise<NodeDb> {
+  if (kind === 'postgres') {
+    const db = await createTestPgDatabase()
+    t.teardown(() => db.drop())
+    return {
+      store: parseJdbcUrl(db.url, '', ''),
+      async tableExists () {
+        return (await db.query("SELECT 1 FROM pg_tables WHERE tablename = 'worker_node'")).length === 1
+      },
+      async ddl () {
+        const [id] = await db.query("SELECT is_identity, identity_generation FROM information_schema.columns WHERE table_name = 'worker_node' AND column_name = 'id'")
+        return `ID identity ${String(id?.is_identity)} ${String(id?.identity_generation)}`
+      },
+      async rows () {
+        return (await db.query(SELECT_PG)).map(toRow)
+      },
+      async exec (sql) {
+        await db.query(sql)
+      },
+    }
+  }
   if (kind === 'mysql') {
     const db = await createTestDatabase()
     t.teardown(() => db.drop())
@@ -86,18 +109,20 @@ function today (): string {
   return new Date().toISOString().slice(0, 10)
 }
 
-t.test('sql/worker_node.sql is the DDL the MySQL source runs', async (t) => {
+t.test('sql/worker_node.sql is the DDL the MySQL source runs, sql/worker_node.postgres.sql the PostgreSQL one', async (t) => {
   const shipped = readFileSync(new URL('../sql/worker_node.sql', import.meta.url), 'utf8')
   t.ok(shipped.includes(`${MYSQL_WORKER_NODE_DDL};\n`), 'the same CREATE TABLE statement')
+  const pg = readFileSync(new URL('../sql/worker_node.postgres.sql', import.meta.url), 'utf8')
+  t.ok(pg.includes(`${PG_WORKER_NODE_DDL};\n`), 'the same CREATE TABLE statement on PostgreSQL')
 })
 
-for (const kind of ['mysql', 'sqlite'] as const) {
+for (const kind of ['mysql', 'postgres', 'sqlite'] as const) {
   t.test(`disposable on ${kind}: the table is created when missing, and the lease holds its id until closed`, async (t) => {
     const db = await nodeDb(t, kind)
     t.notOk(await db.tableExists(), 'no WORKER_NODE before the first start')
     const lease = await acquire(db, { min: 0, max: 31 })
     t.ok(await db.tableExists(), 'created by the first start')
-    t.match(await db.ddl(), kind === 'mysql' ? /COMMENT='DB WorkerID Assigner for UID Generator'/ : /ID\s+INTEGER\s+PRIMARY KEY AUTOINCREMENT/)
+    t.match(await db.ddl(), kind === 'mysql' ? /COMMENT='DB WorkerID Assigner for UID Generator'/ : kind === 'postgres' ? /^ID identity YES BY DEFAULT$/ : /ID\s+INTEGER\s+PRIMARY KEY AUTOINCREMENT/)
     t.equal(lease.workerId, 1, 'the first row\'s ID')
     t.equal(lease.notBefore, 0)
     t.equal(lease.issuableUntil, Infinity, 'issuable for good: the id is never handed out again')
