@@ -347,8 +347,8 @@ export interface MaxIdWatch {
   stop (): Promise<void>
 }
 
-/** Reads a tag's max_id every `everyMs` as root, straight from the private MariaDB (for at most `maxMs`). */
-export function watchMaxId (db: PrivateMariaDb, tag: string, everyMs = 200, maxMs = 180_000): MaxIdWatch {
+/** Reads a tag's max_id every `everyMs`, straight from a private database (MariaDB as root, or PostgreSQL), for at most `maxMs`. */
+export function watchMaxId (db: Pick<PrivateMariaDb, 'maxId'>, tag: string, everyMs = 200, maxMs = 180_000): MaxIdWatch {
   const values: bigint[] = []
   const backwards: string[] = []
   const state = { running: true }
