@@ -20,6 +20,13 @@ export const OUTFILE = join(ROOT, 'dist/server.js')
  */
 export const EXTERNAL = ['better-sqlite3', 'pino', 'pino-pretty']
 
+/**
+ * Optional packages a bundled one requires only on a path the server never takes, and that are
+ * not installed: node-postgres' `pg.native` getter loads pg-native. Bundled as a module that
+ * throws, as the missing package would, so the bundle imports nothing the image lacks.
+ */
+const OPTIONAL_ABSENT = ['pg-native']
+
 // Bundled CommonJS packages call require() for Node's own modules: an ES module has none.
 const BANNER = "import { createRequire as __leafRequire } from 'node:module'; const require = __leafRequire(import.meta.url);"
 
@@ -49,7 +56,7 @@ export async function buildServer ({ outfile = OUTFILE, replace = {}, write = tr
     metafile: true,
     write,
     logLevel: 'warning',
-    plugins: [replacing(byPath)],
+    plugins: [replacing(byPath), absent(OPTIONAL_ABSENT)],
   }
   const result = await build(options)
   if (byPath.size > 0) throw new Error(`not in the bundle, so not replaced: ${[...byPath.keys()].join(', ')}`)
@@ -77,6 +84,19 @@ function replacing (byPath: Map<string, string>): Plugin {
         byPath.delete(args.path)
         return { contents: readFileSync(to, 'utf8'), loader: 'js', resolveDir: dirname(to) }
       })
+    },
+  }
+}
+
+function absent (names: string[]): Plugin {
+  const filter = new RegExp(`^(?:${names.join('|')})$`)
+  return {
+    name: 'leaf-absent',
+    setup (b) {
+      b.onResolve({ filter }, (args) => ({ path: args.path, namespace: 'leaf-absent' }))
+      b.onLoad({ filter: /.*/, namespace: 'leaf-absent' }, (args) => ({
+        contents: `throw new Error(${JSON.stringify(`${args.path} is not installed`)})`, loader: 'js',
+      }))
     },
   }
 }

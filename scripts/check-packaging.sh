@@ -36,6 +36,13 @@ if docker-compose --file docker-compose.yml config --quiet; then
 else
   log "docker-compose.yml: INVALID"; status=1
 fi
+# The postgres profile's services are validated only when the profile is on.
+if [ "$(docker-compose --file docker-compose.yml --profile postgres config --services | grep -cE '^(postgres|leaf-pg)$')" = 2 ] &&
+  docker-compose --file docker-compose.yml --profile postgres config --quiet; then
+  log "docker-compose.yml --profile postgres: valid"
+else
+  log "docker-compose.yml --profile postgres: INVALID"; status=1
+fi
 
 log "config/prometheus.yml: $(promtool --version 2>&1 | head -n 1)"
 if promtool check config config/prometheus.yml; then

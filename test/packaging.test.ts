@@ -92,6 +92,7 @@ interface Service {
   ports?: string[]
   depends_on?: string[] | Record<string, { condition: string }>
   healthcheck?: { test?: string | string[], disable?: boolean }
+  profiles?: string[]
 }
 interface Compose { services: Record<string, Service>, volumes?: Record<string, unknown>, [key: string]: unknown }
 
@@ -240,7 +241,9 @@ t.test('the built server bundles and imports only production dependencies (the i
 })
 
 t.test('the stack: MySQL and ZooKeeper healthy before the replicas start, Prometheus after', async (t) => {
-  t.same(Object.keys(compose.services).sort(), ['grafana', 'leaf1', 'leaf2', 'mysql', 'prometheus', 'zookeeper'])
+  t.same(Object.keys(compose.services).sort(), ['grafana', 'leaf-pg', 'leaf1', 'leaf2', 'mysql', 'postgres', 'prometheus', 'zookeeper'])
+  t.same(Object.entries(compose.services).filter(([, s]) => s.profiles !== undefined).map(([name, s]) => [name, s.profiles]),
+    [['postgres', ['postgres']], ['leaf-pg', ['postgres']]], 'only the PostgreSQL pair is in a profile: a plain `docker compose up` is unchanged')
   // docker-compose 1.29 (scripts/check-packaging.sh) rejects `name:`; Compose v2 warns on `version:`.
   t.same(Object.keys(compose).filter((k) => !k.startsWith('x-')).sort(), ['services', 'volumes'])
   t.match(service('mysql').image, /^mysql:8\.\d+$/)
@@ -277,8 +280,9 @@ t.test('the replicas run one image, built once from this Dockerfile and tagged',
 
 t.test('MySQL creates Leaf\'s table from sql/ on first start, for the replicas\' user', async (t) => {
   const m = mounts('mysql')
-  t.equal(m.get('/docker-entrypoint-initdb.d'), './sql')
-  const scripts = readdirSync(join(ROOT, 'sql')).filter((f) => f.endsWith('.sql'))
+  const scripts = readdirSync(join(ROOT, 'sql')).filter((f) => f.endsWith('.sql') && !f.endsWith('.postgres.sql'))
+  t.same([...m].filter(([target]) => target.startsWith('/docker-entrypoint-initdb.d/')).sort(), scripts.map((f) => [`/docker-entrypoint-initdb.d/${f}`, `./sql/${f}`]).sort(),
+    'every MySQL script of sql/, and none of PostgreSQL\'s')
   t.ok(scripts.some((f) => /CREATE TABLE IF NOT EXISTS `leaf_alloc`/.test(read(`sql/${f}`))), 'sql/ creates leaf_alloc')
   t.ok(Object.hasOwn(compose.volumes ?? {}, m.get('/var/lib/mysql') ?? ''), 'data on a named volume')
 
@@ -289,6 +293,31 @@ t.test('MySQL creates Leaf\'s table from sql/ on first start, for the replicas\'
       kind: 'mysql', hosts: [{ host: 'mysql', port: 3306 }], database: db.MYSQL_DATABASE, user: db.MYSQL_USER, password: db.MYSQL_PASSWORD,
     }, `${name} reaches the database the init scripts ran against`)
   }
+})
+
+t.test('the postgres profile: PostgreSQL 15 creates Leaf\'s tables from sql/*.postgres.sql, and leaf-pg reaches it', async (t) => {
+  const pgService = service('postgres')
+  t.match(pgService.image, /^postgres:15(\.\d+)*$/)
+  t.match(pgService.healthcheck?.test, [/^CMD/, /-h 127\.0\.0\.1[\s\S]*leaf_alloc/], 'healthy once the table exists and it listens on TCP')
+  const m = mounts('postgres')
+  const scripts = readdirSync(join(ROOT, 'sql')).filter((f) => f.endsWith('.postgres.sql'))
+  t.same(scripts.sort(), ['leaf_alloc.postgres.sql', 'leaf_alloc_parked.postgres.sql', 'leaf_worker_lease.postgres.sql', 'worker_node.postgres.sql'])
+  t.same([...m].filter(([target]) => target.startsWith('/docker-entrypoint-initdb.d/')).sort(), scripts.map((f) => [`/docker-entrypoint-initdb.d/${f}`, `./sql/${f}`]).sort(),
+    'every PostgreSQL script of sql/')
+  t.ok(Object.hasOwn(compose.volumes ?? {}, m.get('/var/lib/postgresql/data') ?? ''), 'data on a named volume')
+  const db = environment('postgres')
+  const env = environment('leaf-pg')
+  t.same(parseJdbcUrl(env.LEAF_JDBC_URL ?? '', env.LEAF_JDBC_USERNAME ?? '', env.LEAF_JDBC_PASSWORD ?? ''), {
+    kind: 'postgres', host: 'postgres', port: 5432, database: db.POSTGRES_DB, user: db.POSTGRES_USER, password: db.POSTGRES_PASSWORD,
+  }, 'leaf-pg reaches the database the init scripts ran against')
+  const known = new Set(Object.keys(KEYS).map(envName))
+  t.same(Object.keys(env).filter((k) => !known.has(k)), [], 'no unknown variable')
+  t.equal(env.LEAF_SNOWFLAKE_WORKER_ID_SOURCE, 'db-lease', 'worker ids leased in PostgreSQL too')
+  const leafPg = service('leaf-pg')
+  t.equal(leafPg.image, service('leaf1').image, 'the image leaf1 builds')
+  t.equal(leafPg.pull_policy, 'never')
+  t.match(leafPg.depends_on, { postgres: { condition: 'service_healthy' }, leaf1: { condition: 'service_started' } })
+  t.same(leafPg.ports, [`8082:${containerPort}`])
 })
 
 t.test('every variable the replicas get is a configuration key; both modes on; distinct identities', async (t) => {
