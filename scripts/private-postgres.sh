@@ -41,7 +41,6 @@ case "$cmd" in
       cat >>"$data/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$dir'
-fsync = off
 max_connections = 200
 CONF
     fi
