@@ -1,0 +1,50 @@
+import t from 'tap'
+import { parseJdbcUrl } from '../src/config/jdbc-url.js'
+import { mayStillRun } from '../src/driver-errors.js'
+import { createStore } from '../src/segment/stores/create-store.js'
+import { createPostgresRunner } from '../src/segment/stores/postgres-pool.js'
+import { freePort } from './helpers/ports.js'
+import { TEST_PG_HOST, TEST_PG_PORT, createTestPgDatabase } from './helpers/postgres.js'
+
+// What only the PostgreSQL store and its pool do (the cases every store shares are in
+// stores.test.ts): unknown outcomes marked, unsent calls marked, the hand-over off without rights.
+
+const POOL = { connectTimeoutMs: 1000, poolSize: 2, queryTimeoutMs: 300 }
+
+t.test('a query past the query timeout may still run: its error says so; the pool goes on', async (t) => {
+  const db = await createTestPgDatabase()
+  const runner = createPostgresRunner({ ...parseJdbcUrl(db.url, '', '') as { host: string, port: number, user: string, password: string, database: string }, ...POOL })
+  t.teardown(async () => { await runner.close(); await db.drop() })
+  const err = await runner.query('SELECT pg_sleep(2)').then(() => undefined, (e: unknown) => e)
+  t.ok(err instanceof Error, 'it fails')
+  t.equal(mayStillRun(err), true, 'no answer: it may still run')
+  t.match((err as Error).message, /may still run on the server/)
+  const answered = await runner.query('SELECT 1/0').then(() => undefined, (e: unknown) => e)
+  t.match(answered, { code: '22012' }, 'a server error is an answer')
+  t.equal(mayStillRun(answered), false, 'it ran, and failed')
+  t.same((await runner.query<{ n: number }>('SELECT 1 AS n')).rows, [{ n: 1 }], 'the next query on a fresh connection')
+  t.match(await runner.identify(), { system: /^\d+$/, timeline: Number })
+})
+
+t.test('a server that refuses connections: the call was never sent', async (t) => {
+  const port = await freePort()
+  const runner = createPostgresRunner({ host: '127.0.0.1', port, user: 'leaf', password: 'leaf', database: 'leaf', ...POOL })
+  t.teardown(() => runner.close())
+  const err = await runner.query('SELECT 1').then(() => undefined, (e: unknown) => e)
+  t.match(err, { code: 'ECONNREFUSED', notSent: true })
+  t.equal(mayStillRun(err), false)
+  await t.rejects(runner.identify(), { code: 'ECONNREFUSED' })
+})
+
+t.test('leaf_alloc_parked the user may not read: the hand-over is off, as without the table; updateTag of nothing reads the row', async (t) => {
+  const db = await createTestPgDatabase()
+  const store = createStore(parseJdbcUrl(`postgres://leaf:leaf@${TEST_PG_HOST}:${TEST_PG_PORT}/${db.name}`, '', ''), POOL)
+  t.teardown(async () => { await store.close(); await db.drop() })
+  t.same(await store.claimParked('order', 'A', 60_000), [], 'made on first use')
+  // The owner takes its own rights away (it could grant them back).
+  await db.query('REVOKE ALL ON leaf_alloc_parked FROM CURRENT_USER')
+  t.equal(await store.claimParked('order', 'A', 60_000), undefined, 'no hand-over')
+  t.equal(await store.park('order', 'A', [{ first: 1n, end: 2n }]), false, 'nothing parked, and nothing asked again')
+  t.match(await store.updateTag('order', {}), { key: 'order', step: 2000 })
+  t.equal(await store.updateTag('nope', { description: 'x' }), undefined)
+})
