@@ -3,6 +3,10 @@ import { parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { mayStillRun } from '../src/driver-errors.js'
 import { createStore } from '../src/segment/stores/create-store.js'
 import { createPostgresRunner } from '../src/segment/stores/postgres-pool.js'
+import { leafLayout } from '../src/snowflake/layout.js'
+import { createDbLeaseStore } from '../src/snowflake/worker-id/db-lease-store.js'
+import { acquireDisposableWorkerId } from '../src/snowflake/worker-id/disposable-source.js'
+import { silentLogger } from './helpers/logger.js'
 import { freePort } from './helpers/ports.js'
 import { TEST_PG_HOST, TEST_PG_PORT, createTestPgDatabase } from './helpers/postgres.js'
 
@@ -15,7 +19,8 @@ t.test('a query past the query timeout may still run: its error says so; the poo
   const db = await createTestPgDatabase()
   const runner = createPostgresRunner({ ...parseJdbcUrl(db.url, '', '') as { host: string, port: number, user: string, password: string, database: string }, ...POOL })
   t.teardown(async () => { await runner.close(); await db.drop() })
-  const err = await runner.query('SELECT pg_sleep(2)').then(() => undefined, (e: unknown) => e)
+  // The server's own statement_timeout off for this one: the server would answer (a cancel) first.
+  const err = await runner.query('SET statement_timeout = 0; SELECT pg_sleep(2)').then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof Error, 'it fails')
   t.equal(mayStillRun(err), true, 'no answer: it may still run')
   t.match((err as Error).message, /may still run on the server/)
@@ -47,4 +52,22 @@ t.test('leaf_alloc_parked the user may not read: the hand-over is off, as withou
   t.equal(await store.park('order', 'A', [{ first: 1n, end: 2n }]), false, 'nothing parked, and nothing asked again')
   t.match(await store.updateTag('order', {}), { key: 'order', step: 2000 })
   t.equal(await store.updateTag('nope', { description: 'x' }), undefined)
+})
+
+t.test('tables that cannot be created: the hand-over off, db-lease and disposable refused naming the script; another layout refused', async (t) => {
+  const db = await createTestPgDatabase()
+  const store = parseJdbcUrl(db.url, '', '')
+  const segments = createStore(store, POOL)
+  t.teardown(async () => { await segments.close(); await db.drop() })
+  // A domain of the table's name: the table is missing (42P01), and CREATE TABLE fails on its row type's name.
+  for (const name of ['leaf_alloc_parked', 'leaf_worker_lease', 'worker_node']) await db.query(`CREATE DOMAIN ${name} AS int`)
+  t.equal(await segments.claimParked('order', 'A', 60_000), undefined, 'no hand-over')
+  const lease = { store, pool: 'p', ttlMs: 3000, connectTimeoutMs: 1000, queryTimeoutMs: 1000 }
+  await t.rejects(createDbLeaseStore({ ...lease, layout: leafLayout(1288834974657) }), { name: 'LeaseRefused', message: /leaf_worker_lease \(pool p\): the table does not exist and cannot be created .*: run sql\/leaf_worker_lease\.postgres\.sql$/ })
+  await t.rejects(acquireDisposableWorkerId({ store, hostName: 'h', port: '1', type: 2, min: 0, max: 1023, connectTimeoutMs: 1000, queryTimeoutMs: 1000, logger: silentLogger }),
+    { name: 'LeaseRefused', message: /WORKER_NODE: the table does not exist and cannot be created .*: run sql\/worker_node\.postgres\.sql$/ })
+  await db.query('DROP DOMAIN leaf_worker_lease')
+  const pool = await createDbLeaseStore({ ...lease, layout: leafLayout(1288834974657) })
+  await pool.close()
+  await t.rejects(createDbLeaseStore({ ...lease, layout: leafLayout(0) }), { name: 'LeaseRefused', message: /records the ID layout/ }, 'another layout: refused, its pool closed')
 })
