@@ -47,11 +47,16 @@ CONF
     if ! "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$port"; then
       as_server "$PG_BIN/pg_ctl" -D "$data" -o "-p $port" -l "$dir/postgres.log" -w -t 60 start >/dev/null
     fi
-    psql_admin() { as_server "$PG_BIN/psql" -h "$dir" -p "$port" -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
-    psql_admin -d postgres <<'SQL'
+    if [ -S "$dir/.s.PGSQL.$port" ]; then
+      psql_admin() { as_server "$PG_BIN/psql" -h "$dir" -p "$port" -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
+      psql_admin -d postgres <<'SQL'
 SELECT 'CREATE ROLE leaf LOGIN CREATEDB PASSWORD ''leaf''' WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'leaf')\gexec
 SELECT 'CREATE DATABASE leaf OWNER leaf' WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'leaf')\gexec
 SQL
+    elif ! PGPASSWORD=leaf "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U leaf -d leaf -qAt -c 'SELECT 1' >/dev/null 2>&1; then
+      # Another folder's server holds the port (another checkout's), without the leaf login.
+      echo "private-postgres: 127.0.0.1:$port answers, but it is not $dir's server and leaf/leaf cannot log in to its database leaf" >&2; exit 1
+    fi
     for f in sql/*.postgres.sql; do
       PGPASSWORD=leaf PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U leaf -d leaf -v ON_ERROR_STOP=1 -q -f "$f" >/dev/null
     done
