@@ -18,8 +18,13 @@ t.test('docs/performance.md\'s table is the render of bench/results/latest.json'
   t.equal(figures, renderFigures(readResults()), 'rewrite it with `npm run bench:publish` after a run')
 })
 
-t.test('the published figures come from the src/ checked out now', async (t) => {
-  t.equal(staleFigures(readResults().run), undefined)
+// Figures older than the code are reported, never a failure: a correct fix must be able to land
+// before the 13-minute bench runs again (issue 40).
+t.test('the published figures name a commit of this repository; a change since is reported', async (t) => {
+  const { run } = readResults()
+  const stale = staleFigures(run)
+  t.notMatch(stale ?? '', /not in this repository/, `the figures' commit ${run.commit}`)
+  if (stale !== undefined) t.comment(`bench figures are stale: ${stale}`)
 })
 
 t.test('every target is met by the published figures, each verdict recomputed from them', async (t) => {
