@@ -2,7 +2,7 @@ import t from 'tap'
 import { parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { mayStillRun } from '../src/driver-errors.js'
 import { createStore } from '../src/segment/stores/create-store.js'
-import { createPostgresRunner } from '../src/segment/stores/postgres-pool.js'
+import { createPostgresRunner, serverOf } from '../src/segment/stores/postgres-pool.js'
 import { createPostgresStore } from '../src/segment/stores/postgres-store.js'
 import { leafLayout } from '../src/snowflake/layout.js'
 import { createDbLeaseStore } from '../src/snowflake/worker-id/db-lease-store.js'
@@ -73,6 +73,14 @@ t.test('tables that cannot be created: the hand-over off, db-lease and disposabl
   const pool = await createDbLeaseStore({ ...lease, layout: leafLayout(1288834974657) })
   await pool.close()
   await t.rejects(createDbLeaseStore({ ...lease, layout: leafLayout(0) }), { name: 'LeaseRefused', message: /records the ID layout/ }, 'another layout: refused, its pool closed')
+})
+
+t.test('serverOf: the timeline is the current WAL file\'s first 8 hex digits; a standby (no WAL position) or a row without the columns says nothing', async (t) => {
+  t.same(serverOf({ leaf_system: '7716421364701226098', leaf_wal: '0000001A0000000000000003' }), { system: '7716421364701226098', timeline: 26 })
+  t.equal(serverOf({ leaf_system: '7716421364701226098', leaf_wal: null }), null)
+  t.equal(serverOf({ leaf_system: '7716421364701226098', leaf_wal: 'garbage' }), null)
+  t.equal(serverOf({ biz_tag: 'order' } as never), null)
+  t.equal(serverOf(undefined), null)
 })
 
 t.test('the identity is the timeline the server writes on now: a promotion behind one address is seen at once, before its checkpoint', async (t) => {

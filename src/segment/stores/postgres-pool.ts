@@ -43,7 +43,7 @@ export interface PostgresRunner {
   returning<R extends pg.QueryResultRow = pg.QueryResultRow> (sql: string, values?: unknown[]): Promise<pg.QueryResult<R> & { server: PgServer | null }>
   /** `fn` inside BEGIN ... COMMIT on one connection; rolled back (and the connection destroyed) when it throws. */
   transaction<T> (fn: (q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>) => Promise<T>): Promise<T>
-  /** The server a new connection reaches now (null: it did not say). */
+  /** The server a connection of the pool reaches now, read afresh (null: it did not say). */
   identify (): Promise<PgServer | null>
   close (): Promise<void>
 }
