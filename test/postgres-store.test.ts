@@ -2,16 +2,19 @@ import t from 'tap'
 import { parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { mayStillRun } from '../src/driver-errors.js'
 import { createStore } from '../src/segment/stores/create-store.js'
-import { createPostgresRunner } from '../src/segment/stores/postgres-pool.js'
+import { createPostgresRunner, serverOf } from '../src/segment/stores/postgres-pool.js'
+import { createPostgresStore } from '../src/segment/stores/postgres-store.js'
 import { leafLayout } from '../src/snowflake/layout.js'
 import { createDbLeaseStore } from '../src/snowflake/worker-id/db-lease-store.js'
 import { acquireDisposableWorkerId } from '../src/snowflake/worker-id/disposable-source.js'
 import { silentLogger } from './helpers/logger.js'
 import { freePort } from './helpers/ports.js'
 import { TEST_PG_HOST, TEST_PG_PORT, createTestPgDatabase } from './helpers/postgres.js'
+import { PgReplicaPair } from './helpers/postgres-replica.js'
 
 // What only the PostgreSQL store and its pool do (the cases every store shares are in
-// stores.test.ts): unknown outcomes marked, unsent calls marked, the hand-over off without rights.
+// stores.test.ts): unknown outcomes marked, unsent calls marked, the hand-over off without rights,
+// the identity a promotion changes at once.
 
 const POOL = { connectTimeoutMs: 1000, poolSize: 2, queryTimeoutMs: 300 }
 
@@ -70,4 +73,40 @@ t.test('tables that cannot be created: the hand-over off, db-lease and disposabl
   const pool = await createDbLeaseStore({ ...lease, layout: leafLayout(1288834974657) })
   await pool.close()
   await t.rejects(createDbLeaseStore({ ...lease, layout: leafLayout(0) }), { name: 'LeaseRefused', message: /records the ID layout/ }, 'another layout: refused, its pool closed')
+})
+
+t.test('serverOf: the timeline is the current WAL file\'s first 8 hex digits; a standby (no WAL position) or a row without the columns says nothing', async (t) => {
+  t.same(serverOf({ leaf_system: '7716421364701226098', leaf_wal: '0000001A0000000000000003' }), { system: '7716421364701226098', timeline: 26 })
+  t.equal(serverOf({ leaf_system: '7716421364701226098', leaf_wal: null }), null)
+  t.equal(serverOf({ leaf_system: '7716421364701226098', leaf_wal: 'garbage' }), null)
+  t.equal(serverOf({ biz_tag: 'order' } as never), null)
+  t.equal(serverOf(undefined), null)
+})
+
+t.test('the identity is the timeline the server writes on now: a promotion behind one address is seen at once, before its checkpoint', async (t) => {
+  const pair = await PgReplicaPair.create()
+  const leaf = { user: 'leaf', password: 'leaf', database: 'leaf', ...POOL, queryTimeoutMs: 2000 }
+  const store = createPostgresStore({ host: '127.0.0.1', port: pair.vip.port, ...leaf })
+  const standby = createPostgresStore({ host: '127.0.0.1', port: pair.replica.port, ...leaf })
+  t.teardown(async () => { await store.close(); await standby.close(); await pair.close() })
+  // Dirty buffers for the end-of-recovery checkpoint to write: it takes minutes, paced.
+  await pair.primary.query('CREATE TABLE ballast (id int, pad text)')
+  await pair.primary.query('INSERT INTO ballast SELECT g, md5(g::text) FROM generate_series(1, 40000) g')
+  await pair.primary.addTag('promoted', 100)
+  await pair.caughtUp()
+  const [{ system }] = await pair.primary.query<{ system: string }>('SELECT system_identifier::text AS system FROM pg_control_system()') as [{ system: string }]
+  const before = `postgres system ${system} timeline 1`
+  t.equal(await store.identity(), before, 'identity(): the cluster and the timeline')
+  t.match(await store.allocate('promoted'), { maxId: 101n, store: before }, 'an allocation names the server and timeline that made it')
+  await t.rejects(standby.identity(), { code: '25006' }, 'a standby: refused, nothing is written through it')
+
+  pair.lag()
+  t.match(await store.allocate('promoted'), { maxId: 201n, store: before }, 'an allocation the replica never receives')
+  pair.primary.kill()
+  await pair.promote()
+  pair.moveVip()
+  const after = `postgres system ${system} timeline 2`
+  t.match(await store.allocate('promoted'), { maxId: 201n, store: after }, 'the promoted server lost one allocation; its identity is another')
+  t.equal(await store.identity(), after, 'identity() at once as well')
+  t.same(await pair.replica.timelines(), { now: 2, checkpoint: 1 }, 'while the last checkpoint is still on the old timeline: the window this closes')
 })

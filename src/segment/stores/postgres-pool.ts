@@ -27,15 +27,23 @@ export interface PostgresOptions {
   queryTimeoutMs: number
 }
 
-/** Which server a connection reached: `system_identifier` (kept by a restart, shared by a physical standby) and timeline (a promotion moves it). */
+/**
+ * Which server answered: `system_identifier` (kept by a restart, shared by a physical standby)
+ * and the timeline it writes WAL on now (a promotion moves it at once).
+ */
 export interface PgServer { system: string, timeline: number }
 
 export interface PostgresRunner {
   /** One statement on a connection of its own. */
-  query<R extends pg.QueryResultRow = pg.QueryResultRow> (sql: string, values?: unknown[]): Promise<pg.QueryResult<R> & { server: PgServer | null }>
+  query<R extends pg.QueryResultRow = pg.QueryResultRow> (sql: string, values?: unknown[]): Promise<pg.QueryResult<R>>
+  /**
+   * One statement ending in `RETURNING ...`, with the identity of the server that ran it read
+   * by the same statement (null: no row returned, or the server will not say who it is).
+   */
+  returning<R extends pg.QueryResultRow = pg.QueryResultRow> (sql: string, values?: unknown[]): Promise<pg.QueryResult<R> & { server: PgServer | null }>
   /** `fn` inside BEGIN ... COMMIT on one connection; rolled back (and the connection destroyed) when it throws. */
   transaction<T> (fn: (q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>) => Promise<T>): Promise<T>
-  /** The server a new connection reaches now (null: it did not say). */
+  /** The server a connection of the pool reaches now, read afresh (null: it did not say). */
   identify (): Promise<PgServer | null>
   close (): Promise<void>
 }
@@ -53,7 +61,27 @@ const types = {
   },
 }
 
-const IDENTITY_SQL = 'SELECT s.system_identifier::text AS system, c.timeline_id AS timeline, pg_is_in_recovery() AS standby FROM pg_control_system() s, pg_control_checkpoint() c'
+// The identity, read afresh by every statement that needs it, never kept on a connection: a
+// connection may outlive what it tells (a pooler such as PgBouncer moves a client's statements
+// between servers), and nothing is saved by keeping it (a few microseconds on the server).
+// The timeline is the one WAL is written on now, the first 8 hex digits of the current WAL
+// file's name (PostgreSQL 15 names it by the insertion timeline). Not pg_control_checkpoint()'s:
+// after a promotion, that stays on the old timeline until the end-of-recovery checkpoint ends,
+// seconds on an idle server and up to 0.9 x checkpoint_timeout with dirty buffers, and
+// meanwhile the promoted server would pass for its old primary (docs/production.md). A standby
+// has no current WAL position: its timeline column is null.
+const IDENTITY_COLUMNS = '(SELECT system_identifier::text FROM pg_control_system()) AS leaf_system, ' +
+  'CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END AS leaf_wal'
+const IDENTITY_SQL = `SELECT ${IDENTITY_COLUMNS}, pg_is_in_recovery() AS standby`
+
+interface IdentityRow { leaf_system?: unknown, leaf_wal?: unknown }
+
+/** The server of a row with IDENTITY_COLUMNS; null when it lacks them (a standby, or no row). */
+export function serverOf (row: IdentityRow | undefined): PgServer | null {
+  if (row === undefined || typeof row.leaf_system !== 'string' || typeof row.leaf_wal !== 'string') return null
+  const timeline = Number.parseInt(row.leaf_wal.slice(0, 8), 16)
+  return Number.isInteger(timeline) && timeline > 0 ? { system: row.leaf_system, timeline } : null
+}
 
 /** Marks an error with no answer from the server (no SQLSTATE): the statement may still run. */
 function unanswered (err: unknown, sent: boolean): unknown {
@@ -88,25 +116,28 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
   // A pooled connection that breaks while idle (the server restarted) is reported here; the
   // pool drops it, and the next call opens a fresh one. Without a listener it would end the process.
   pool.on('error', () => {})
-  const identities = new WeakMap<pg.PoolClient, PgServer | null>()
+  /** Per connection, once: whether its server says who it is (IDENTITY_COLUMNS run there). */
+  const saysWho = new WeakMap<pg.PoolClient, boolean>()
 
-  async function setUp (client: pg.PoolClient): Promise<void> {
+  /** The server `client` reaches now; a standby refused (PG_READ_ONLY); null when it will not say. */
+  async function identifyOn (client: pg.PoolClient): Promise<PgServer | null> {
     let server: PgServer | null = null
     try {
-      const { rows } = await client.query<{ system: string, timeline: number, standby: boolean }>(IDENTITY_SQL)
+      const { rows } = await client.query<IdentityRow & { standby: boolean }>(IDENTITY_SQL)
       const row = rows[0]
       if (row?.standby === true) {
         throw Object.assign(new Error(`${options.host}:${options.port} is a standby (pg_is_in_recovery()): nothing is written through it`), { code: PG_READ_ONLY, severity: 'ERROR' })
       }
-      if (row !== undefined) server = { system: row.system, timeline: Number(row.timeline) }
+      server = serverOf(row)
     } catch (err) {
       // A server (or proxy) that will not say who it is: no identity, as a MySQL proxy without SHOW GLOBAL STATUS.
       if ((err as { code?: unknown }).code === PG_READ_ONLY || typeof (err as { severity?: unknown }).severity !== 'string') throw err
     }
-    identities.set(client, server)
+    saysWho.set(client, server !== null)
+    return server
   }
 
-  async function withClient<T> (fn: (client: pg.PoolClient) => Promise<T>): Promise<{ result: T, server: PgServer | null }> {
+  async function withClient<T> (fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     let client: pg.PoolClient
     try {
       client = await pool.connect()
@@ -115,12 +146,11 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
     }
     let sent = false
     try {
-      if (!identities.has(client)) await setUp(client)
+      if (!saysWho.has(client)) await identifyOn(client)
       sent = true
       const result = await fn(client)
-      const server = identities.get(client) ?? null
       client.release()
-      return { result, server }
+      return result
     } catch (err) {
       client.release(err as Error)
       // On a dead path the FIN of a graceful end would linger: tear the socket down.
@@ -131,28 +161,35 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
 
   return {
     async query<R extends pg.QueryResultRow> (sql: string, values?: unknown[]) {
-      const { result, server } = await withClient((client) => client.query<R>(sql, values))
-      return Object.assign(result, { server })
+      return await withClient((client) => client.query<R>(sql, values))
+    },
+    async returning<R extends pg.QueryResultRow> (sql: string, values?: unknown[]) {
+      return await withClient(async (client) => {
+        // The identity in the statement's own RETURNING: the server and timeline that made
+        // the change, in the same round trip.
+        const who = saysWho.get(client) === true
+        const result = await client.query<R & IdentityRow>(who ? `${sql}, ${IDENTITY_COLUMNS}` : sql, values)
+        return Object.assign(result, { server: who ? serverOf(result.rows[0]) : null })
+      })
     },
     async transaction<T> (fn: (q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>) => Promise<T>): Promise<T> {
-      const { result } = await withClient(async (client) => {
+      return await withClient(async (client) => {
         await client.query('BEGIN')
         const out = await fn((sql, values) => client.query(sql, values))
         await client.query('COMMIT')
         return out
       })
-      return result
     },
     async identify () {
       const client = await pool.connect().catch((err: unknown) => { throw unanswered(err, false) })
       try {
-        await setUp(client)
+        const server = await identifyOn(client)
         client.release()
+        return server
       } catch (err) {
         client.release(err as Error)
         throw err
       }
-      return identities.get(client) ?? null
     },
     async close () {
       // A connection that already died makes end() reject; at close that loses nothing.

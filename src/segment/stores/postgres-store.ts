@@ -1,10 +1,11 @@
 import type pg from 'pg'
-import { createPostgresRunner, pgStoreId, type PostgresOptions } from './postgres-pool.js'
+import { createPostgresRunner, pgStoreId, type PgServer, type PostgresOptions } from './postgres-pool.js'
 import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type UnusedRange } from '../store.js'
 
 // The segment store on PostgreSQL: Java Leaf's table (sql/leaf_alloc.postgres.sql) and its
 // semantics, each reservation one statement: UPDATE ... RETURNING moves max_id and reads the
-// row back atomically, so neither a transaction nor a second round trip is needed. A single
+// row back atomically, with the identity of the server that ran it (the timeline it writes on
+// now: postgres-pool.ts), so neither a transaction nor a second round trip is needed. A single
 // row UPDATE under READ COMMITTED waits for a concurrent one and then applies to the row it
 // left: no conflict to repeat, unlike Galera (mysql-store.ts).
 
@@ -59,7 +60,7 @@ export function describePgTopology (standbys: number, synchronousNames: string):
 }
 
 export function createPostgresStore (options: PostgresOptions): SegmentStore {
-  const { query, transaction, identify, close } = createPostgresRunner(options)
+  const { query, returning, transaction, identify, close } = createPostgresRunner(options)
   /** Set once leaf_alloc_parked turned out missing and not creatable: no hand-over. */
   let noParkedTable = false
 
@@ -99,9 +100,9 @@ export function createPostgresStore (options: PostgresOptions): SegmentStore {
     },
     async allocate (key, adapted): Promise<Allocation | undefined> {
       const { sql, values } = allocateStatement(key, adapted)
-      let answer: pg.QueryResult<{ biz_tag: string, max_id: string, step: number }> & { server: Parameters<typeof pgStoreId>[0] | null }
+      let answer: pg.QueryResult<{ biz_tag: string, max_id: string, step: number }> & { server: PgServer | null }
       try {
-        answer = await query(sql, values)
+        answer = await returning(sql, values)
       } catch (err) {
         if (codeOf(err) === NUMERIC_VALUE_OUT_OF_RANGE) throw new IdSpaceEnded(key)
         throw err
