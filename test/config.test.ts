@@ -101,6 +101,7 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   'leaf.segment.failover-hold-ms': { read: (c) => c.segment.failoverHoldMs, a: ['7000', 7000], b: ['9000', 9000] },
   'leaf.segment.buffer-seconds': { read: (c) => c.segment.bufferSeconds, a: ['30', 30], b: ['0', 0] },
   'leaf.segment.max-buffered-segments': { read: (c) => c.segment.maxBufferedSegments, a: ['2', 2], b: ['16', 16] },
+  'leaf.segment.trusted-stores': { read: (c) => c.segment.trustedStores, a: ['server_id 1', ['server_id 1']], b: ['server_id  2, galera cluster 0f3c-77ab', ['server_id 2', 'galera cluster 0f3c-77ab']] },
   'leaf.segment.state-file': { read: (c) => c.segment.stateFile, a: ['/var/lib/leaf/state.json', '/var/lib/leaf/state.json'], b: ['off', undefined] },
   'leaf.batch.max': { read: (c) => c.batchMax, a: ['500', 500], b: ['600', 600] },
   'leaf.snowflake.enable': { read: (c) => c.snowflake.enabled, a: ['true', true], b: ['false', false] },

@@ -1,0 +1,154 @@
+import { LeafError } from '../errors.js'
+import type { Logger } from '../logger.js'
+import type { HostGate, HostState } from './store.js'
+
+// What keeps a host list (leaf.jdbc.url's `h1,h2`) from splitting: two instances allocating
+// the same ranges, one on an old primary that came back writable, the other on the replica
+// promoted in its place. docs/production.md (Host lists) walks through the interleavings.
+// - Every store this instance failed over from (the max_id guard saw "store changed") is
+//   remembered, in the warm-start file too, and nothing is sent to it again (the host list
+//   refuses it as it refuses a read-only host), unless leaf.segment.trusted-stores names it.
+// - Every host of the list is read (its read_only and identity, stores/host-census.ts) at the
+//   start, at each refresh, and before the first statement on another host. While more than
+//   one store answers writable, nothing is allocated anywhere (STORE_SPLIT); the buffers serve
+//   on. A host that does not answer is unknown, not writable: this instance cannot reach it,
+//   so it cannot write through it either; a peer that reaches it and the promoted host sees
+//   both writable; a peer that reaches only the old primary refuses it if it left it, and the
+//   one left open is a new instance, with no memory, that reaches the old primary alone.
+// - At the start, a list whose hosts all answer writable refuses the start (startRefusal()).
+
+/** While more than one store of the list answers writable. */
+export interface Split {
+  /** `host:port (store)` of each writable host. */
+  hosts: string[]
+  since: Date
+}
+
+export interface HostFenceView {
+  /** The last census: every host of the list. */
+  hosts: HostState[]
+  checkedAt?: Date
+  split?: Split
+  /** Stores this instance failed over from and will not write through. */
+  left: string[]
+  /** The host statements go to now. */
+  inUse?: string
+}
+
+export interface HostFenceOptions {
+  logger: Logger
+  /** Stores left by earlier lives (the warm-start file). */
+  left?: readonly string[]
+  /** leaf.segment.trusted-stores: never refused, dropped from `left`. */
+  trusted?: readonly string[]
+  /** The census: the store's hosts(). */
+  census: () => Promise<HostState[]>
+  /** The store's hostInUse(). */
+  inUse?: () => string
+  /** Told when a split starts (true) or ends (false), for the metrics. */
+  onSplit?: (split: boolean) => void
+}
+
+export interface HostFence extends HostGate {
+  /** Reads every host now. */
+  check (): Promise<void>
+  /** A store this instance failed over from (the guard's "store changed"). */
+  leave (store: string): void
+  /** STORE_SPLIT while more than one store answers writable; undefined otherwise. */
+  blocked (): LeafError | undefined
+  /**
+   * At the start: the one line that refuses it when every host answered writable (more than
+   * one store among them); undefined otherwise.
+   */
+  startRefusal (): string | undefined
+  /** What the warm-start file keeps: the stores left, not the trusted ones. */
+  leftStores (): string[]
+  view (): HostFenceView
+}
+
+const describeHost = (h: HostState) => `${h.host} (${h.store ?? '?'})`
+
+/** The writable hosts, and whether they are more than one store (a Galera cluster's nodes are one). */
+function writable (hosts: readonly HostState[]): { hosts: HostState[], stores: number } {
+  const up = hosts.filter((h) => h.state === 'writable')
+  return { hosts: up, stores: new Set(up.map((h) => h.server ?? h.host)).size }
+}
+
+export function createHostFence (options: HostFenceOptions): HostFence {
+  const { logger, census, inUse, onSplit } = options
+  const trusted = new Set(options.trusted ?? [])
+  const left = new Set((options.left ?? []).filter((s) => !trusted.has(s)))
+  let hosts: HostState[] = []
+  let checkedAt: Date | undefined
+  let split: Split | undefined
+  /** One census at a time: a refresh and a move at once share it. */
+  let running: Promise<void> | undefined
+
+  function record (states: HostState[]): void {
+    hosts = states
+    checkedAt = new Date()
+    const w = writable(states)
+    if (w.stores > 1) {
+      if (split === undefined) {
+        split = { hosts: w.hosts.map(describeHost), since: checkedAt }
+        logger.error({ writable: split.hosts, hosts: states.map((h) => `${describeHost(h)} ${h.state}`) },
+          'more than one host of leaf.jdbc.url answers writable: two instances could allocate the same IDs, one on each; nothing is allocated until all but one are read-only (SET GLOBAL read_only = 1 on the old primary)')
+        onSplit?.(true)
+      } else {
+        split.hosts = w.hosts.map(describeHost)
+      }
+    } else if (split !== undefined) {
+      logger.warn({ was: split.hosts, hosts: states.map((h) => `${describeHost(h)} ${h.state}`) }, 'at most one host of leaf.jdbc.url answers writable again: allocations resume')
+      split = undefined
+      onSplit?.(false)
+    }
+  }
+
+  async function check (): Promise<void> {
+    if (running === undefined) running = census().then(record).finally(() => { running = undefined })
+    await running
+  }
+
+  function blocked (): LeafError | undefined {
+    if (split === undefined) return undefined
+    return new LeafError('STORE_SPLIT', `More than one host of leaf.jdbc.url answers writable (${split.hosts.join(', ')}, since ${split.since.toISOString()}): nothing is allocated until all but one are read-only.`)
+  }
+
+  return {
+    check,
+    blocked,
+    refuses (store) {
+      return left.has(store)
+    },
+    async beforeMove (to) {
+      await check()
+      const refused = blocked()
+      if (refused !== undefined) {
+        logger.warn({ to, writable: split?.hosts }, 'host list not moved: more than one host answers writable')
+        throw refused
+      }
+    },
+    leave (store) {
+      if (trusted.has(store) || left.has(store)) return
+      left.add(store)
+      logger.warn({ store, left: [...left] }, 'segment store left in a failover: nothing is allocated on it again (the warm-start file keeps it; leaf.segment.trusted-stores lets it back)')
+    },
+    startRefusal () {
+      const w = writable(hosts)
+      if (hosts.length < 2 || w.hosts.length < hosts.length || w.stores < 2) return undefined
+      return `every host of leaf.jdbc.url answers writable (${w.hosts.map(describeHost).join(', ')}): two instances would hand out the same IDs, one on each; make all but the primary read-only (SET GLOBAL read_only = 1, and read_only=1 in their my.cnf), then start again`
+    },
+    leftStores () {
+      return [...left]
+    },
+    view () {
+      return {
+        hosts,
+        ...(checkedAt === undefined ? {} : { checkedAt }),
+        ...(split === undefined ? {} : { split }),
+        left: [...left],
+        ...(inUse === undefined ? {} : { inUse: inUse() }),
+      }
+    },
+  }
+}
