@@ -136,3 +136,69 @@ t.test('what says the host failed, not the statement: connection errors, timeout
     t.equal(hostFailed(err), false, JSON.stringify(err))
   }
 })
+
+t.test('with a gate: a store left is refused before anything is sent, a move reads every host first, a start begins at the host last used', async (t) => {
+  const other = new PrivateMariaDb(join(tempDir('leaf-hosts-'), 'mariadb'), await freePort())
+  await other.init()
+  t.teardown(() => other.stop('SIGKILL'))
+  // Another server_id than the suite's MariaDB: two stores, as an old primary and its promoted replica.
+  await other.query('SET GLOBAL server_id = 77')
+  const db = await createTestDatabase()
+  t.teardown(() => db.drop())
+  await other.query(`CREATE DATABASE \`${db.name}\``)
+  await other.query(`CREATE TABLE \`${db.name}\`.t (id INT PRIMARY KEY)`)
+  await other.query(`GRANT ALL PRIVILEGES ON \`${db.name}\`.* TO 'leaf'@'%'`)
+  await db.query('CREATE TABLE t (id INT PRIMARY KEY)')
+  const first = await createProxy(Number(server.port || 3306), { targetHost: server.hostname, protocol: 'mysql' })
+  t.teardown(() => first.close())
+  const hosts = [{ host: '127.0.0.1', port: first.port }, { host: '127.0.0.1', port: other.port }]
+  const options = { hosts, user: 'leaf', password: 'leaf', database: db.name, connectTimeoutMs: 1000, poolSize: 1, queryTimeoutMs: 1000 }
+
+  const census = createMysqlRunner(options)
+  t.teardown(() => census.close())
+  const states = await census.hosts()
+  t.match(states, [{ host: `127.0.0.1:${first.port}`, state: 'writable', store: /^server_id \d+$/ }, { host: `127.0.0.1:${other.port}`, state: 'writable', store: 'server_id 77' }])
+  const suiteStore = states[0]?.store as string
+  t.not(suiteStore, 'server_id 77')
+  await other.query('SET GLOBAL read_only = 1')
+  first.block()
+  const blocked = await census.hosts()
+  t.match(blocked, [{ state: 'unknown', error: /ECONNRESET|ECONNREFUSED|PROTOCOL_CONNECTION_LOST|closed/ }, { state: 'read-only', store: 'server_id 77' }], 'a host that does not answer is unknown; a read-only one is read')
+  first.unblock()
+  await other.query('SET GLOBAL read_only = 0')
+
+  // The suite's server is a store this instance left: nothing goes to it, the next host is used, after a census.
+  const moves: string[] = []
+  const left = createMysqlRunner({ ...options, gate: { refuses: (s) => s === suiteStore, beforeMove: async (to) => { moves.push(to) } } })
+  t.teardown(() => left.close())
+  await left.run('INSERT INTO t VALUES (1)')
+  t.same(await db.query('SELECT id FROM t'), [], 'nothing written on the store left')
+  t.same(await other.query(`SELECT id FROM \`${db.name}\`.t`), [{ id: 1 }], 'written on the next host')
+  t.same(moves, [`127.0.0.1:${other.port}`], 'the move was checked first')
+  t.equal(left.hostInUse(), `127.0.0.1:${other.port}`)
+
+  // A move the gate refuses (two hosts writable): the statement fails, and is sent nowhere.
+  const split = Object.assign(new Error('split'), { code: 'STORE_SPLIT' })
+  const refused = createMysqlRunner({ ...options, gate: { refuses: (s) => s === suiteStore, beforeMove: async () => { throw split } } })
+  t.teardown(() => refused.close())
+  await t.rejects(refused.run('INSERT INTO t VALUES (2)'), split)
+  t.same(await other.query(`SELECT id FROM \`${db.name}\`.t ORDER BY id`), [{ id: 1 }], 'not sent to the other host either')
+
+  // A start at the host the last life used: the first host is not touched.
+  const accepted = first.accepted
+  const resumed = createMysqlRunner({ ...options, startAt: `127.0.0.1:${other.port}`, gate: { refuses: () => false, beforeMove: async (to) => { moves.push(to) } } })
+  t.teardown(() => resumed.close())
+  await resumed.run('INSERT INTO t VALUES (3)')
+  t.equal(first.accepted, accepted, 'host 1 untouched')
+  t.same(await other.query(`SELECT id FROM \`${db.name}\`.t ORDER BY id`), [{ id: 1 }, { id: 3 }])
+  t.equal(moves.length, 1, 'no move, no census')
+
+  // The replication form writes through its source alone, whatever the list says.
+  const source = createMysqlRunner({ ...options, replication: true, startAt: `127.0.0.1:${other.port}` })
+  t.teardown(() => source.close())
+  t.equal(source.hostInUse(), `127.0.0.1:${first.port}`)
+  first.block()
+  await t.rejects(source.run('INSERT INTO t VALUES (4)'))
+  first.unblock()
+  t.same(await other.query(`SELECT id FROM \`${db.name}\`.t ORDER BY id`), [{ id: 1 }, { id: 3 }], 'never written through a replica')
+})
