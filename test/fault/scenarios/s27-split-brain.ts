@@ -147,7 +147,8 @@ export function splitBrain (trigger: SplitTrigger): (suite: Suite, report: Repor
           slots[slot] = await startLeaf(suite, trigger === 'restart' ? 'instance1-restarted' : 'instance3', options[slot] as LeafOptions)
           started++
         } catch (err) {
-          refusal = (err as Error).message.split('\n').find((l) => /STORE_SPLIT|writable|refus/i.test(l)) ?? (err as Error).message.slice(0, 300)
+          const line = (err as Error).message.split('\n').find((l) => l.includes('start refused: '))
+          refusal = line === undefined ? (err as Error).message.slice(0, 300) : line.slice(line.indexOf('start refused: ')).replace(/"[,}].*$/, '')
         }
       }
       await sleep(SPLIT_MS)
