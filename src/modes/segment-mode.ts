@@ -207,7 +207,9 @@ function fencedStore (store: SegmentStore, fence: HostFence): SegmentStore {
     async allocate (key, adapted) {
       const refused = fence.blocked()
       if (refused !== undefined) throw refused
-      return await store.allocate(key, adapted)
+      const allocation = await store.allocate(key, adapted)
+      fence.allocated()
+      return allocation
     },
   }
 }

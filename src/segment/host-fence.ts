@@ -15,6 +15,12 @@ import type { HostGate, HostState } from './store.js'
 //   so it cannot write through it either; a peer that reaches it and the promoted host sees
 //   both writable; a peer that reaches only the old primary refuses it if it left it, and the
 //   one left open is a new instance, with no memory, that reaches the old primary alone.
+// - A move goes only to a host this life saw read-only at some census (a replica, since
+//   promoted), or of the store in use (another node of its Galera cluster, another address of
+//   its server); before this life's first allocation, also to the one writable store. An old
+//   primary that was down all this life and comes back writable is never moved to: a new
+//   instance started after the failover has no store left to remember, and a blip on its path
+//   to the promoted host would otherwise take it there.
 // - At the start, a list whose hosts all answer writable refuses the start (startRefusal()).
 
 /** While more than one store of the list answers writable. */
@@ -54,6 +60,8 @@ export interface HostFence extends HostGate {
   check (): Promise<void>
   /** A store this instance failed over from (the guard's "store changed"). */
   leave (store: string): void
+  /** After an allocation was served: from now on a move needs a host seen read-only. */
+  allocated (): void
   /** STORE_SPLIT while more than one store answers writable; undefined otherwise. */
   blocked (): LeafError | undefined
   /**
@@ -83,10 +91,19 @@ export function createHostFence (options: HostFenceOptions): HostFence {
   let split: Split | undefined
   /** One census at a time: a refresh and a move at once share it. */
   let running: Promise<void> | undefined
+  /** Hosts seen read-only at a census of this life: replicas, which a promotion may make the primary. */
+  const seenReadOnly = new Set<string>()
+  /** Each host's store at the last census it answered. */
+  const storeOf = new Map<string, string>()
+  let hasAllocated = false
 
   function record (states: HostState[]): void {
     hosts = states
     checkedAt = new Date()
+    for (const h of states) {
+      if (h.state === 'read-only') seenReadOnly.add(h.host)
+      if (h.server !== undefined) storeOf.set(h.host, h.server)
+    }
     const w = writable(states)
     if (w.stores > 1) {
       if (split === undefined) {
@@ -121,12 +138,24 @@ export function createHostFence (options: HostFenceOptions): HostFence {
       return left.has(store)
     },
     async beforeMove (to) {
+      const from = inUse?.()
       await check()
       const refused = blocked()
       if (refused !== undefined) {
         logger.warn({ to, writable: split?.hosts }, 'host list not moved: more than one host answers writable')
         throw refused
       }
+      const target = hosts.find((h) => h.host === to)
+      const sameStore = from !== undefined && storeOf.get(to) !== undefined && storeOf.get(to) === storeOf.get(from)
+      const onlyWritable = !hasAllocated && target?.state === 'writable' && writable(hosts).stores === 1
+      // A host that never answered read-only (or not at all) in this life may be an old primary back.
+      if (!seenReadOnly.has(to) && !sameStore && !onlyWritable && target?.state !== 'read-only') {
+        logger.warn({ from, to, state: target?.state }, 'host list not moved: this instance never saw that host as a replica (read-only); restart it to start there, or make it read-only')
+        throw Object.assign(new Error(`${to} was never seen read-only (a replica) by this instance: not moved to (docs/production.md, Host lists that cannot split)`), { code: 'HOST_NOT_SEEN_AS_REPLICA' })
+      }
+    },
+    allocated () {
+      hasAllocated = true
     },
     leave (store) {
       if (trusted.has(store) || left.has(store)) return
