@@ -15,6 +15,8 @@ const REFRESH_MS = 1000
 const HOLD_MS = 3000
 const WAIT_TIMEOUT_MS = 1000
 const QUERY_TIMEOUT_MS = 1000
+/** The slowest answer allowed: the wait timeout, and 1 s for the answer's own path (as scenario 25). */
+const BOUND_MS = WAIT_TIMEOUT_MS + 1000
 /** The blip on instance 1's path to the promoted host (the review's). */
 const BLIP_MS = 2500
 /** How long both instances run once the old primary is back, writable. */
@@ -33,7 +35,7 @@ export type SplitTrigger = 'blip' | 'restart' | 'new instance'
  * - 28, `restart`: instance 1 stops gracefully and starts again, its warm-start file kept;
  * - 29, `new instance`: a third instance starts with no warm-start file.
  * Today's code then allocates the same ranges on both hosts (257,717 to 406,100 duplicates in
- * the review). With the host census (src/segment/stores/host-census.ts), every instance sees
+ * the review; 3,575, 3,841 and 8,536 here on 6ff4b57). With the host census (src/segment/stores/host-census.ts), every instance sees
  * two writable hosts and allocates nowhere (STORE_SPLIT), a start refuses, and once h1 is
  * fenced (read_only=1) the instances serve again from h2: 0 duplicates.
  */
@@ -98,6 +100,7 @@ export function splitBrain (trigger: SplitTrigger): (suite: Suite, report: Repor
             const code = answer.status === 0 ? 'no answer' : errorCode(answer) ?? String(answer.status)
             if (answer.sentAt >= splitAt) codes.set(code, (codes.get(code) ?? 0) + 1)
           }
+          if (answer.ms > BOUND_MS) report.failure(`instance ${i + 1}: an answer took ${fmtMs(answer.ms)} (bound ${fmtMs(BOUND_MS)})`)
           for (const x of ids ?? []) if (x > (servedAbove[i] as bigint)) servedAbove[i] = x
           if (ids !== undefined) lastServedAt[i] = performance.now()
         },
