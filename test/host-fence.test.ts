@@ -73,31 +73,38 @@ t.test('stores left are refused unless trusted; the file keeps them', async (t) 
   t.same(f.leftStores().sort(), ['server_id 1', 'server_id 2'])
 })
 
-t.test('a move goes to a host seen read-only in this life, or of the store in use, or, before the first allocation, to the one writable store', async (t) => {
+t.test('a move goes to a host seen read-only in this life, or of a store it wrote through, or, before the first allocation, to the one writable store', async (t) => {
   // A promotion: db2 was seen as a replica; db1 dies; db2 is promoted.
   const promoted = fence()
   promoted.set([writable(H1, 1), readOnly(H2, 2)])
   await promoted.f.check()
   promoted.f.allocated()
+  // A blip of db1: to db2 (a replica: its server refuses the statement), and back to db1.
+  promoted.set([unknown(H1), readOnly(H2, 2)])
+  await t.resolves(promoted.f.beforeMove(H2, H1), 'to a replica seen read-only: allowed')
+  promoted.set([writable(H1, 1), readOnly(H2, 2)])
+  await t.resolves(promoted.f.beforeMove(H1, H2), 'back to the store it wrote through')
+  // The promotion: db1 dies, db2 is promoted.
   promoted.set([unknown(H1), writable(H2, 2)])
-  await t.resolves(promoted.f.beforeMove(H2), 'to a replica seen read-only: allowed')
+  await t.resolves(promoted.f.beforeMove(H2, H1))
   promoted.use(H2)
-  // db1 comes back writable while db2 is cut off from this instance: db1 was never seen read-only.
-  promoted.set([writable(H1, 1), unknown(H2)])
-  await t.rejects(promoted.f.beforeMove(H1), { code: 'HOST_NOT_SEEN_AS_REPLICA' }, 'an old primary back is not moved to')
+  // db1 back writable, db2 cut off from this instance: db1 is the store this instance left
+  // (the guard's leave()), refused by its identity before any statement.
+  promoted.f.leave('server_id 1')
+  t.equal(promoted.f.refuses('server_id 1'), true)
   // Both reachable: a split.
   promoted.set([writable(H1, 1), writable(H2, 2)])
-  await t.rejects(promoted.f.beforeMove(H1), { code: 'STORE_SPLIT' })
+  await t.rejects(promoted.f.beforeMove(H1, H2), { code: 'STORE_SPLIT' })
 
   // A new instance started after the failover: db1 down at its start, db2 the one writable store.
   const late = fence()
   late.set([unknown(H1), writable(H2, 2)])
   await late.f.check()
-  await t.resolves(late.f.beforeMove(H2), 'before the first allocation: to the one writable store')
+  await t.resolves(late.f.beforeMove(H2, H1), 'before the first allocation: to the one writable store')
   late.use(H2)
   late.f.allocated()
   late.set([writable(H1, 1), unknown(H2)])
-  await t.rejects(late.f.beforeMove(H1), { code: 'HOST_NOT_SEEN_AS_REPLICA' }, 'the blip that sent the review\'s instances back to the old primary')
+  await t.rejects(late.f.beforeMove(H1, H2), { code: 'HOST_NOT_SEEN_AS_REPLICA' }, 'the blip that sent the review\'s instances back to the old primary: never seen read-only, never written through')
 
   // Another address of the store in use.
   const alias = fence()
@@ -105,5 +112,5 @@ t.test('a move goes to a host seen read-only in this life, or of the store in us
   await alias.f.check()
   alias.f.allocated()
   alias.set([unknown(H1), { ...writable(H2, 1), server: 'server_id 1 at db1:3306' }])
-  await t.resolves(alias.f.beforeMove(H2), 'the same server')
+  await t.resolves(alias.f.beforeMove(H2, H1), 'the same server')
 })

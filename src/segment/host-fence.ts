@@ -16,11 +16,12 @@ import type { HostGate, HostState } from './store.js'
 //   both writable; a peer that reaches only the old primary refuses it if it left it, and the
 //   one left open is a new instance, with no memory, that reaches the old primary alone.
 // - A move goes only to a host this life saw read-only at some census (a replica, since
-//   promoted), or of the store in use (another node of its Galera cluster, another address of
-//   its server); before this life's first allocation, also to the one writable store. An old
-//   primary that was down all this life and comes back writable is never moved to: a new
-//   instance started after the failover has no store left to remember, and a blip on its path
-//   to the promoted host would otherwise take it there.
+//   promoted), or to a store this life already wrote through (back to a primary after a blip;
+//   another node of its Galera cluster, another address of its server); before this life's
+//   first allocation, also to the one writable store. An old primary that was down all this
+//   life and comes back writable is never moved to: a new instance started after the failover
+//   has no store left to remember, and a blip on its path to the promoted host would otherwise
+//   take it there. (A store this life left is refused by its identity anyway.)
 // - At the start, a list whose hosts all answer writable refuses the start (startRefusal()).
 
 /** While more than one store of the list answers writable. */
@@ -93,8 +94,10 @@ export function createHostFence (options: HostFenceOptions): HostFence {
   let running: Promise<void> | undefined
   /** Hosts seen read-only at a census of this life: replicas, which a promotion may make the primary. */
   const seenReadOnly = new Set<string>()
-  /** Each host's store at the last census it answered. */
+  /** Each host's store (HostState.server) at the last census it answered. */
   const storeOf = new Map<string, string>()
+  /** Stores this life wrote through: the host it started at, and each it moved to. */
+  const used = new Set<string>()
   let hasAllocated = false
 
   function record (states: HostState[]): void {
@@ -137,19 +140,23 @@ export function createHostFence (options: HostFenceOptions): HostFence {
     refuses (store) {
       return left.has(store)
     },
-    async beforeMove (to) {
-      const from = inUse?.()
+    async beforeMove (to, from) {
       await check()
       const refused = blocked()
       if (refused !== undefined) {
         logger.warn({ to, writable: split?.hosts }, 'host list not moved: more than one host answers writable')
         throw refused
       }
+      const fromStore = storeOf.get(from)
+      if (fromStore !== undefined) used.add(fromStore)
       const target = hosts.find((h) => h.host === to)
-      const sameStore = from !== undefined && storeOf.get(to) !== undefined && storeOf.get(to) === storeOf.get(from)
+      const toStore = storeOf.get(to)
       const onlyWritable = !hasAllocated && target?.state === 'writable' && writable(hosts).stores === 1
-      // A host that never answered read-only (or not at all) in this life may be an old primary back.
-      if (!seenReadOnly.has(to) && !sameStore && !onlyWritable && target?.state !== 'read-only') {
+      // A host that never answered read-only (or not at all) in this life, of a store it never
+      // wrote through, may be an old primary back.
+      const allowed = seenReadOnly.has(to) || (toStore !== undefined && used.has(toStore)) || onlyWritable || target?.state === 'read-only'
+      if (allowed && toStore !== undefined) used.add(toStore)
+      if (!allowed) {
         logger.warn({ from, to, state: target?.state }, 'host list not moved: this instance never saw that host as a replica (read-only); restart it to start there, or make it read-only')
         throw Object.assign(new Error(`${to} was never seen read-only (a replica) by this instance: not moved to (docs/production.md, Host lists that cannot split)`), { code: 'HOST_NOT_SEEN_AS_REPLICA' })
       }

@@ -132,10 +132,11 @@ export interface HostGate {
   /** True for a store identity this instance failed over from: nothing is sent to it. */
   refuses (store: string): boolean
   /**
-   * Before the first statement on another host than the last one checked: reads every host
-   * again, and rejects (STORE_SPLIT) while more than one answers writable.
+   * Before the first statement on another host (`to`) than the last one checked (`from`):
+   * reads every host again, and rejects while more than one answers writable (STORE_SPLIT), or
+   * when `to` may be an old primary back (segment/host-fence.ts).
    */
-  beforeMove (to: string): Promise<void>
+  beforeMove (to: string, from: string): Promise<void>
 }
 
 /** max_id cannot move by the step without passing 2^63 - 1: the tag's ID space has ended. */

@@ -119,7 +119,7 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
     for (const i of candidates()) {
       if (i !== passed && gate !== undefined) {
         // A split refuses the statement itself, not this host: the caller gets it.
-        await gate.beforeMove(name(i))
+        await gate.beforeMove(name(i), name(passed))
         passed = i
       }
       try {
