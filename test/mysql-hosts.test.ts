@@ -1,10 +1,11 @@
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { BACKOFF_MAX_MS, createMysqlRunner, hostFailed } from '../src/segment/stores/mysql-hosts.js'
+import { createHostFence } from '../src/segment/host-fence.js'
 import { createMysqlStore } from '../src/segment/stores/mysql-store.js'
 import { PrivateMariaDb } from './fault/services.js'
 import { tempDir } from './helpers/config.js'
-import { captureLogger } from './helpers/logger.js'
+import { captureLogger, silentLogger } from './helpers/logger.js'
 import { createTestDatabase, TEST_MYSQL } from './helpers/mysql.js'
 import { freePort } from './helpers/ports.js'
 import { createProxy } from './helpers/tcp-proxy.js'
@@ -201,4 +202,22 @@ t.test('with a gate: a store left is refused before anything is sent, a move rea
   await t.rejects(source.run('INSERT INTO t VALUES (4)'))
   first.unblock()
   t.same(await other.query(`SELECT id FROM \`${db.name}\`.t ORDER BY id`), [{ id: 1 }, { id: 3 }], 'never written through a replica')
+
+  // With the segment mode's fence: a blip of the primary sends a statement to the replica (which
+  // refuses it), and the next goes back to the primary, a store this life wrote through.
+  await other.query('SET GLOBAL read_only = 1')
+  const runner = createMysqlRunner({ ...options, gate: { refuses: (s) => fence.refuses(s), beforeMove: (to, from) => fence.beforeMove(to, from) } })
+  const fence = createHostFence({ logger: silentLogger, census: () => runner.hosts() })
+  t.teardown(() => runner.close())
+  await fence.check()
+  await runner.run('INSERT INTO t VALUES (10)')
+  fence.allocated()
+  first.block()
+  await t.rejects(runner.run('INSERT INTO t VALUES (11)'), 'the primary cut, the replica refuses')
+  first.unblock()
+  await new Promise((resolve) => setTimeout(resolve, 250))
+  await runner.run('INSERT INTO t VALUES (12)')
+  t.same(await db.query('SELECT id FROM t WHERE id >= 10 ORDER BY id'), [{ id: 10 }, { id: 12 }], 'back on the primary')
+  t.equal(fence.view().split, undefined)
+  await other.query('SET GLOBAL read_only = 0')
 })
