@@ -150,6 +150,7 @@ export function splitBrain (trigger: SplitTrigger): (suite: Suite, report: Repor
           slots[slot] = await startLeaf(suite, trigger === 'restart' ? 'instance1-restarted' : 'instance3', options[slot] as LeafOptions)
           started++
         } catch (err) {
+          report.check(/exited with 1 before listening/.test((err as Error).message), `the refused start did not exit 1 before listening: ${(err as Error).message.slice(0, 200)}`)
           const line = (err as Error).message.split('\n').find((l) => l.includes('start refused: '))
           refusal = line === undefined ? (err as Error).message.slice(0, 300) : line.slice(line.indexOf('start refused: ')).replace(/"[,}].*$/, '')
         }
