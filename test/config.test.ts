@@ -101,6 +101,7 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   'leaf.segment.failover-hold-ms': { read: (c) => c.segment.failoverHoldMs, a: ['7000', 7000], b: ['9000', 9000] },
   'leaf.segment.buffer-seconds': { read: (c) => c.segment.bufferSeconds, a: ['30', 30], b: ['0', 0] },
   'leaf.segment.max-buffered-segments': { read: (c) => c.segment.maxBufferedSegments, a: ['2', 2], b: ['16', 16] },
+  'leaf.segment.trusted-stores': { read: (c) => c.segment.trustedStores, a: ['server_id 1', ['server_id 1']], b: ['server_id  2, galera cluster 0f3c-77ab', ['server_id 2', 'galera cluster 0f3c-77ab']] },
   'leaf.segment.state-file': { read: (c) => c.segment.stateFile, a: ['/var/lib/leaf/state.json', '/var/lib/leaf/state.json'], b: ['off', undefined] },
   'leaf.batch.max': { read: (c) => c.batchMax, a: ['500', 500], b: ['600', 600] },
   'leaf.snowflake.enable': { read: (c) => c.snowflake.enabled, a: ['true', true], b: ['false', false] },
@@ -190,6 +191,8 @@ t.test('bad values stop the start, naming the key', async (t) => {
     [{}, ['--server.port=70000'], 'server.port', /out of range/],
     [{ LEAF_JDBC_URL: 'redis://x/y' }, [], 'leaf.jdbc.url', /unknown scheme "redis" \(use jdbc:mysql:\/\/, mysql:\/\/, jdbc:postgresql:\/\/, postgres:\/\/ or sqlite:\)/],
     [{ LEAF_JDBC_URL: 'postgres://db' }, [], 'leaf.jdbc.url', /must name one database/],
+    [{ LEAF_JDBC_URL: 'jdbc:mysql:loadbalance://h1,h2/leaf' }, [], 'leaf.jdbc.url', /uses the mysql:loadbalance:\/\/ form, which Leaf-TS does not read/],
+    [{}, ['--leaf.segment.trusted-stores=server_id 1,db1:3306'], 'leaf.segment.trusted-stores', /"db1:3306" is not a store identity/],
     [{ LEAF_SEGMENT_ENABLE: 'yes' }, [], 'leaf.segment.enable', /not true or false/],
     [{ LEAF_CONFIG: '/nonexistent/leaf.properties' }, [], 'LEAF_CONFIG', /cannot read \/nonexistent\/leaf\.properties \(ENOENT\)/],
     [{}, ['--config=/nonexistent/leaf.properties'], '--config', /cannot read/],
@@ -268,6 +271,29 @@ t.test('JDBC URLs in every accepted form', async (t) => {
   // A password with an unencoded '/' ends the host list inside it: the error names no part of it.
   t.throws(() => parseJdbcUrl('mysql://leaf:s3cr/et@db/leaf', '', ''), { message: 'leaf.jdbc.url: has a host list that cannot be read: a user or password with \'/\', \'?\' or \'#\' must be percent-encoded' })
   t.match(parseJdbcUrl('jdbc:mysql://db/leaf?user=leaf@server', '', ''), { hosts: [{ host: 'db' }], user: 'leaf@server' }, 'an \'@\' in a query parameter is no credential')
+})
+
+t.test('Connector/J and MariaDB Connector/J host-list forms: read, or refused in one line naming the form', async (t) => {
+  const two = [{ host: 'h1', port: 3306 }, { host: 'h2', port: 3307 }]
+  t.same(parseJdbcUrl('jdbc:mysql:replication://h1,h2:3307/leaf', 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf', replication: true },
+    'replication: the source first, written alone')
+  t.same(parseJdbcUrl('jdbc:mariadb:replication://h1,h2:3307/leaf', 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf', replication: true })
+  for (const form of ['jdbc:mariadb:sequential', 'jdbc:mariadb:failover', 'jdbc:mariadb', 'jdbc:mysql']) {
+    t.same(parseJdbcUrl(`${form}://h1,h2:3307/leaf`, 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf' }, `${form}: a failover list`)
+  }
+  for (const [url, form] of [
+    ['jdbc:mysql:loadbalance://h1,h2/leaf', 'mysql:loadbalance'],
+    ['jdbc:mariadb:loadbalance://h1,h2/leaf', 'mariadb:loadbalance'],
+    ['jdbc:mariadb:aurora://cluster/leaf', 'mariadb:aurora'],
+    ['jdbc:mysql:srv://_mysql._tcp.example/leaf', 'mysql:srv'],
+    ['jdbc:mysql:fabric://h/leaf', 'mysql:fabric'],
+  ] as const) {
+    const err = t.throws(() => parseJdbcUrl(url, '', '')) as Error
+    t.equal(err.name, 'ConfigError', url)
+    t.match(err.message, new RegExp(`^leaf\\.jdbc\\.url: uses the ${form}:// form, which Leaf-TS does not read: `), url)
+    t.notMatch(err.message, /unknown scheme|\n/, url)
+  }
+  t.match((t.throws(() => parseJdbcUrl('jdbc:mysql:loadbalance://h1,h2/leaf', '', '')) as Error).message, /split brain by design/)
 })
 
 t.test('PostgreSQL URLs: Java\'s jdbc:postgresql:// with the user and password keys, and libpq\'s postgres:// and postgresql://', async (t) => {

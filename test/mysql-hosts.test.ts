@@ -1,10 +1,11 @@
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { BACKOFF_MAX_MS, createMysqlRunner, hostFailed } from '../src/segment/stores/mysql-hosts.js'
+import { createHostFence } from '../src/segment/host-fence.js'
 import { createMysqlStore } from '../src/segment/stores/mysql-store.js'
 import { PrivateMariaDb } from './fault/services.js'
 import { tempDir } from './helpers/config.js'
-import { captureLogger } from './helpers/logger.js'
+import { captureLogger, silentLogger } from './helpers/logger.js'
 import { createTestDatabase, TEST_MYSQL } from './helpers/mysql.js'
 import { freePort } from './helpers/ports.js'
 import { createProxy } from './helpers/tcp-proxy.js'
@@ -135,4 +136,88 @@ t.test('what says the host failed, not the statement: connection errors, timeout
   for (const err of [{ errno: 1062, code: 'ER_DUP_ENTRY' }, { errno: 1213, code: 'ER_LOCK_DEADLOCK' }, { code: 'ER_ACCESS_DENIED_ERROR', errno: 1045 }, new Error('no MySQL connection free within 300 ms')]) {
     t.equal(hostFailed(err), false, JSON.stringify(err))
   }
+})
+
+t.test('with a gate: a store left is refused before anything is sent, a move reads every host first, a start begins at the host last used', async (t) => {
+  const other = new PrivateMariaDb(join(tempDir('leaf-hosts-'), 'mariadb'), await freePort())
+  await other.init()
+  t.teardown(() => other.stop('SIGKILL'))
+  // Another server_id than the suite's MariaDB: two stores, as an old primary and its promoted replica.
+  await other.query('SET GLOBAL server_id = 77')
+  const db = await createTestDatabase()
+  t.teardown(() => db.drop())
+  await other.query(`CREATE DATABASE \`${db.name}\``)
+  await other.query(`CREATE TABLE \`${db.name}\`.t (id INT PRIMARY KEY)`)
+  await other.query(`GRANT ALL PRIVILEGES ON \`${db.name}\`.* TO 'leaf'@'%'`)
+  await db.query('CREATE TABLE t (id INT PRIMARY KEY)')
+  const first = await createProxy(Number(server.port || 3306), { targetHost: server.hostname, protocol: 'mysql' })
+  t.teardown(() => first.close())
+  const hosts = [{ host: '127.0.0.1', port: first.port }, { host: '127.0.0.1', port: other.port }]
+  const options = { hosts, user: 'leaf', password: 'leaf', database: db.name, connectTimeoutMs: 1000, poolSize: 1, queryTimeoutMs: 1000 }
+
+  const census = createMysqlRunner(options)
+  t.teardown(() => census.close())
+  const states = await census.hosts()
+  t.match(states, [{ host: `127.0.0.1:${first.port}`, state: 'writable', store: /^server_id \d+$/ }, { host: `127.0.0.1:${other.port}`, state: 'writable', store: 'server_id 77' }])
+  const suiteStore = states[0]?.store as string
+  t.not(suiteStore, 'server_id 77')
+  await other.query('SET GLOBAL read_only = 1')
+  first.block()
+  const blocked = await census.hosts()
+  t.match(blocked, [{ state: 'unknown', error: /ECONNRESET|ECONNREFUSED|PROTOCOL_CONNECTION_LOST|closed/ }, { state: 'read-only', store: 'server_id 77' }], 'a host that does not answer is unknown; a read-only one is read')
+  first.unblock()
+  await other.query('SET GLOBAL read_only = 0')
+
+  // The suite's server is a store this instance left: nothing goes to it, the next host is used, after a census.
+  const moves: string[] = []
+  const left = createMysqlRunner({ ...options, gate: { refuses: (s) => s === suiteStore, beforeMove: async (to) => { moves.push(to) } } })
+  t.teardown(() => left.close())
+  await left.run('INSERT INTO t VALUES (1)')
+  t.same(await db.query('SELECT id FROM t'), [], 'nothing written on the store left')
+  t.same(await other.query(`SELECT id FROM \`${db.name}\`.t`), [{ id: 1 }], 'written on the next host')
+  t.same(moves, [`127.0.0.1:${other.port}`], 'the move was checked first')
+  t.equal(left.hostInUse(), `127.0.0.1:${other.port}`)
+
+  // A move the gate refuses (two hosts writable): the statement fails, and is sent nowhere.
+  const split = Object.assign(new Error('split'), { code: 'STORE_SPLIT' })
+  const refused = createMysqlRunner({ ...options, gate: { refuses: (s) => s === suiteStore, beforeMove: async () => { throw split } } })
+  t.teardown(() => refused.close())
+  await t.rejects(refused.run('INSERT INTO t VALUES (2)'), split)
+  t.same(await other.query(`SELECT id FROM \`${db.name}\`.t ORDER BY id`), [{ id: 1 }], 'not sent to the other host either')
+
+  // A start at the host the last life used: the first host is not touched.
+  const accepted = first.accepted
+  const resumed = createMysqlRunner({ ...options, startAt: `127.0.0.1:${other.port}`, gate: { refuses: () => false, beforeMove: async (to) => { moves.push(to) } } })
+  t.teardown(() => resumed.close())
+  await resumed.run('INSERT INTO t VALUES (3)')
+  t.equal(first.accepted, accepted, 'host 1 untouched')
+  t.same(await other.query(`SELECT id FROM \`${db.name}\`.t ORDER BY id`), [{ id: 1 }, { id: 3 }])
+  t.equal(moves.length, 1, 'no move, no census')
+
+  // The replication form writes through its source alone, whatever the list says.
+  const source = createMysqlRunner({ ...options, replication: true, startAt: `127.0.0.1:${other.port}` })
+  t.teardown(() => source.close())
+  t.equal(source.hostInUse(), `127.0.0.1:${first.port}`)
+  first.block()
+  await t.rejects(source.run('INSERT INTO t VALUES (4)'))
+  first.unblock()
+  t.same(await other.query(`SELECT id FROM \`${db.name}\`.t ORDER BY id`), [{ id: 1 }, { id: 3 }], 'never written through a replica')
+
+  // With the segment mode's fence: a blip of the primary sends a statement to the replica (which
+  // refuses it), and the next goes back to the primary, a store this life wrote through.
+  await other.query('SET GLOBAL read_only = 1')
+  const runner = createMysqlRunner({ ...options, gate: { refuses: (s) => fence.refuses(s), beforeMove: (to, from) => fence.beforeMove(to, from) } })
+  const fence = createHostFence({ logger: silentLogger, census: () => runner.hosts() })
+  t.teardown(() => runner.close())
+  await fence.check()
+  await runner.run('INSERT INTO t VALUES (10)')
+  fence.allocated()
+  first.block()
+  await t.rejects(runner.run('INSERT INTO t VALUES (11)'), 'the primary cut, the replica refuses')
+  first.unblock()
+  await new Promise((resolve) => setTimeout(resolve, 250))
+  await runner.run('INSERT INTO t VALUES (12)')
+  t.same(await db.query('SELECT id FROM t WHERE id >= 10 ORDER BY id'), [{ id: 10 }, { id: 12 }], 'back on the primary')
+  t.equal(fence.view().split, undefined)
+  await other.query('SET GLOBAL read_only = 0')
 })

@@ -153,6 +153,17 @@ t.test('durations and sparklines for a person', async (t) => {
   t.match(sparkline([0, 10], 100, 20), /points="0\.0,19\.0 100\.0,1\.0"/, 'the peak at the top')
 })
 
+t.test('the instance panel shows a host list\'s census: the host in use, each state, a split, the stores left', async (t) => {
+  const hosts = [
+    { host: 'db1:3306', state: 'writable' as const, store: 'server_id 1' },
+    { host: 'db2:3306', state: 'writable' as const, store: 'server_id 2' },
+    { host: 'db3:3306', state: 'unknown' as const, error: 'ECONNREFUSED' },
+  ]
+  const split = renderCachePage({ ...instance, hosts: { hosts, inUse: 'db2:3306', left: ['server_id 1'], split: { hosts: ['db1:3306 (server_id 1)', 'db2:3306 (server_id 2)'], since: new Date() } } }, tagsOf([]), undefined, TWEPOCH)
+  t.match(split, /<dd data-hosts><span class="badge bad">STORE_SPLIT: db1:3306 \(server_id 1\), db2:3306 \(server_id 2\) writable, nothing allocated<\/span> · db1:3306 writable server_id 1, db2:3306 \(in use\) writable server_id 2, db3:3306 unknown · left, never written again: server_id 1<\/dd>/)
+  t.notMatch(renderCachePage(instance, undefined, undefined, TWEPOCH), /data-hosts/, 'no host list: no line')
+})
+
 t.test('the instance panel names the store the max_id guard sees, and the failovers it caught', async (t) => {
   const none = renderCachePage({ ...instance, failover: { holdingMs: 0, raisesOwed: 0, regressions: 0, store: 'server_id 1' } }, tagsOf([]), undefined, TWEPOCH)
   t.match(none, /<dd data-failovers>none · answering: server_id 1<\/dd>/)

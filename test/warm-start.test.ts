@@ -99,6 +99,15 @@ t.test('the file is written whole, and read back', async (t) => {
   t.throws(() => readWarmState(file), /not a warm-start file/, 'an empty identity is refused')
 })
 
+t.test('a host list\'s state (the host in use, the stores left) is written and read back; a malformed one is left out', async (t) => {
+  const file = join(tempDir(), 'state.json')
+  const hostList = { where: 'mysql database leaf', inUse: 'db2:3306', left: ['server_id 1'] }
+  writeWarmState(file, { owner: 'life-2', tags: [], hostList })
+  t.same(readWarmState(file), { owner: 'life-2', tags: [], hostList })
+  writeFileSync(file, JSON.stringify({ version: 1, owner: 'life-2', tags: [], hostList: { where: 'mysql database leaf', left: 'server_id 1' } }))
+  t.same(readWarmState(file), { owner: 'life-2', tags: [] }, 'a list that is not one: dropped, not taken for "no store left"')
+})
+
 t.test('warm start skipped when the tag list cannot load at start; a tag at the end of its ID space is named by /readyz', async (t) => {
   const { values, sql, file } = setup()
   writeWarmState(file, { owner: 'me', tags: ['order'] })

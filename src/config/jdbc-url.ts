@@ -5,8 +5,12 @@ export interface MysqlHost { host: string, port: number }
 
 export type StoreConfig =
   | { kind: 'sqlite', path: string }
-  /** `hosts` in the URL's order: the first that answers and is writable is used (stores/mysql-hosts.ts). */
-  | { kind: 'mysql', hosts: MysqlHost[], user: string, password: string, database: string }
+  /**
+   * `hosts` in the URL's order: the first that answers and is writable is used (stores/mysql-hosts.ts).
+   * `replication` (Connector/J's `jdbc:mysql:replication://`): the first host is the source and
+   * the only one written; the others are replicas, which must answer read-only.
+   */
+  | { kind: 'mysql', hosts: MysqlHost[], user: string, password: string, database: string, replication?: true }
   /** One PostgreSQL server (stores/postgres-store.ts). */
   | { kind: 'postgres', host: string, port: number, user: string, password: string, database: string }
 
@@ -31,6 +35,8 @@ export function parseJdbcUrl (url: string, username: string, password: string): 
     if (path === '') throw new ConfigError(URL_KEY, 'sqlite: needs a file path, e.g. sqlite:./data/leaf.db')
     return { kind: 'sqlite', path }
   }
+  const form = /^(?:jdbc:)?(mysql|mariadb):([a-z][a-z0-9+.-]*):\/\//i.exec(value)
+  if (form !== null) return parseMysqlForm(value, form[1] as string, (form[2] as string).toLowerCase(), username, password)
   const kind = /^(jdbc:)?(mysql|mariadb):\/\//.test(value)
     ? 'mysql'
     : /^(jdbc:postgresql|postgres|postgresql):\/\//.test(value) ? 'postgres' : undefined
@@ -80,6 +86,36 @@ export function parseJdbcUrl (url: string, username: string, password: string): 
   // node-postgres connects to one server; a failover list is the job of a proxy or a virtual IP.
   if (host === undefined || others.length > 0) throw new ConfigError(URL_KEY, 'names several PostgreSQL hosts: give one (a proxy or virtual IP in front of a failover pair)')
   return { kind, host: host.host, port: host.port, user, password: pass, database }
+}
+
+/**
+ * Why a host-list form of Connector/J (`jdbc:mysql:<form>://`) or MariaDB Connector/J
+ * (`jdbc:mariadb:<form>://`) is refused: each would write through more than one server, or
+ * through one the URL does not name. docs/configuration.md lists the forms.
+ */
+const REFUSED_FORMS: Record<string, string> = {
+  loadbalance: 'it spreads writes over every host, and two writable hosts hand out the same IDs (a split brain by design): give the hosts as a failover list (jdbc:mysql://h1,h2/leaf) or the source first in jdbc:mysql:replication://',
+  'load-balance-read': 'it spreads writes over every host, and two writable hosts hand out the same IDs: give the hosts as a failover list (jdbc:mysql://h1,h2/leaf)',
+  aurora: 'the driver finds the writer itself, out of sight of Leaf-TS: give the writer endpoint of the cluster as the one host (jdbc:mysql://writer-endpoint:3306/leaf)',
+  srv: 'the hosts come from DNS SRV records, out of sight of Leaf-TS: give them as a failover list (jdbc:mysql://h1,h2/leaf)',
+  'replication+srv': 'the hosts come from DNS SRV records, out of sight of Leaf-TS: give them in jdbc:mysql:replication://source,replica/leaf',
+  'loadbalance+srv': 'it spreads writes over every host: give the hosts as a failover list (jdbc:mysql://h1,h2/leaf)',
+}
+
+/**
+ * `jdbc:mysql:<form>://...` and `jdbc:mariadb:<form>://...`: `sequential` and `failover` are the
+ * plain failover list; `replication` names the source first and its replicas after it; the
+ * rest are refused in one line naming the form.
+ */
+function parseMysqlForm (value: string, driver: string, form: string, username: string, password: string): StoreConfig {
+  const rest = value.slice(value.indexOf('://'))
+  if (form === 'sequential' || form === 'failover') return parseJdbcUrl(`jdbc:mysql${rest}`, username, password)
+  if (form === 'replication') {
+    const store = parseJdbcUrl(`jdbc:mysql${rest}`, username, password)
+    return store.kind === 'mysql' ? { ...store, replication: true } : store
+  }
+  const why = REFUSED_FORMS[form] ?? 'Leaf-TS reads jdbc:mysql://h1,h2/leaf (a failover list, also jdbc:mariadb:sequential:// and failover://) and jdbc:mysql:replication://source,replica/leaf'
+  throw new ConfigError(URL_KEY, `uses the ${driver}:${form}:// form, which Leaf-TS does not read: ${why}`)
 }
 
 /** `host`, `host:port`, `[v6]` or `[v6]:port`; the error names the part it could not read. */

@@ -49,6 +49,13 @@ function optionalInt (min: number, max: number): Parser<number | undefined> {
 
 const port = int(0, 65535)
 
+/** A store identity as the max_id guard and /cache name it (segment/stores/server-identity.ts). */
+const STORE_IDENTITY = /^(server_id \d+|galera cluster [0-9a-fA-F-]+)$/
+const storeList: Parser<string[]> = (raw, key) => raw.split(',').map((s) => s.trim().replace(/\s+/g, ' ')).filter((s) => s !== '').map((s) => {
+  if (!STORE_IDENTITY.test(s)) throw new ConfigError(key, `"${s}" is not a store identity: write "server_id N" or "galera cluster <uuid>", as /cache and the failover log name it`)
+  return s
+})
+
 /** The widest worker field any layout may have leaves room for time and sequence: 2^31 - 1 ids. */
 const MAX_ANY_WORKER_ID = 2 ** 31 - 1
 
@@ -97,6 +104,7 @@ export const KEYS = {
   'leaf.segment.wait-timeout-ms': key('3000', int(1, 600_000), 'How long a request waits for a segment load before `SEGMENTS_NOT_READY`.'),
   'leaf.segment.refresh-interval-ms': key('60000', int(10, 86_400_000), 'How often the tag list is re-read from the table.'),
   'leaf.segment.failover-hold-ms': key('', optionalInt(0, 86_400_000), 'After a store failover that may have lost allocations (its identity changed, or a range came back below one served), how long new allocations are held while the buffer serves on, for every peer to raise `max_id` above what it served; empty: two `refresh-interval-ms`, since every peer reads the store at least that often, plus for each host of the URL the connect timeout and three query timeouts a refresh may take (docs/production.md).'),
+  'leaf.segment.trusted-stores': key('', storeList, 'Store identities (`server_id 1`, `galera cluster <uuid>`, comma-separated) this instance may write through again although it failed over from them: the warm-start file keeps every store it left, and nothing is allocated on one of those (docs/production.md, Host lists).'),
   'leaf.segment.buffer-seconds': key('60', int(0, 86_400), 'Seconds of each tag\'s recent issue rate kept buffered, counting every loaded segment: further segments are loaded ahead (one at a time, by Leaf\'s step rule) to keep it; 0: Leaf\'s double buffer alone.'),
   'leaf.segment.max-buffered-segments': key('8', int(2, 64), 'Most segments a tag holds, the current one included; 2 is Leaf\'s double buffer.'),
   'leaf.segment.state-file': key('', text, 'The warm-start file: the tags that served in the last minute before a graceful stop, loaded first at the next start; empty: `segment-state-<server.port>.json` beside the SQLite file, or in `./data` with MySQL (none with `server.port=0`); `off`: no warm start.'),

@@ -33,6 +33,8 @@ export interface Config {
     maxBufferedSegments: number
     /** The warm-start file's path; undefined: no warm start. */
     stateFile: string | undefined
+    /** leaf.segment.trusted-stores: stores left in a failover that may be written again (segment/host-fence.ts). */
+    trustedStores: string[]
   }
   snowflake: SnowflakeConfig
 }
@@ -163,6 +165,7 @@ function toConfig (p: ParsedConfig): Config {
       bufferSeconds: p['leaf.segment.buffer-seconds'],
       maxBufferedSegments: p['leaf.segment.max-buffered-segments'],
       stateFile: stateFile(p),
+      trustedStores: p['leaf.segment.trusted-stores'],
     },
     snowflake: {
       enabled: p['leaf.snowflake.enable'],

@@ -87,6 +87,7 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
       ratesAgeMs: segment?.generator.ratesAgeMs(),
       store: segment === undefined ? undefined : describeStore(app.leaf.config.segment.store),
       failover: segment?.guard.view(),
+      hosts: segment?.hosts?.view(),
       readiness: await checkReadiness(app.leaf),
       errors: app.leaf.metrics.errorCounts(),
     }, segment === undefined ? undefined : { ...segment.generator.viewPage(query), ...query }, snowflake?.lease.status(), twepoch, snowflake === undefined

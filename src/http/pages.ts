@@ -1,6 +1,7 @@
 import type { LeafAllocRow } from '../segment/store.js'
 import { neverLoaded, type SegmentBufferView, type ViewPage } from '../segment/segment-views.js'
 import { MIN_HORIZON_RATE, horizonSeconds } from '../segment/rate-meter.js'
+import type { HostFenceView } from '../segment/host-fence.js'
 import type { GuardView } from '../segment/max-id-guard.js'
 import type { LeaseStatus } from '../snowflake/worker-id/source.js'
 import { CRITICAL_SECONDS_LEFT, WARN_SECONDS_LEFT, YEAR_SECONDS } from '../snowflake/time-left.js'
@@ -72,6 +73,8 @@ export interface InstanceView {
   store: string | undefined
   /** The max_id guard: the store it last saw, the failovers it caught. */
   failover?: GuardView
+  /** A MySQL host list's last census (segment/host-fence.ts). */
+  hosts?: HostFenceView
   readiness: { ready: boolean, reason?: string, modes: Record<string, { ready: boolean, reason?: string }> }
   /** ID requests that failed, by mode and code, since the start. */
   errors: { mode: string, code: string, count: number }[]
@@ -190,7 +193,7 @@ function instancePanel (i: InstanceView, snowflake: LeaseStatus | undefined): st
     `${i.readiness.ready ? '<span class="badge ok">ready</span>' : '<span class="badge bad">not ready</span>'}</div><dl>
 <dt>uptime</dt><dd>${escapeHtml(duration(i.uptimeSeconds))} (Node ${escapeHtml(i.node)})</dd>
 <dt>database</dt><dd>${i.store === undefined ? 'segment mode off' : escapeHtml(i.store)}</dd>
-${i.failover === undefined ? '' : `<dt>store failovers</dt><dd data-failovers>${failoverLine(i.failover)}</dd>`}
+${i.failover === undefined ? '' : `<dt>store failovers</dt><dd data-failovers>${failoverLine(i.failover)}</dd>`}${i.hosts === undefined ? '' : `<dt>store hosts</dt><dd data-hosts>${hostsLine(i.hosts)}</dd>`}
 <dt>ZooKeeper</dt><dd>${zk}</dd>
 ${i.readiness.reason === undefined ? '' : `<dt>readiness</dt><dd>${escapeHtml(i.readiness.reason)}</dd>`}${modes}
 <dt>errors since start</dt><dd data-errors>${errorList}</dd></dl></section>`
@@ -204,6 +207,13 @@ function failoverLine (v: GuardView): string {
   const hold = v.holdingMs > 0 ? ` · <span class="badge bad">allocations held ${num(Math.ceil(v.holdingMs / 1000))} s more</span>` : ''
   return `<b>${num(v.regressions)}</b>; last ${escapeHtml(last.at.toISOString())}: ${escapeHtml(last.cause)}${last.key === undefined ? '' : ` at ${escapeHtml(last.key)}`}` +
     `${last.from === undefined ? '' : `, from ${escapeHtml(last.from)}`}${gap}${hold}${seen}`
+}
+
+function hostsLine (v: HostFenceView): string {
+  const split = v.split === undefined ? '' : `<span class="badge bad">STORE_SPLIT: ${escapeHtml(v.split.hosts.join(', '))} writable, nothing allocated</span> · `
+  const hosts = v.hosts.map((h) => `${escapeHtml(h.host)}${h.host === v.inUse ? ' (in use)' : ''} ${escapeHtml(h.state)}${h.store === undefined ? '' : ` ${escapeHtml(h.store)}`}`).join(', ')
+  const left = v.left.length === 0 ? '' : ` · left, never written again: ${escapeHtml(v.left.join(', '))}`
+  return `${split}${hosts || 'not read yet'}${left}`
 }
 
 /** The tags /cache shows: a page of the views (segment-views.ts), and the query that chose it. */

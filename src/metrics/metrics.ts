@@ -126,6 +126,14 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
     collect () {
       this.set((modes.segment?.guard.view().holdingMs ?? 0) / 1000)
     },
+  }), new Gauge({
+    name: 'leaf_segment_store_writable_hosts',
+    help: 'Hosts of leaf.jdbc.url that answered writable at the last census, counted by store (a Galera cluster\'s nodes once); more than 1: a split brain, nothing is allocated (STORE_SPLIT). 0 without a MySQL host list.',
+    registers: [],
+    collect () {
+      const hosts = modes.segment?.hosts?.view().hosts ?? []
+      this.set(new Set(hosts.filter((h) => h.state === 'writable').map((h) => h.server ?? h.host)).size)
+    },
   })]
   const perTagGauges = createSegmentTagGauges(() => ({ kept: keptViews, folded: foldedViews }), () => plan.folded)
   const snowflakeGauges = createSnowflakeGauges(() => modes.snowflake)

@@ -31,7 +31,13 @@ export async function checkReadiness ({ segment, snowflake }: { segment: Segment
   return { ready: Object.values(modes).every((m) => m.ready), modes }
 }
 
-async function segmentReadiness ({ store, generator, guard }: SegmentMode): Promise<ModeReadiness> {
+async function segmentReadiness ({ store, generator, guard, hosts }: SegmentMode): Promise<ModeReadiness> {
+  // Two writable hosts: another instance may be allocating on the other one. Not ready, even
+  // with IDs buffered: a balancer should send no new client here until the operator fences one.
+  const split = hosts?.view().split
+  if (split !== undefined) {
+    return { ready: false, reason: `STORE_SPLIT: more than one host of leaf.jdbc.url answers writable (${split.hosts.join(', ')}): nothing is allocated until all but one are read-only` }
+  }
   const dbError = await withTimeout(store.ping(), READY_DB_TIMEOUT_MS, `no answer within ${READY_DB_TIMEOUT_MS} ms`)
     .then(() => undefined, describeCause)
   if (!generator.initialized) {

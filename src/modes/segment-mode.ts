@@ -4,7 +4,8 @@ import type { Config } from '../config/load-config.js'
 import { driverError, isPermanentStoreError } from '../driver-errors.js'
 import { StartRefused } from '../errors.js'
 import type { Logger } from '../logger.js'
-import { createMaxIdGuard, type MaxIdGuard, type MaxIdGuardOptions } from '../segment/max-id-guard.js'
+import { createHostFence, type HostFence } from '../segment/host-fence.js'
+import { createMaxIdGuard, type MaxIdGuard, type MaxIdGuardOptions, type Regression } from '../segment/max-id-guard.js'
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
 import type { SegmentStore } from '../segment/store.js'
 import { createStore, describeStore, type StoreHooks } from '../segment/stores/create-store.js'
@@ -19,6 +20,8 @@ export interface SegmentMode {
   generator: SegmentGenerator
   /** What the max_id guard saw: a hold after a store failover, the last regression. */
   guard: MaxIdGuard
+  /** A MySQL host list's census: writable hosts, stores left (segment/host-fence.ts). */
+  hosts?: HostFence
   close (): Promise<void>
 }
 
@@ -73,10 +76,22 @@ export async function startSegmentMode (
   // A new id each life: what this stop parks, the next start takes (see SegmentGeneratorOptions.handover).
   const parkAs = randomUUID()
   const where = describeStore(segment.store)
-  let store: SegmentStore
+  // The marks hold for the store they were taken on: not for another database or file.
+  const storeKey = segment.store.kind === 'sqlite' ? `sqlite:${segment.store.path}` : `${segment.store.kind} database ${segment.store.database}`
+  let store: SegmentStore | undefined
+  const hostList = warm?.hostList?.where === storeKey ? warm.hostList : undefined
+  const fence = segment.store.kind !== 'mysql'
+    ? undefined
+    : createHostFence({
+      logger,
+      left: hostList?.left,
+      trusted: segment.trustedStores,
+      census: () => store?.hosts?.() ?? Promise.resolve([]),
+      inUse: () => store?.hostInUse?.() ?? '',
+    })
   try {
     // The embedded store opens (and creates) its file here, synchronously.
-    store = createStore(segment.store, { ...segment, logger, onRetry: extra.onRetry })
+    store = createStore(segment.store, { ...segment, logger, onRetry: extra.onRetry, ...(fence === undefined ? {} : { gate: fence, startAt: hostList?.inUse }) })
   } catch (err) {
     throw storeRefusal(where, err, segment.store) ?? err
   }
@@ -99,15 +114,35 @@ export async function startSegmentMode (
     logger.warn({ store: where, ...(known === undefined ? { err: pingError } : known) },
       'database unreachable at start: answering NOT_READY and retrying in the background')
   }
-  // The marks hold for the store they were taken on: not for another database or file.
-  const storeKey = segment.store.kind === 'sqlite' ? `sqlite:${segment.store.path}` : `${segment.store.kind} database ${segment.store.database}`
+  if (fence !== undefined) await checkHostsAtStart(fence, store, where, logger)
   const saved = warm?.guard?.where === storeKey ? warm.guard : undefined
   if (warm?.guard !== undefined && saved === undefined) {
     logger.info({ file: stateFile, was: warm.guard.where, now: storeKey }, 'warm-start file written for another store: its max_id marks are dropped')
   }
-  const guard = createMaxIdGuard({ store, logger, holdMs: segment.failoverHoldMs, monotonic: () => performance.now(), saved, onRegression: extra.onRegression })
+  const onRegression = fence === undefined
+    ? extra.onRegression
+    : (r: Regression) => {
+        extra.onRegression?.(r)
+        if (r.cause === 'store changed' && r.from !== undefined) leftStore(r.from)
+      }
+  const guard = createMaxIdGuard({ store, logger, holdMs: segment.failoverHoldMs, monotonic: () => performance.now(), saved, onRegression })
+  const opened = store
+  const hostListState = () => fence === undefined ? undefined : { where: storeKey, inUse: opened.hostInUse?.(), left: fence.leftStores() }
+  /** A store left: kept in the warm-start file at once, not only at the next graceful stop (a crash would lose it). */
+  function leftStore (from: string): void {
+    if (fence === undefined) return
+    fence.leave(from)
+    if (stateFile === undefined) return
+    try {
+      writeWarmState(stateFile, { ...(warm ?? { owner: parkAs, tags: [] }), hostList: hostListState() })
+    } catch (err) {
+      logger.warn({ file: stateFile, err: (err as Error).message }, 'warm-start file not written: the store left is remembered by this life only')
+    }
+  }
+  const censusTimer = fence === undefined ? undefined : setInterval(() => { fence.check().catch(() => {}) }, segment.refreshIntervalMs)
+  censusTimer?.unref()
   const generator = createSegmentGenerator({
-    store,
+    store: fence === undefined ? store : fencedStore(store, fence),
     logger,
     guard,
     waitTimeoutMs: segment.waitTimeoutMs,
@@ -126,7 +161,9 @@ export async function startSegmentMode (
     store,
     generator,
     guard,
+    ...(fence === undefined ? {} : { hosts: fence }),
     async close () {
+      clearInterval(censusTimer)
       const { giveBacks, warmTags } = await generator.shutdown(GIVE_BACK_BUDGET_MS)
       for (const g of giveBacks) {
         if (g.unused === 0n) continue
@@ -136,13 +173,43 @@ export async function startSegmentMode (
       }
       if (stateFile !== undefined) {
         try {
-          writeWarmState(stateFile, { owner: parkAs, tags: warmTags, guard: { ...guard.state(), where: storeKey } })
+          const hostList = hostListState()
+          writeWarmState(stateFile, { owner: parkAs, tags: warmTags, guard: { ...guard.state(), where: storeKey }, ...(hostList === undefined ? {} : { hostList }) })
           logger.info({ file: stateFile, tags: warmTags.length }, 'warm-start file written')
         } catch (err) {
           logger.warn({ file: stateFile, err: (err as Error).message }, 'warm-start file not written: the next start loads every tag on its first request, and takes nothing parked')
         }
       }
       await store.close()
+    },
+  }
+}
+
+/**
+ * Every host of the list read before the first allocation: a list whose hosts all answer
+ * writable refuses the start (nothing was written yet); a split otherwise holds allocations.
+ */
+async function checkHostsAtStart (fence: HostFence, store: SegmentStore, where: string, logger: Logger): Promise<void> {
+  await fence.check()
+  const refusal = fence.startRefusal()
+  if (refusal !== undefined) {
+    await store.close()
+    throw new StartRefused(`segment store ${where}: ${refusal}`)
+  }
+  const { hosts, inUse, left } = fence.view()
+  logger.info({ store: where, inUse, hosts: hosts.map((h) => `${h.host} ${h.state}${h.store === undefined ? '' : ` (${h.store})`}`), left }, 'segment store hosts')
+}
+
+/** The store, its allocations refused (STORE_SPLIT) while more than one host answers writable. */
+function fencedStore (store: SegmentStore, fence: HostFence): SegmentStore {
+  return {
+    ...store,
+    async allocate (key, adapted) {
+      const refused = fence.blocked()
+      if (refused !== undefined) throw refused
+      const allocation = await store.allocate(key, adapted)
+      fence.allocated()
+      return allocation
     },
   }
 }

@@ -32,6 +32,11 @@ export interface AllocationRetry {
 export function createAllocationRetry (options: AllocationRetryOptions): AllocationRetry {
   const { loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, stopping } = options
   let storeHealthy = true
+  /**
+   * A tag's last load, when it was refused with a code of its own (STORE_SPLIT: segment/host-fence.ts):
+   * a caller that waits in vain is answered with it, not with a database that did not answer.
+   */
+  const refusals = new WeakMap<SegmentBuffer, LeafError>()
 
   /**
    * Waits until the load in flight settles, starting one (after the failure backoff) when
@@ -58,13 +63,14 @@ export function createAllocationRetry (options: AllocationRetryOptions): Allocat
       if (buf.ended) throw spaceEnded(buf.key)
       if (buf.backoffMs === 0) return // the load brought a segment
     }
-    throw new LeafError('SEGMENTS_NOT_READY', `Both segments of "${buf.key}" are used up and the database did not answer within ${waitTimeoutMs} ms.`)
+    throw refusals.get(buf) ?? new LeafError('SEGMENTS_NOT_READY', `Both segments of "${buf.key}" are used up and the database did not answer within ${waitTimeoutMs} ms.`)
   }
 
   function startLoad (buf: SegmentBuffer): void {
     const started = monotonic()
     const load = loadSegment(buf).then(
       () => {
+        refusals.delete(buf)
         buf.backoffMs = 0
         buf.retryAt = 0
         buf.lastLoadSeconds = (monotonic() - started) / 1000
@@ -78,6 +84,8 @@ export function createAllocationRetry (options: AllocationRetryOptions): Allocat
         buf.backoffMs = Math.min(Math.max(buf.backoffMs * 2, retryMinMs), retryMaxMs)
         buf.retryAt = monotonic() + buf.backoffMs
         buf.failedLoads++
+        if (err instanceof LeafError) refusals.set(buf, err)
+        else refusals.delete(buf)
         onLoad?.(buf.key, (monotonic() - started) / 1000, false)
         if (err instanceof IdSpaceEnded) {
           buf.ended = true

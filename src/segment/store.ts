@@ -95,9 +95,48 @@ export interface SegmentStore {
    * service, in one line for the start's log. Absent where nothing replicates (SQLite).
    */
   topology? (): Promise<string>
+  /**
+   * Every host of the store's list and what it answers now: writable, read-only or unknown (no
+   * answer within the query timeout), each read over a connection of its own, all at once.
+   * Absent where the store has one server it cannot fail over from (SQLite, PostgreSQL).
+   */
+  hosts? (): Promise<HostState[]>
+  /** The host statements go to now (`host:port`), where the store has a list of them. */
+  hostInUse? (): string
   /** Checks the connection and the table; rejects with the cause. */
   ping (): Promise<void>
   close (): Promise<void>
+}
+
+/** One host of a store's list, as a census read it (stores/host-census.ts). */
+export interface HostState {
+  /** `host:port`, as the URL names it. */
+  host: string
+  /** `unknown`: no answer within the query timeout, or an error (`error`). */
+  state: 'writable' | 'read-only' | 'unknown'
+  /** The store identity it answered with (SegmentStore.identity()'s form). */
+  store?: string
+  /**
+   * Which server process it is, beyond `store`: two addresses of one server give one. A Galera
+   * node's is its cluster's: its nodes are one store, writable at once by design.
+   */
+  server?: string
+  error?: string
+}
+
+/**
+ * What the segment mode tells a store with a host list about the hosts it may write through
+ * (segment/host-fence.ts).
+ */
+export interface HostGate {
+  /** True for a store identity this instance failed over from: nothing is sent to it. */
+  refuses (store: string): boolean
+  /**
+   * Before the first statement on another host (`to`) than the last one checked (`from`):
+   * reads every host again, and rejects while more than one answers writable (STORE_SPLIT), or
+   * when `to` may be an old primary back (segment/host-fence.ts).
+   */
+  beforeMove (to: string, from: string): Promise<void>
 }
 
 /** max_id cannot move by the step without passing 2^63 - 1: the tag's ID space has ended. */

@@ -19,6 +19,19 @@ export interface WarmState {
   owner: string
   tags: string[]
   guard?: GuardState
+  hostList?: HostListState
+}
+
+/**
+ * What a host list (leaf.jdbc.url's `h1,h2`) keeps across lives (segment/host-fence.ts): the
+ * host last used, where the next start begins, and the stores failed over from, never written
+ * again. Written at a graceful stop, and at once when a store is left.
+ */
+export interface HostListState {
+  /** The configured store it is for, as GuardState.where. */
+  where: string
+  inUse?: string
+  left: string[]
 }
 
 interface WarmFile extends WarmState { version: 1, savedAt: string }
@@ -37,13 +50,25 @@ export function readWarmState (path: string): WarmState | undefined {
     !Array.isArray(state.tags) || !state.tags.every((t) => typeof t === 'string')) {
     throw new Error('not a warm-start file of this version')
   }
-  return { owner: state.owner, tags: state.tags, ...(isGuardState(state.guard) ? { guard: state.guard } : {}) }
+  return {
+    owner: state.owner,
+    tags: state.tags,
+    ...(isGuardState(state.guard) ? { guard: state.guard } : {}),
+    ...(isHostListState(state.hostList) ? { hostList: state.hostList } : {}),
+  }
 }
 
 /** Writes the file whole or not at all: a temporary file renamed over it. */
 export function writeWarmState (path: string, state: WarmState, now = new Date()): void {
   mkdirSync(dirname(path), { recursive: true })
-  const file: WarmFile = { version: 1, savedAt: now.toISOString(), owner: state.owner, tags: [...state.tags], ...(state.guard === undefined ? {} : { guard: state.guard }) }
+  const file: WarmFile = {
+    version: 1,
+    savedAt: now.toISOString(),
+    owner: state.owner,
+    tags: [...state.tags],
+    ...(state.guard === undefined ? {} : { guard: state.guard }),
+    ...(state.hostList === undefined ? {} : { hostList: state.hostList }),
+  }
   const tmp = `${path}.${process.pid}.tmp`
   writeFileSync(tmp, JSON.stringify(file) + '\n')
   renameSync(tmp, path)
@@ -57,4 +82,11 @@ function isGuardState (v: unknown): v is GuardState {
     (heldUntil === undefined || typeof heldUntil === 'number') &&
     typeof marks === 'object' && marks !== null &&
     Object.values(marks).every((m) => typeof m === 'string' && /^\d+$/.test(m))
+}
+
+function isHostListState (v: unknown): v is HostListState {
+  if (typeof v !== 'object' || v === null) return false
+  const { where, inUse, left } = v as { where?: unknown, inUse?: unknown, left?: unknown }
+  return typeof where === 'string' && (inUse === undefined || typeof inUse === 'string') &&
+    Array.isArray(left) && left.every((s) => typeof s === 'string')
 }

@@ -25,6 +25,7 @@ import { zookeeperQuorumLost } from './scenarios/s23-zookeeper-quorum-lost.js'
 import { galeraConflicts } from './scenarios/s24-galera-conflicts.js'
 import { asyncPromotion } from './scenarios/s25-async-promotion.js'
 import { postgresRestart } from './scenarios/s26-postgres-restart.js'
+import { splitBrain } from './scenarios/s27-split-brain.js'
 import { postgresPromotion } from './scenarios/s32-postgres-promotion.js'
 
 export interface Scenario {
@@ -63,6 +64,9 @@ export const SCENARIOS: Scenario[] = [
   { id: 24, title: 'Galera: two instances on two nodes, 200+ conflicts, then the first node killed', run: galeraConflicts },
   { id: 25, title: 'an async replica promoted without the last allocations, two instances on a host list', run: asyncPromotion },
   { id: 26, title: 'PostgreSQL killed and restarted under segment load, two instances', run: postgresRestart },
+  { id: 27, title: 'split brain: old primary back writable, a 2.5 s blip on one instance\'s path to the promoted host', run: splitBrain('blip') },
+  { id: 28, title: 'split brain: old primary back writable, one instance restarted with its warm-start file', run: splitBrain('restart') },
+  { id: 29, title: 'split brain: old primary back writable, a new instance with no warm-start file', run: splitBrain('new instance') },
   { id: 32, title: 'a PostgreSQL promotion with a lagging end-of-recovery checkpoint, two instances behind a VIP', run: postgresPromotion },
 ]
 
@@ -79,7 +83,7 @@ export const SCENARIOS: Scenario[] = [
  */
 export const STAGES: number[][][] = [
   [[12]],
-  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 32], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16]],
+  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 27, 28, 29], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16, 32]],
 ]
 
 const staged = STAGES.flat(2).sort((a, b) => a - b)

@@ -1,7 +1,10 @@
 import type { MysqlHost } from '../../config/jdbc-url.js'
+import { storeIdOf } from './server-identity.js'
 import { describeCause } from '../../driver-errors.js'
 import type { Logger } from '../../logger.js'
-import { createServerRunner, ER_READ_ONLY, ER_WSREP_NOT_READY, type Answer, type MysqlRunner, type ServerOptions, type Statement } from './mysql-pool.js'
+import type { HostGate, HostState } from '../store.js'
+import { hostName, readHosts } from './host-census.js'
+import { createServerRunner, ER_READ_ONLY, ER_STORE_LEFT, ER_WSREP_NOT_READY, type Answer, type MysqlRunner, type ServerOptions, type Statement } from './mysql-pool.js'
 
 // The hosts of leaf.jdbc.url, Connector/J's failover list: one mysql2 pool per host
 // (mysql-pool.ts), statements through the one in use. mysql2's PoolCluster would pick a host
@@ -16,13 +19,34 @@ import { createServerRunner, ER_READ_ONLY, ER_WSREP_NOT_READY, type Answer, type
 //   of the list is used; with every host resting, the one whose rest ends first is tried;
 // - a statement that never left, or that the server refused (read-only, not ready), is sent
 //   to the next host at once, each host at most once per call; one that may have run (a
-//   timeout) is not: its error goes to the caller, who knows whether a repeat is safe.
+//   timeout) is not: its error goes to the caller, who knows whether a repeat is safe;
+// - with a gate (segment/host-fence.ts), the list starts at the host the last life used (its
+//   warm-start file), not at the first: a restart must not take an instance back to an old
+//   primary that came back writable. A store the instance failed over from is refused as a
+//   read-only one is; and before the first statement on another host, every host is read
+//   again (host-census.ts), which refuses the move while two hosts answer writable;
+// - the replication form (jdbc:mysql:replication://) writes through its source, the first
+//   host, alone: its replicas are read by the census, never written.
 
 export interface MysqlOptions extends Omit<ServerOptions, 'host' | 'port'> {
   /** In the URL's order; at least one. */
   hosts: readonly MysqlHost[]
   /** Told (at warn) when the host in use changes. */
   logger?: Logger
+  /** Only the first host is written (jdbc:mysql:replication://): the others are its replicas. */
+  replication?: boolean
+  /** The host to start at (`host:port`, the warm-start file's); the first one when it is not in the list. */
+  startAt?: string
+  /** Which stores and moves are refused (segment/host-fence.ts); none: every host may be used. */
+  gate?: HostGate
+}
+
+/** A runner over a host list: what the store's census and warm-start file need besides. */
+export interface MysqlHostsRunner extends MysqlRunner {
+  /** Every host's state, read now (host-census.ts). */
+  hosts (): Promise<HostState[]>
+  /** The host statements go to now. */
+  hostInUse (): string
 }
 
 export const BACKOFF_MIN_MS = 100
@@ -36,29 +60,35 @@ const HOST_DOWN_CODES = new Set([
 
 /** A host answering this refused the statement: it did not run, and another host may take it. */
 function refusedByServer (err: unknown): boolean {
-  const errno = (err as { errno?: unknown }).errno
-  return errno === ER_READ_ONLY || errno === ER_WSREP_NOT_READY
+  const { errno, code } = err as { errno?: unknown, code?: unknown }
+  return errno === ER_READ_ONLY || errno === ER_WSREP_NOT_READY || code === ER_STORE_LEFT
 }
 
 /** Whether `err` says the host is down, read-only or not ready (not that the statement was wrong). */
 export function hostFailed (err: unknown): boolean {
   const e = err as { code?: unknown, fatal?: unknown }
-  return refusedByServer(err) || e.fatal === true || (typeof e.code === 'string' && HOST_DOWN_CODES.has(e.code))
+  return refusedByServer(err) || e.code === ER_STORE_LEFT || e.fatal === true || (typeof e.code === 'string' && HOST_DOWN_CODES.has(e.code))
 }
 
-export function createMysqlRunner (options: MysqlOptions, now: () => number = () => performance.now()): MysqlRunner {
-  const { hosts, logger } = options
+export function createMysqlRunner (options: MysqlOptions, now: () => number = () => performance.now()): MysqlHostsRunner {
+  const { hosts, logger, gate, replication = false } = options
   if (hosts.length === 0) throw new Error('no MySQL host')
-  const runners = hosts.map((h) => createServerRunner({ ...options, host: h.host, port: h.port }))
+  const refuse = gate === undefined ? undefined : (server: Parameters<NonNullable<ServerOptions['refuse']>>[0]) => gate.refuses(storeIdOf(server))
+  const runners = hosts.map((h) => createServerRunner({ ...options, host: h.host, port: h.port, ...(refuse === undefined ? {} : { refuse }) }))
   const failures = hosts.map(() => 0)
   const restUntil = hosts.map(() => 0)
-  let current = 0
+  const startAt = replication ? 0 : hosts.findIndex((h) => hostName(h) === options.startAt)
+  let current = startAt === -1 ? 0 : startAt
+  /** The host the gate last let statements go to: the start's census covers the first. */
+  let passed = current
 
-  const name = (i: number) => `${hosts[i]?.host}:${hosts[i]?.port}`
+  const name = (i: number) => hostName(hosts[i] as MysqlHost)
 
   /** The hosts to try, in order: the one in use, then the list's next ones, none resting. */
   function candidates (): number[] {
     const t = now()
+    // The replication form writes through its source alone.
+    if (replication) return [0]
     const order = hosts.map((_, k) => (current + k) % hosts.length)
     const awake = order.filter((i) => (restUntil[i] as number) <= t)
     if (awake.length > 0) return awake
@@ -87,6 +117,11 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
   async function attempt<T> (call: (runner: MysqlRunner) => Promise<T>): Promise<T> {
     let last: unknown
     for (const i of candidates()) {
+      if (i !== passed && gate !== undefined) {
+        // A split refuses the statement itself, not this host: the caller gets it.
+        await gate.beforeMove(name(i), name(passed))
+        passed = i
+      }
       try {
         const answer = await call(runners[i] as MysqlRunner)
         succeeded(i)
@@ -109,6 +144,8 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
   return {
     query,
     identify: () => attempt((r) => r.identify()),
+    hosts: () => readHosts(hosts, options),
+    hostInUse: () => name(current),
     async run<T> (sql: string | readonly Statement[], values?: unknown[]) {
       return (await query<T>(sql, values)).result
     },

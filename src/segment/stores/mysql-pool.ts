@@ -3,7 +3,7 @@ import mysql, { type PoolConnection } from 'mysql2/promise'
 import type { MysqlHost } from '../../config/jdbc-url.js'
 import type { UnansweredError } from '../../driver-errors.js'
 import { killThread } from './kill-thread.js'
-import { IDENTITY_SQL, identityOf, type ServerIdentity } from './server-identity.js'
+import { IDENTITY_SQL, identityOf, storeIdOf, type ServerIdentity } from './server-identity.js'
 
 // One mysql2 pool, to one server, with the bounds mysql2 lacks: a query timeout that takes its connection for
 // dead, a bounded wait for a free connection, and a close that never rejects. The segment
@@ -36,7 +36,16 @@ export interface ServerOptions extends MysqlHost {
   queryTimeoutMs: number
   /** How long a call waits for a pool connection; default: connect timeout + query timeout. */
   acquireTimeoutMs?: number
+  /**
+   * True for a server nothing may be sent to (a store this instance failed over from:
+   * segment/host-fence.ts): its statements are refused before they leave, as a read-only
+   * server's are (ER_STORE_LEFT).
+   */
+  refuse?: (server: ServerIdentity) => boolean
 }
+
+/** The code of a statement refused before it left because its server is a store this instance left. */
+export const ER_STORE_LEFT = 'LEAF_STORE_LEFT'
 
 /** ER_OPTION_PREVENTS_STATEMENT: `--read-only` refused a write. */
 export const ER_READ_ONLY = 1290
@@ -142,6 +151,10 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
         // in; and note the server (see kill-thread.ts). A statement of its own, bounded like any: one
         // queued behind a statement mysql2 gave up on would wait for its answer unbounded.
         await setUp(conn)
+      }
+      const reached = identities.get(conn.connection)
+      if (reached !== undefined && reached !== null && options.refuse?.(reached) === true) {
+        throw Object.assign(new Error(`${options.host}:${options.port} is ${storeIdOf(reached)}, a store this instance failed over from: nothing is written through it (leaf.segment.trusted-stores)`), { code: ER_STORE_LEFT })
       }
       sent = sql !== undefined
       result = sql === undefined

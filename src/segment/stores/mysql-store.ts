@@ -110,7 +110,7 @@ function toRow (r: RowDataPacket): LeafAllocRow {
 }
 
 export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
-  const { run, query, identify, close } = createMysqlRunner(options)
+  const { run, query, identify, close, hosts, hostInUse } = createMysqlRunner(options)
   const { onRetry, random = Math.random } = options
   /** Set once leaf_alloc_parked turned out missing and not creatable: no hand-over. */
   let noParkedTable = false
@@ -234,6 +234,8 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
     async ping () {
       await run('SELECT 1 FROM leaf_alloc LIMIT 1')
     },
+    hosts,
+    hostInUse,
     close,
   }
 }

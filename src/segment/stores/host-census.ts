@@ -1,0 +1,75 @@
+import mysql from 'mysql2/promise'
+import { describeCause } from '../../driver-errors.js'
+import { withTimeout } from '../../timers.js'
+import type { HostState } from '../store.js'
+import type { ServerOptions } from './mysql-pool.js'
+import { IDENTITY_SQL, identityOf, storeIdOf } from './server-identity.js'
+
+// What every host of leaf.jdbc.url answers now: writable, read-only or unknown. The host list
+// fails over by itself (mysql-hosts.ts), and a crashed primary comes back with the read_only
+// of its own my.cnf, writable: two writable hosts in one list let two instances allocate the
+// same ranges, one on each. So the segment mode reads every host at its start, at each refresh
+// and before it writes through another host (segment/host-fence.ts).
+//
+// Over a connection of its own, opened and closed each time: the pool's connections refuse a
+// read-only server at their first round trip (mysql-pool.ts), and a census must see it.
+// One round trip: the identity (IDENTITY_SQL, with @@global.read_only) and the two other
+// switches that keep a server from writing leaf_alloc: MySQL's super_read_only (which turns
+// read_only on with it, read for the record) and innodb_read_only (the InnoDB tables cannot be
+// written, whatever read_only says). SHOW VARIABLES names a variable the server lacks
+// (MariaDB has no super_read_only) without an error.
+
+const SWITCHES_SQL = "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('super_read_only', 'innodb_read_only')"
+
+type CensusOptions = Pick<ServerOptions, 'host' | 'port' | 'user' | 'password' | 'database' | 'connectTimeoutMs' | 'queryTimeoutMs'>
+
+/** `host:port` as the URL names it. */
+export function hostName (h: { host: string, port: number }): string {
+  return `${h.host.includes(':') ? `[${h.host}]` : h.host}:${h.port}`
+}
+
+/** One host's state: never rejects, and settles within the connect timeout and the query timeout. */
+export async function readHost (options: CensusOptions): Promise<HostState> {
+  const host = hostName(options)
+  const boundMs = options.connectTimeoutMs + options.queryTimeoutMs
+  let conn: mysql.Connection | undefined
+  const read = (async () => {
+    conn = await mysql.createConnection({
+      host: options.host,
+      port: options.port,
+      user: options.user,
+      password: options.password,
+      database: options.database,
+      connectTimeout: options.connectTimeoutMs,
+      multipleStatements: true,
+      supportBigNumbers: true,
+      bigNumberStrings: true,
+    })
+    const [results] = await conn.query({ sql: `${IDENTITY_SQL}; ${SWITCHES_SQL}`, timeout: options.queryTimeoutMs }) as unknown as [unknown[]]
+    return results
+  })()
+  try {
+    const results = await withTimeout(read, boundMs, `no answer within ${boundMs} ms`)
+    const identity = identityOf(results.slice(0, 2))
+    if (identity === undefined) return { host, state: 'unknown', error: 'the server did not say who it is' }
+    const switches = new Map(((results[2] ?? []) as { Variable_name?: unknown, Value?: unknown }[]).map((r) => [String(r.Variable_name).toLowerCase(), String(r.Value).toUpperCase()]))
+    const readOnly = identity.readOnly || switches.get('super_read_only') === 'ON' || switches.get('innodb_read_only') === 'ON'
+    const store = storeIdOf(identity)
+    return {
+      host,
+      state: readOnly ? 'read-only' : 'writable',
+      store,
+      server: identity.cluster === undefined ? `${store} at ${identity.host}:${identity.port}` : store,
+    }
+  } catch (err) {
+    return { host, state: 'unknown', error: describeCause(err) }
+  } finally {
+    // destroy(), not end(): a server that stopped answering would hold end() unbounded.
+    read.then(() => conn?.destroy(), () => conn?.destroy())
+  }
+}
+
+/** Every host at once. */
+export function readHosts (hosts: readonly { host: string, port: number }[], options: Omit<CensusOptions, 'host' | 'port'>): Promise<HostState[]> {
+  return Promise.all(hosts.map((h) => readHost({ ...options, host: h.host, port: h.port })))
+}
