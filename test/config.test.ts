@@ -5,7 +5,7 @@ import t, { type Test } from 'tap'
 import { parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { CONFIG_KEYS, envName, type ConfigKey } from '../src/config/keys.js'
 import { ConfigError, loadConfig, type Config, ForeignKeyError, UnknownKeyError } from '../src/config/load-config.js'
-import { checkEnvironment, editDistance, nearestKey } from '../src/config/unknown-keys.js'
+import { FOREIGN_KEYS, checkEnvironment, editDistance, nearestKey } from '../src/config/unknown-keys.js'
 import { ROOT } from './helpers/server-process.js'
 import { resolveSnowflakeSettings } from '../src/snowflake/settings.js'
 
@@ -398,6 +398,11 @@ t.test('Java Leaf\'s and Spring Boot\'s keys whose meaning Leaf-TS would lose ar
   }
   t.match(refusal(t, { cwd: dirWith(), env: { SERVER_ADDRESS: '127.0.0.1' } }, 'SERVER_ADDRESS'), { code: 'UNSUPPORTED_KEY', where: 'environment' })
   t.match(refusal(t, { cwd: dirWith(), argv: ['--leaf.snowflake.mode=local'] }, '--leaf.snowflake.mode=local'), { code: 'UNSUPPORTED_KEY', where: 'command line' })
+})
+
+t.test('docs/migrating.md lists every Java Leaf and Spring Boot key the loader passes over or refuses', async (t) => {
+  const page = readFileSync(join(ROOT, 'docs/migrating.md'), 'utf8')
+  for (const { key } of FOREIGN_KEYS) t.ok(page.includes(`\`${key}`), key)
 })
 
 t.test('snowflake on the static worker id with neither a source nor a worker id given: a warning that a fleet needs a source', async (t) => {
