@@ -411,6 +411,7 @@ t.test('snowflake on the static worker id with neither a source nor a worker id 
   t.equal(fleet.length, 1)
   t.match(fleet[0], /static worker id 0, since neither leaf\.snowflake\.worker-id\.source, leaf\.snowflake\.zk\.address nor leaf\.snowflake\.worker\.id is set: every instance started so issues the same IDs/)
   t.same(warned({ argv: ['--leaf.snowflake.enable=true', '--leaf.snowflake.worker-id.source=static'] }), [], 'the static source chosen')
+  t.equal(warned({ argv: ['--leaf.snowflake.enable=true'], env: { LEAF_SNOWFLAKE_WORKER_ID_SOURCE: '' } }).length, 1, 'an empty source is the default, not a choice')
   t.same(warned({ argv: ['--leaf.snowflake.enable=true'], env: { LEAF_SNOWFLAKE_WORKER_ID: '0' } }), [], 'a worker id given, 0 included')
   t.same(warned({ argv: ['--config=leaf.properties'], cwd: dirWith('leaf.snowflake.enable=true\nleaf.snowflake.worker.id=4\n') }), [], 'a worker id given in the file')
   t.same(warned({ argv: ['--leaf.snowflake.enable=true', '--leaf.snowflake.zk.address=127.0.0.1:2181'] }), [], 'ZooKeeper')

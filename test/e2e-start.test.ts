@@ -31,6 +31,8 @@ t.test('started from another folder, the server finds the shipped config/leaf.pr
   t.match(loaded, { level: 30, file: join(ROOT, 'config/leaf.properties'), from: 'shipped', msg: `configuration loaded from ${join(ROOT, 'config/leaf.properties')}` })
   t.match(await get(`${server.url}/api/segment/get/order`), { status: 200, body: '1' }, 'segment mode on, as the shipped file says')
   t.equal((await get(`${server.url}/api/snowflake/get/x`)).status, 200, 'snowflake mode on, as the shipped file says')
+  t.ok(logLines(server.output).some((l) => l.level === 40 && /static worker id 0.*a fleet needs a worker-id source/.test(l.msg as string)),
+    'the shipped file sets no worker-id source nor worker id: a warning that a fleet needs one')
 })
 
 // --- The database at start --------------------------------------------------------------

@@ -119,7 +119,9 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
   for (const k of CONFIG_KEYS) parsed[k] = KEYS[k].parse(raw[k], k)
   const config = toConfig(parsed as ParsedConfig)
   checkWorkerIdSource(config.snowflake)
-  warnings.push(...staticWorkerIdWarning(config.snowflake, (k) => file?.values[k] !== undefined || env[envName(k)] !== undefined || cli.values[k] !== undefined))
+  // An empty value is the default, not a choice.
+  const given = (k: ConfigKey) => [file?.values[k], env[envName(k)], cli.values[k]].some((v) => v !== undefined && v.trim() !== '')
+  warnings.push(...staticWorkerIdWarning(config.snowflake, given))
   return { config, file: file?.path, fileFrom: file?.from, warnings }
 }
 
