@@ -164,7 +164,7 @@ function foreignVariable (name: string): ForeignKey | undefined {
   return FOREIGN_KEYS.find((f) => matches(f.key.endsWith('.*') ? `${envName(f.key.slice(0, -1))}*` : envName(f.key), name))
 }
 
-/** What to do with a key that is not Leaf-TS's: pass over it, or refuse (thrown). */
+/** What became of a name that is not a key and was not refused. */
 type Verdict = 'passed over' | 'not ours'
 
 /**
