@@ -1,10 +1,12 @@
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { parseJdbcUrl } from '../src/config/jdbc-url.js'
 import { CONFIG_KEYS, envName, type ConfigKey } from '../src/config/keys.js'
-import { ConfigError, loadConfig, type Config } from '../src/config/load-config.js'
+import { ConfigError, loadConfig, type Config, ForeignKeyError, UnknownKeyError } from '../src/config/load-config.js'
+import { FOREIGN_KEYS, checkEnvironment, editDistance, nearestKey } from '../src/config/unknown-keys.js'
+import { ROOT } from './helpers/server-process.js'
 import { resolveSnowflakeSettings } from '../src/snowflake/settings.js'
 
 function dirWith (properties?: string): string {
@@ -238,11 +240,197 @@ t.test('the file: --config, then LEAF_CONFIG, then ./config/leaf.properties, the
   t.match(err.message, /cannot read .*config\/leaf\.properties \(EISDIR\)/)
 })
 
-t.test('unknown keys in the file are warnings, not errors', async (t) => {
-  const dir = dirWith('leaf.unknown=1\nserver.port=81\n')
+// --- Names that are not keys -----------------------------------------------------------
+
+/** The UnknownKeyError or ForeignKeyError a load throws. */
+function refusal (t: Test, options: Parameters<typeof loadConfig>[0], what: string): UnknownKeyError | ForeignKeyError {
+  const err: unknown = t.throws(() => loadConfig(options), what)
+  t.ok(err instanceof UnknownKeyError || err instanceof ForeignKeyError, `${what}: an UnknownKeyError or ForeignKeyError`)
+  t.ok(err instanceof ConfigError, `${what}: a ConfigError, so server.ts exits 1 before anything runs`)
+  return err as UnknownKeyError | ForeignKeyError
+}
+
+t.test('a mistyped key in the file refuses the start, naming the file, the line and the key meant', async (t) => {
+  const text = [
+    '# Java Leaf style',
+    'leaf.name=typos',
+    '',
+    'leaf.snowflake.enable=true',
+    'leaf.snowflake.zk.adress=127.0.0.1:2181',
+    'leaf.segement.enable=true',
+  ].join('\n')
+  const dir = dirWith(text)
+  const path = join(dir, 'leaf.properties')
+  const err = refusal(t, { cwd: dir, argv: ['--config', path] }, 'leaf.snowflake.zk.adress')
+  t.match(err, { code: 'UNKNOWN_KEY', key: 'leaf.snowflake.zk.adress', where: `${path}:5`, suggestion: 'leaf.snowflake.zk.address' }, 'the first in file order')
+  t.equal(err.message, `leaf.snowflake.zk.adress: not a configuration key (${path}:5); did you mean leaf.snowflake.zk.address?`)
+
+  const segement = refusal(t, { cwd: dir, argv: ['--config', join(dirWith('leaf.segement.enable=true\n'), 'leaf.properties')] }, 'leaf.segement.enable')
+  t.match(segement, { code: 'UNKNOWN_KEY', key: 'leaf.segement.enable', suggestion: 'leaf.segment.enable', where: /leaf\.properties:1$/ })
+  t.match(segement.message, /did you mean leaf\.segment\.enable\?$/)
+
+  // Lines as Java counts them: a continued value is one logical line, \r\n and \r end a line.
+  const continued = dirWith('leaf.name=a \\\n  b\r\n! comment\rserver.port=80\n\n  leaf.snowflake.workerId = 3\n')
+  t.match(refusal(t, { cwd: continued, argv: ['--config=leaf.properties'] }, 'continued lines'),
+    { key: 'leaf.snowflake.workerId', where: `${join(continued, 'leaf.properties')}:6`, suggestion: 'leaf.snowflake.worker.id' })
+
+  const far = refusal(t, { cwd: dirWith('leaf.unknown=1\n'), argv: ['--config=leaf.properties'] }, 'leaf.unknown')
+  t.match(far, { code: 'UNKNOWN_KEY', key: 'leaf.unknown', suggestion: undefined, message: /leaf\.unknown: not a configuration key \(.*:1\); remove it \(docs\/configuration\.md lists the keys\)$/ },
+    'in leaf. with no key near: refused all the same')
+  t.match(refusal(t, { cwd: dirWith('server.prot=80\n'), argv: ['--config=leaf.properties'] }, 'server.prot'), { code: 'UNKNOWN_KEY', suggestion: 'server.port' })
+})
+
+t.test('outside leaf. and server., a name a slip from a key is refused; any other is a warning naming its line', async (t) => {
+  t.match(refusal(t, { cwd: dirWith('log.levle=debug\n'), argv: ['--config=leaf.properties'] }, 'log.levle'), { code: 'UNKNOWN_KEY', suggestion: 'log.level' })
+  t.match(refusal(t, { cwd: dirWith('leaf-segment.enable=true\n'), argv: ['--config=leaf.properties'] }, 'leaf-segment.enable'), { suggestion: 'leaf.segment.enable' })
+  const dir = dirWith('server.port=81\nmy.own.setting=1\n')
   const { config, warnings } = loadConfig({ cwd: dir, argv: ['--config=leaf.properties'] })
   t.equal(config.server.port, 81)
-  t.match(warnings, [/unknown key leaf.unknown/])
+  t.same(warnings, [`${join(dir, 'leaf.properties')}:2: unknown key my.own.setting ignored`])
+})
+
+t.test('a mistyped key on the command line or in the environment: the same refusal and suggestion', async (t) => {
+  const cwd = dirWith()
+  t.match(refusal(t, { cwd, argv: ['--leaf.segement.enable=true'] }, 'argv'),
+    { code: 'UNKNOWN_KEY', key: 'leaf.segement.enable', where: 'command line', suggestion: 'leaf.segment.enable', message: /^leaf\.segement\.enable: not a configuration key \(command line\); did you mean leaf\.segment\.enable\?$/ })
+  t.match(refusal(t, { cwd, argv: ['--leaf.snowflake.zk.adress', 'zk:2181'] }, 'argv, two words'), { suggestion: 'leaf.snowflake.zk.address' })
+  t.match(refusal(t, { cwd, argv: ['--nothing-like-a-key=1'] }, 'argv, far from every key'), { code: 'UNKNOWN_KEY', suggestion: undefined })
+
+  const env = refusal(t, { cwd, env: { LEAF_SNOWFLAKE_ZK_ADRESS: '127.0.0.1:2181' } }, 'env')
+  t.match(env, { code: 'UNKNOWN_KEY', key: 'LEAF_SNOWFLAKE_ZK_ADRESS', where: 'environment', suggestion: 'LEAF_SNOWFLAKE_ZK_ADDRESS' })
+  t.equal(env.message, 'LEAF_SNOWFLAKE_ZK_ADRESS: not a configuration key (environment); did you mean LEAF_SNOWFLAKE_ZK_ADDRESS (leaf.snowflake.zk.address)?')
+  t.match(refusal(t, { cwd, env: { LEAF_SEGEMENT_ENABLE: 'true' } }, 'LEAF_SEGEMENT_ENABLE'), { suggestion: 'LEAF_SEGMENT_ENABLE' })
+  t.match(refusal(t, { cwd, env: { LEAF_SNOWFLAKE_ZOOKEEPER: 'zk:2181' } }, 'LEAF_ is Leaf-TS\'s: refused however far'), { code: 'UNKNOWN_KEY' })
+  t.match(refusal(t, { cwd, env: { leaf_jdbc_url: 'sqlite:x.db' } }, 'lower case'), { key: 'leaf_jdbc_url', suggestion: 'LEAF_JDBC_URL' })
+  t.match(refusal(t, { cwd, env: { SERVER_PROT: '80' } }, 'SERVER_PROT'), { suggestion: 'SERVER_PORT' })
+  t.match(refusal(t, { cwd, env: { SERVER_HOTS: '127.0.0.1' } }, 'SERVER_HOTS'), { suggestion: 'SERVER_HOST' })
+  t.match(refusal(t, { cwd, env: { LEAF_PORT: '8080' } }, 'a _PORT that is no service link'), { code: 'UNKNOWN_KEY', key: 'LEAF_PORT' })
+})
+
+t.test('variables that are not keys: the project\'s own, service links, and SERVER_ names of other programs', async (t) => {
+  const env = {
+    LEAF_CONFIG: '',
+    LEAF_PG_BIN: '/usr/lib/postgresql/16/bin',
+    LEAF_TEST_MYSQL_URL: 'mysql://leaf:leaf@127.0.0.1:3306',
+    LEAF_TEST_SOMETHING_NEW: 'x',
+    // Kubernetes, for the Services `leaf` and `leaf-ids` of config/kubernetes/.
+    LEAF_SERVICE_HOST: '10.0.0.7',
+    LEAF_SERVICE_PORT: '8080',
+    LEAF_SERVICE_PORT_HTTP: '8080',
+    LEAF_PORT: 'tcp://10.0.0.7:8080',
+    LEAF_PORT_8080_TCP: 'tcp://10.0.0.7:8080',
+    LEAF_PORT_8080_TCP_PROTO: 'tcp',
+    LEAF_PORT_8080_TCP_PORT: '8080',
+    LEAF_PORT_8080_TCP_ADDR: '10.0.0.7',
+    LEAF_IDS_SERVICE_HOST: '10.0.0.8',
+    LEAF_IDS_PORT: 'tcp://10.0.0.8:80',
+    // CGI and others; Spring Boot's server keys Leaf-TS passes over.
+    SERVER_SOFTWARE: 'Apache',
+    SERVER_NAME: 'ci',
+    SERVER_ADDR: '10.0.0.1',
+    SERVER_PROTOCOL: 'HTTP/1.1',
+    SERVER_HOME: '/srv',
+    SERVER_URL: 'http://x',
+    SERVER_TOMCAT_MAX_THREADS: '200',
+    SERVER_SERVLET_CONTEXT_PATH: '/',
+    HOME: '/root',
+    LEAF: 'x',
+    LEAFY_GREEN: 'x',
+  }
+  const { config } = loadConfig({ cwd: dirWith(), env })
+  t.equal(config.server.port, 8080, 'none of them read')
+  t.equal(config.snowflake.port, 8080)
+})
+
+t.test('every LEAF_ or SERVER_ variable the repository\'s scripts, tests and deployments read is accepted', async (t) => {
+  // Variables read (process.env.X; $X in shell) or set for a server (compose, Kubernetes, Dockerfile).
+  const read = new Set<string>()
+  const files = ['scripts', 'test', 'bench', 'config/kubernetes'].flatMap((d) => readdirSync(join(ROOT, d), { recursive: true, encoding: 'utf8' }).map((f) => join(d, f)))
+  const forms: [RegExp, RegExp][] = [
+    [/\.(ts|mjs|js)$/, /process\.env\.((?:LEAF|SERVER)_\w+)/g],
+    [/\.sh$/, /\$\{?((?:LEAF|SERVER)_\w+)/g],
+    [/\.ya?ml$/, /^\s*(?:- name: )?((?:LEAF|SERVER)_\w+)\b/gm],
+    [/Dockerfile$/, /\b((?:LEAF|SERVER)_\w+)/g],
+  ]
+  for (const file of [...files, 'Dockerfile', 'docker-compose.yml']) {
+    const pattern = forms.find(([name]) => name.test(file))?.[1]
+    if (pattern === undefined || statSync(join(ROOT, file)).isDirectory()) continue
+    for (const m of readFileSync(join(ROOT, file), 'utf8').matchAll(pattern)) read.add(m[1] as string)
+  }
+  t.ok(read.has('LEAF_TEST_MYSQL_URL') && read.has('LEAF_PG_BIN') && read.has('LEAF_JDBC_URL'), `found them (${[...read].sort().join(', ')})`)
+  // (A key's variable is read as the key: its values are tested above.)
+  for (const name of read) t.doesNotThrow(() => checkEnvironment({ [name]: 'any value' }), name)
+})
+
+t.test('Java Leaf\'s and Spring Boot\'s keys Leaf-TS does not use are passed over silently', async (t) => {
+  const dir = dirWith([
+    // leaf-server's leaf.properties, with its worker-id mode keys
+    'leaf.name=com.sankuai.leaf.opensource.test',
+    'leaf.segment.enable=false',
+    'leaf.snowflake.enable=false',
+    'leaf.snowflake.mode=zk',
+    'leaf.snowflake.local.workIdMap={"10.1.46.33:8080":1}',
+    // leaf-server's application.properties, and Spring Boot keys such a file may add
+    'spring.freemarker.cache=false',
+    'spring.freemarker.request-context-attribute=request',
+    'server.port=8091',
+    'server.tomcat.max-threads=400',
+    'server.servlet.context-path=/',
+    'server.ssl.enabled=false',
+    'server.compression.enabled=true',
+    'logging.level.root=info',
+    'management.endpoints.web.exposure.include=health',
+  ].join('\n'))
+  const { config, warnings } = loadConfig({ cwd: dir, argv: ['--config=leaf.properties', '--server.tomcat.accept-count=100'], env: { SERVER_TOMCAT_MAX_THREADS: '400' } })
+  t.equal(config.server.port, 8091)
+  t.same(warnings, [], 'not even a warning')
+})
+
+t.test('Java Leaf\'s and Spring Boot\'s keys whose meaning Leaf-TS would lose are refused with the fix', async (t) => {
+  const cases: [string, RegExp][] = [
+    ['leaf.snowflake.mode=local', /^leaf\.snowflake\.mode: "local", a Java Leaf worker-id mode Leaf-TS does not read \(.*:1\); remove it and set leaf\.snowflake\.worker-id\.source/],
+    ['leaf.snowflake.mode=mysql', /"mysql", a Java Leaf worker-id mode/],
+    ['server.address=127.0.0.1', /^server\.address: Spring Boot's listen address, which Leaf-TS does not read .*; set server\.host instead$/],
+    ['server.servlet.context-path=/leaf', /path prefix; Leaf-TS serves its routes at the root/],
+    ['server.context-path=/leaf', /path prefix/],
+    ['server.ssl.key-store=keystore.p12', /plain HTTP \(.*\); remove it and end TLS in a proxy/],
+  ]
+  for (const [line, message] of cases) {
+    const err = refusal(t, { cwd: dirWith(`${line}\n`), argv: ['--config=leaf.properties'] }, line)
+    t.match(err, { code: 'UNSUPPORTED_KEY', key: line.split('=')[0], message }, line)
+  }
+  t.match(refusal(t, { cwd: dirWith(), env: { SERVER_ADDRESS: '127.0.0.1' } }, 'SERVER_ADDRESS'), { code: 'UNSUPPORTED_KEY', where: 'environment' })
+  t.match(refusal(t, { cwd: dirWith(), argv: ['--leaf.snowflake.mode=local'] }, '--leaf.snowflake.mode=local'), { code: 'UNSUPPORTED_KEY', where: 'command line' })
+})
+
+t.test('docs/migrating.md lists every Java Leaf and Spring Boot key the loader passes over or refuses', async (t) => {
+  const page = readFileSync(join(ROOT, 'docs/migrating.md'), 'utf8')
+  for (const { key } of FOREIGN_KEYS) t.ok(page.includes(`\`${key}`), key)
+})
+
+t.test('snowflake on the static worker id with neither a source nor a worker id given: a warning that a fleet needs a source', async (t) => {
+  const warned = (options: Parameters<typeof loadConfig>[0]) => loadConfig({ cwd: dirWith(), ...options }).warnings.filter((w) => /a fleet needs a worker-id source/.test(w))
+  const fleet = warned({ argv: ['--leaf.snowflake.enable=true'] })
+  t.equal(fleet.length, 1)
+  t.match(fleet[0], /static worker id 0, since neither leaf\.snowflake\.worker-id\.source, leaf\.snowflake\.zk\.address nor leaf\.snowflake\.worker\.id is set: every instance started so issues the same IDs/)
+  t.same(warned({ argv: ['--leaf.snowflake.enable=true', '--leaf.snowflake.worker-id.source=static'] }), [], 'the static source chosen')
+  t.equal(warned({ argv: ['--leaf.snowflake.enable=true'], env: { LEAF_SNOWFLAKE_WORKER_ID_SOURCE: '' } }).length, 1, 'an empty source is the default, not a choice')
+  t.same(warned({ argv: ['--leaf.snowflake.enable=true'], env: { LEAF_SNOWFLAKE_WORKER_ID: '0' } }), [], 'a worker id given, 0 included')
+  t.same(warned({ argv: ['--config=leaf.properties'], cwd: dirWith('leaf.snowflake.enable=true\nleaf.snowflake.worker.id=4\n') }), [], 'a worker id given in the file')
+  t.same(warned({ argv: ['--leaf.snowflake.enable=true', '--leaf.snowflake.zk.address=127.0.0.1:2181'] }), [], 'ZooKeeper')
+  t.same(warned({ argv: ['--leaf.snowflake.enable=true', '--leaf.snowflake.worker-id.source=statefulset'] }), [], 'another source')
+  t.same(warned({}), [], 'snowflake mode off')
+})
+
+t.test('edit distance: insertions, deletions, substitutions and swaps of neighbours count 1', async (t) => {
+  t.equal(editDistance('leaf.segement.enable', 'leaf.segment.enable'), 1)
+  t.equal(editDistance('leaf.snowflake.zk.adress', 'leaf.snowflake.zk.address'), 1)
+  t.equal(editDistance('SERVER_PROT', 'SERVER_PORT'), 1, 'a swap')
+  t.equal(editDistance('abc', 'abc'), 0)
+  t.equal(editDistance('', 'abc'), 3)
+  t.equal(editDistance('kitten', 'sitting'), 3)
+  t.equal(nearestKey('leaf.snowflake.zookeeper.address'), 'leaf.snowflake.zk.address')
+  t.equal(nearestKey('something.else.entirely'), undefined)
 })
 
 t.test('JDBC URLs in every accepted form', async (t) => {

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process'
-import { mkdirSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { tempDir } from './helpers/config.js'
@@ -31,6 +31,8 @@ t.test('started from another folder, the server finds the shipped config/leaf.pr
   t.match(loaded, { level: 30, file: join(ROOT, 'config/leaf.properties'), from: 'shipped', msg: `configuration loaded from ${join(ROOT, 'config/leaf.properties')}` })
   t.match(await get(`${server.url}/api/segment/get/order`), { status: 200, body: '1' }, 'segment mode on, as the shipped file says')
   t.equal((await get(`${server.url}/api/snowflake/get/x`)).status, 200, 'snowflake mode on, as the shipped file says')
+  t.ok(logLines(server.output).some((l) => l.level === 40 && /static worker id 0.*a fleet needs a worker-id source/.test(l.msg as string)),
+    'the shipped file sets no worker-id source nor worker id: a warning that a fleet needs one')
 })
 
 // --- The database at start --------------------------------------------------------------
@@ -164,6 +166,33 @@ t.test('a bad layout, or a worker id past its bits, refuses the start in one con
       t.equal(lines.length, 1, `${args.join(' ')}, snowflake ${enable}: one line, no log before it (${lines.join(' | ')})`)
       t.match(lines[0], expected)
     }
+  }
+})
+
+t.test('a mistyped key in the file or the environment: exit 1 with one line naming it and the key meant, and nothing written', async (t) => {
+  // A file that would have the server write its store, warm-start file and worker-id cache in
+  // its working folder, were it to start.
+  const port = await freePort()
+  const good = ['leaf.segment.enable=true', 'leaf.snowflake.enable=true', 'leaf.snowflake.worker-id.source=static', 'leaf.snowflake.cache.dir=./cache', `server.port=${port}`]
+  const cases: [string, string[], Record<string, string>, RegExp][] = [
+    ['leaf.snowflake.zk.adress in the file', [...good.slice(0, 2), 'leaf.snowflake.zk.adress=127.0.0.1:2181', ...good.slice(3)], {},
+      /^leaf-ts: configuration error: leaf\.snowflake\.zk\.adress: not a configuration key \(\/.*\/config\/leaf\.properties:3\); did you mean leaf\.snowflake\.zk\.address\?$/],
+    ['leaf.segement.enable in the file', ['leaf.segement.enable=true', ...good.slice(1)], {},
+      /^leaf-ts: configuration error: leaf\.segement\.enable: not a configuration key \(\/.*\/config\/leaf\.properties:1\); did you mean leaf\.segment\.enable\?$/],
+    ['LEAF_SEGEMENT_ENABLE in the environment', good, { LEAF_SEGEMENT_ENABLE: 'true' },
+      /^leaf-ts: configuration error: LEAF_SEGEMENT_ENABLE: not a configuration key \(environment\); did you mean LEAF_SEGMENT_ENABLE \(leaf\.segment\.enable\)\?$/],
+  ]
+  for (const [what, lines, env, expected] of cases) {
+    const cwd = tempDir()
+    mkdirSync(join(cwd, 'config'))
+    writeFileSync(join(cwd, 'config/leaf.properties'), `${lines.join('\n')}\n`)
+    // Were the typo passed over, the server would listen until this timeout ends it.
+    const run = spawnSync(process.execPath, [SERVER_JS], { cwd, env: { PATH: process.env.PATH, LOG_LEVEL: 'info', ...env }, encoding: 'utf8', timeout: 5_000, killSignal: 'SIGKILL' })
+    const output = `${run.stdout}${run.stderr}`.split('\n').filter((l) => l !== '')
+    t.equal(run.status, 1, `${what}: exit 1`)
+    t.equal(output.length, 1, `${what}: one line (${output.join(' | ')})`)
+    t.match(output[0], expected, what)
+    t.same(readdirSync(cwd, { recursive: true }).sort(), ['config', join('config', 'leaf.properties')], `${what}: nothing written`)
   }
 })
 

@@ -3,8 +3,10 @@ import { dirname, join, resolve } from 'node:path'
 import { parse as parseProperties } from 'dot-properties'
 import { CONFIG_KEYS, ConfigError, KEYS, envName, isConfigKey, type ConfigKey, type ParsedConfig, type RawConfig, type WorkerIdSource } from './keys.js'
 import { parseJdbcUrl, type StoreConfig } from './jdbc-url.js'
+import { checkCommandLineKey, checkEnvironment, checkFileKeys } from './unknown-keys.js'
 
 export { ConfigError } from './keys.js'
+export { ForeignKeyError, UnknownKeyError } from './unknown-keys.js'
 export type { StoreConfig } from './jdbc-url.js'
 
 export const DEFAULT_CONFIG_PATH = 'config/leaf.properties'
@@ -102,10 +104,12 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
   const cli = parseArgv(argv)
   const file = findPropertiesFile(cli.configPath, env.LEAF_CONFIG, cwd, shippedPath)
 
+  if (file !== undefined) warnings.push(...checkFileKeys(file.path, file.text, file.values))
+  checkEnvironment(env)
+
   const raw = Object.fromEntries(CONFIG_KEYS.map((k) => [k, KEYS[k].default])) as RawConfig
   for (const [k, v] of Object.entries(file?.values ?? {})) {
     if (isConfigKey(k)) raw[k] = v
-    else warnings.push(`${file?.path}: unknown key ${k} ignored`)
   }
   for (const k of CONFIG_KEYS) {
     const v = env[envName(k)]
@@ -117,6 +121,9 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
   for (const k of CONFIG_KEYS) parsed[k] = KEYS[k].parse(raw[k], k)
   const config = toConfig(parsed as ParsedConfig)
   checkWorkerIdSource(config.snowflake)
+  // An empty value is the default, not a choice.
+  const given = (k: ConfigKey) => [file?.values[k], env[envName(k)], cli.values[k]].some((v) => v !== undefined && v.trim() !== '')
+  warnings.push(...staticWorkerIdWarning(config.snowflake, given))
   return { config, file: file?.path, fileFrom: file?.from, warnings }
 }
 
@@ -132,6 +139,18 @@ function checkWorkerIdSource (s: SnowflakeConfig): void {
   if (s.workerIdSource.endsWith('-lease') && s.leaseTtlMs < 3 * s.heartbeatIntervalMs) {
     throw new ConfigError('leaf.snowflake.lease.ttl-ms', `${s.leaseTtlMs} is less than 3 heartbeat intervals (leaf.snowflake.heartbeat-interval-ms is ${s.heartbeatIntervalMs}): one late renewal would stop issuing`)
   }
+}
+
+/**
+ * Snowflake mode on the static worker id by default (no source, no ZooKeeper address, no
+ * worker id given): right for one instance, but every instance of a fleet started so issues
+ * the same IDs, and nothing else would say so.
+ */
+function staticWorkerIdWarning (s: SnowflakeConfig, given: (key: ConfigKey) => boolean): string[] {
+  if (!s.enabled || s.workerIdSource !== 'static' || given('leaf.snowflake.worker-id.source') || given('leaf.snowflake.worker.id')) return []
+  return [`snowflake mode on the static worker id ${s.workerId}, since neither leaf.snowflake.worker-id.source, leaf.snowflake.zk.address nor leaf.snowflake.worker.id is set: ` +
+    'every instance started so issues the same IDs; a fleet needs a worker-id source (leaf.snowflake.worker-id.source=zookeeper, zookeeper-lease, db-lease or statefulset), ' +
+    'or a leaf.snowflake.worker.id of its own for each instance']
 }
 
 /**
@@ -191,7 +210,7 @@ function toConfig (p: ParsedConfig): Config {
   }
 }
 
-interface PropertiesFile { path: string, from: ConfigFileSource, values: Record<string, string> }
+interface PropertiesFile { path: string, from: ConfigFileSource, values: Record<string, string>, text: string }
 
 /** The file the precedence names; a named file that cannot be read is an error naming what named it. */
 function findPropertiesFile (cliPath: string | undefined, envPath: string | undefined, cwd: string, shippedPath: string | undefined): PropertiesFile | undefined {
@@ -212,7 +231,7 @@ function readPropertiesFile (path: string, from: ConfigFileSource, { optional = 
     if (optional && code === 'ENOENT') return undefined
     throw new ConfigError(from === 'shipped' ? 'the shipped config file' : from, `cannot read ${path} (${code ?? 'error'})`)
   }
-  return { path, from, values: parseProperties(text) as Record<string, string> }
+  return { path, from, values: parseProperties(text) as Record<string, string>, text }
 }
 
 /** `--config PATH`, and any key as `--key=value` or `--key value` (Spring Boot style). */
@@ -231,7 +250,7 @@ function parseArgv (argv: string[]): { configPath: string | undefined, values: P
     }
     if (name === 'config') configPath = value
     else if (isConfigKey(name)) values[name] = value
-    else throw new ConfigError(name, 'is not a configuration key')
+    else checkCommandLineKey(name, value)
   }
   return { configPath, values }
 }
