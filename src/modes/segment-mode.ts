@@ -8,7 +8,7 @@ import { createMaxIdGuard, type MaxIdGuard, type MaxIdGuardOptions } from '../se
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
 import type { SegmentStore } from '../segment/store.js'
 import { createStore, describeStore, type StoreHooks } from '../segment/stores/create-store.js'
-import { readWarmState, writeWarmState, type WarmState } from '../segment/warm-state.js'
+import { readWarmState, stateFolderProblem, writeWarmState, type WarmState } from '../segment/warm-state.js'
 import { withTimeout } from '../timers.js'
 
 /** How long a graceful stop may spend giving unused IDs back (part of the 10 s drain). */
@@ -19,7 +19,8 @@ export interface SegmentMode {
   generator: SegmentGenerator
   /** What the max_id guard saw: a hold after a store failover, the last regression. */
   guard: MaxIdGuard
-  close (): Promise<void>
+  /** Gives back what is unused; `saveState: false` (a start that failed) leaves the warm-start file as it is. */
+  close (options?: { saveState?: boolean }): Promise<void>
 }
 
 /** What to do about a permanent error, by its code. */
@@ -69,6 +70,8 @@ export async function startSegmentMode (
 ): Promise<SegmentMode> {
   const { segment } = config
   const { stateFile } = segment
+  const unwritable = stateFile === undefined ? undefined : stateFolderProblem(stateFile)
+  if (unwritable !== undefined) throw new StartRefused(`leaf.segment.state-file: ${unwritable}: make the folder writable, or set leaf.segment.state-file to a file in a writable folder (or to off)`)
   const warm = stateFile === undefined ? undefined : openWarmState(stateFile, logger)
   // A new id each life: what this stop parks, the next start takes (see SegmentGeneratorOptions.handover).
   const parkAs = randomUUID()
@@ -126,7 +129,7 @@ export async function startSegmentMode (
     store,
     generator,
     guard,
-    async close () {
+    async close ({ saveState = true } = {}) {
       const { giveBacks, warmTags } = await generator.shutdown(GIVE_BACK_BUDGET_MS)
       for (const g of giveBacks) {
         if (g.unused === 0n) continue
@@ -134,7 +137,7 @@ export async function startSegmentMode (
         logger.info({ key: g.key, unused: String(g.unused), returned: String(g.returned), parked: String(g.parked), lost: String(lost), reason: g.reason },
           lost === 0n ? 'unused IDs given back' : 'unused IDs given back in part: the rest is lost')
       }
-      if (stateFile !== undefined) {
+      if (stateFile !== undefined && saveState) {
         try {
           writeWarmState(stateFile, { owner: parkAs, tags: warmTags, guard: { ...guard.state(), where: storeKey } })
           logger.info({ file: stateFile, tags: warmTags.length }, 'warm-start file written')
