@@ -78,7 +78,6 @@ export function createSqliteStore (path: string, { embeddedDefault = false, logg
   const db = new Database(path, { timeout: OPEN_BUSY_TIMEOUT_MS })
   let created: 'demo' | 'empty' | undefined
   try {
-    db.pragma('journal_mode = WAL')
     db.defaultSafeIntegers(true) // BIGINTs as BigInt: max_id is exact over the whole 64-bit range
 
     db.transaction(() => {
@@ -97,6 +96,8 @@ export function createSqliteStore (path: string, { embeddedDefault = false, logg
       }
       db.exec(PARKED_SCHEMA)
     }).immediate()
+    // After the check above: WAL rewrites the file's header, and another program's file is left as it was.
+    db.pragma('journal_mode = WAL')
     db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
   } catch (err) {
     db.close()
