@@ -190,6 +190,20 @@ t.test('a port in use: the second process exits 1 with one line naming server.po
   t.match(JSON.parse(readFileSync(join(dir, `segment-state-${port}.json`), 'utf8')), { tags: ['order'] }, 'written by the instance that served')
 })
 
+t.test('a start refused after segment mode started (snowflake\'s worker id): the warm-start file is left as it was', async (t) => {
+  const dir = tempDir()
+  const state = join(dir, 'state.json')
+  const segment = ['--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(dir, 'leaf.db'))}`, `--leaf.segment.state-file=${state}`]
+  const first = await startServer({ cwd: tempDir(), args: ['--server.port=0', ...segment] })
+  t.equal((await get(`${first.url}/api/segment/get/order`)).status, 200)
+  t.equal(await first.stop(), 0)
+  const before = `${statSync(state).mtimeMs} ${readFileSync(state, 'utf8')}`
+  t.match(JSON.parse(readFileSync(state, 'utf8')), { tags: ['order'] })
+  refusesInOneLine(t, [...segment, `--leaf.snowflake.cache.dir=${dir}`, '--leaf.snowflake.enable=true', '--leaf.snowflake.worker-id.source=statefulset', '--leaf.snowflake.worker-id.hostname=no-ordinal'],
+    /^start refused: .*statefulset source .*"no-ordinal" has none/)
+  t.equal(`${statSync(state).mtimeMs} ${readFileSync(state, 'utf8')}`, before, 'not rewritten by the start that failed')
+})
+
 t.test('an unwritable warm-start folder: exit 1 with one line naming leaf.segment.state-file, nothing written', async (t) => {
   const dir = tempDir()
   writeFileSync(join(dir, 'a-file'), '')
