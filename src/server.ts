@@ -61,8 +61,7 @@ try {
 } catch (err) {
   if (err instanceof StartRefused) logger.fatal(`start refused: ${err.message}`)
   else logger.fatal({ err }, 'start failed')
-  if (app === undefined) bound.server.closeAllConnections()
-  await app?.close()
+  await app?.close() // (a buildApp that threw has closed its app, and the bound socket with it)
   process.exit(1)
 }
 
