@@ -145,6 +145,9 @@ t.test('SQLite: a path in a folder that does not exist, or another program\'s fi
   refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(missing, 'leaf.db')}`],
     new RegExp(`^start refused: segment store sqlite:${join(missing, 'leaf.db')}: the folder ${missing} does not exist: correct leaf\\.jdbc\\.url`))
   t.notOk(existsSync(missing), 'no folder made')
+  refusesInOneLine(t, ['--leaf.snowflake.enable=true', '--leaf.snowflake.worker-id.source=db-lease', `--leaf.snowflake.cache.dir=${dir}`, `--leaf.jdbc.url=sqlite:${join(missing, 'leaf.db')}`],
+    new RegExp(`^start refused: worker-id lease pool sqlite:${join(missing, 'leaf.db')}: the folder ${missing} does not exist: correct leaf\\.jdbc\\.url`))
+  t.notOk(existsSync(missing), 'no folder made for the worker-id lease pool either')
   const theirs = join(dir, 'theirs.db')
   withSqlite(theirs, (db) => db.exec('CREATE TABLE invoices (id INTEGER PRIMARY KEY)'))
   const before = readFileSync(theirs)
