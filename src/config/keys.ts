@@ -88,7 +88,7 @@ export const KEYS = {
   'log.level': key('info', logLevel, 'pino log level (also `LOG_LEVEL`).'),
 
   'leaf.segment.enable': key('false', bool, 'Serve segment IDs.'),
-  'leaf.jdbc.url': key('', text, '`jdbc:mysql://host:3306/db?...`, `mysql://user:pass@host:3306/db`, `jdbc:postgresql://host:5432/db`, `postgres://user:pass@host:5432/db` (or `postgresql://`) or `sqlite:PATH`; several MySQL hosts (`jdbc:mysql://h1:3306,h2:3306/db`) fail over in order (docs/production.md); empty: the embedded SQLite store at `./data/leaf.db`.'),
+  'leaf.jdbc.url': key('', text, '`jdbc:mysql://host:3306/db?...`, `mysql://user:pass@host:3306/db`, `jdbc:postgresql://host:5432/db`, `postgres://user:pass@host:5432/db` (or `postgresql://`) or `sqlite:PATH`; several MySQL hosts (`jdbc:mysql://h1:3306,h2:3306/db`) fail over in order (docs/production.md); empty: the embedded SQLite store, `data/leaf.db` in the install folder; a relative `sqlite:` path is read from the config file\'s folder (docs/configuration.md#paths).'),
   'leaf.jdbc.username': key('', secret, 'Database user (when the URL carries none).'),
   'leaf.jdbc.password': key('', secret, 'Database password (when the URL carries none); never logged.'),
   'leaf.jdbc.connect-timeout-ms': key('2000', int(100, 60_000), 'How long opening one MySQL or PostgreSQL connection may take.'),
