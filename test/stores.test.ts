@@ -315,6 +315,15 @@ t.test('SQLite: another program\'s database (tables, no leaf_alloc) is refused n
   t.ok(readFileSync(path).equals(before), 'the file\'s bytes unchanged')
 })
 
+t.test('SQLite: the embedded default\'s folder that cannot be made is refused in one line', async (t) => {
+  const file = sqlitePath()
+  writeFileSync(file, '')
+  t.throws(() => createSqliteStore(join(file, 'data', 'leaf.db'), { embeddedDefault: true }), {
+    name: 'StartRefused',
+    message: `segment store sqlite:${join(file, 'data', 'leaf.db')}: the embedded store's folder ${join(file, 'data')} cannot be made (ENOTDIR): make the install folder writable, or set leaf.jdbc.url to sqlite:PATH in a writable folder`,
+  })
+})
+
 t.test('SQLite: the embedded default makes its folder and the demo tags once; a later open adds none', async (t) => {
   const path = join(sqlitePath(), '..', 'data', 'leaf.db')
   const { logger, lines } = captureLogger()

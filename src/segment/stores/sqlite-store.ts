@@ -70,8 +70,13 @@ interface RowRecord { biz_tag: string, max_id: bigint, step: bigint, description
 export function createSqliteStore (path: string, { embeddedDefault = false, logger }: SqliteStoreOptions = {}): SegmentStore {
   const where = `segment store sqlite:${path}`
   if (path !== ':memory:') {
-    if (embeddedDefault) mkdirSync(dirname(path), { recursive: true })
-    else if (!existsSync(dirname(path))) {
+    if (embeddedDefault) {
+      try {
+        mkdirSync(dirname(path), { recursive: true })
+      } catch (err) {
+        throw new StartRefused(`${where}: the embedded store's folder ${dirname(path)} cannot be made (${(err as NodeJS.ErrnoException).code ?? 'error'}): make the install folder writable, or set leaf.jdbc.url to sqlite:PATH in a writable folder`)
+      }
+    } else if (!existsSync(dirname(path))) {
       throw new StartRefused(`${where}: the folder ${dirname(path)} does not exist: correct leaf.jdbc.url, or create the folder (only the embedded default's folder is made)`)
     }
   }
