@@ -10,6 +10,7 @@ import { createSegmentGenerator, type Id } from '../src/segment/segment-generato
 import { FakeStore } from '../test/helpers/fake-store.js'
 import { measure, measureAsync } from './in-process.js'
 import { startServer, type ServerProcess } from '../test/helpers/server-process.js'
+import { seedSqlite } from '../test/helpers/sqlite.js'
 import { cpuSeconds } from './cpu-time.js'
 import { median } from './stats.js'
 
@@ -115,7 +116,7 @@ function memoryTransport (): Transport {
 /** The server on the embedded store in `data`, both modes on, on core 0 when pinned. */
 function startLeaf (pinned: boolean, data: string): Promise<ServerProcess> {
   return startServer({
-    args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(data, 'leaf.db')}`, '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`],
+    args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(data, 'leaf.db'))}`, '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`],
     cwd: data,
     shippedConfig: true,
     wrapper: pinned ? ['taskset', '-c', '0'] : [],

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { ROOT } from '../scripts/run-info.js'
 import { countRoutes } from './callgrind.js'
+import { seedSqlite } from '../test/helpers/sqlite.js'
 
 // Counts another build of the service the way the bench counts this one, to compare builds:
 //   node --import tsx bench/count-build.ts <path to its server.js> [processes] [counts]
@@ -15,7 +16,7 @@ if (server === undefined) throw new Error('usage: node --import tsx bench/count-
 const pin = ['taskset', '-c', '0']
 for (let p = 0; p < Number(processes); p++) {
   const data = mkdtempSync(join(tmpdir(), 'leaf-count-'))
-  const args = [server, '--server.host=127.0.0.1', '--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(data, 'leaf.db')}`,
+  const args = [server, '--server.host=127.0.0.1', '--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(data, 'leaf.db'))}`,
     '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`]
   const started = Date.now()
   const rows = await countRoutes(args, [{ name: 'segment', path: '/api/segment/get/order' }, { name: 'snowflake', path: '/api/snowflake/get/order' }], Number(counts), ROOT, pin)

@@ -9,6 +9,7 @@ import { clientLines, runClientBenchInChild } from './client.js'
 import { manyTagsLine, manyTagsRows } from './many-tags.js'
 import { runInProcess } from './in-process.js'
 import { startServer, type ServerProcess } from '../test/helpers/server-process.js'
+import { seedSqlite } from '../test/helpers/sqlite.js'
 import { cpuSeconds } from './cpu-time.js'
 import { withoutHotMetrics } from './variants.js'
 import { publishable, RESULTS_FILE, writeFigures } from './publish.js'
@@ -81,7 +82,7 @@ function leafArgs (server = join(ROOT, 'dist/server.js')): string[] {
   const data = mkdtempSync(join(tmpdir(), 'leaf-bench-'))
   dataDirs.push(data)
   return [server, '--server.host=127.0.0.1', '--server.port=0',
-    '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(data, 'leaf.db')}`,
+    '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(data, 'leaf.db'))}`,
     '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`]
 }
 

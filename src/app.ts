@@ -1,5 +1,6 @@
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerFactoryHandler } from 'fastify'
 import { registerAdminRoutes } from './http/admin-routes.js'
+import { HTTP_SERVER_OPTIONS, type BoundServer } from './http/bound-server.js'
 import { registerDecodeRoutes } from './http/decode-routes.js'
 import { answerConnect, clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/errors.js'
 import { registerHealthRoutes } from './http/health-routes.js'
@@ -15,6 +16,11 @@ export interface AppOptions {
   logger: FastifyBaseLogger & Logger
   /** Wall clock for the generators; tests inject one. */
   clock?: () => number
+  /**
+   * The socket server.ts bound before anything else (http/bound-server.ts): the app serves on
+   * it once ready, and closes it. Without one (tests), Fastify makes its own, for inject() or listen().
+   */
+  server?: BoundServer
 }
 
 declare module 'fastify' {
@@ -33,9 +39,11 @@ declare module 'fastify' {
  * resolveConfig): the enabled modes, their routes, metrics and
  * views, and their clean-up on close. Listening is the caller's business (server.ts).
  */
-export async function buildApp (config: ResolvedConfig, { logger, clock }: AppOptions): Promise<FastifyInstance> {
+export async function buildApp (config: ResolvedConfig, { logger, clock, server: bound }: AppOptions): Promise<FastifyInstance> {
   const debug = logger.level === 'debug' || logger.level === 'trace'
+  let handler: FastifyServerFactoryHandler | undefined
   const app = Fastify({
+    ...(bound === undefined ? {} : { serverFactory: (h: FastifyServerFactoryHandler) => { handler = h; return bound.server } }),
     // No logger inside Fastify: with one, it builds a child logger and response listeners for
     // every request, which cost more than the rest of an ID request's JavaScript. The service
     // logs through its own pino instance, handed to whatever logs.
@@ -44,7 +52,7 @@ export async function buildApp (config: ResolvedConfig, { logger, clock }: AppOp
     clientErrorHandler,
     // Node itself answers an HTTP/1.1 request without Host with a bare 400; let it reach the
     // routes instead (an ID service has no use for Host), so every answer has the JSON shape.
-    http: { requireHostHeader: false },
+    http: HTTP_SERVER_OPTIONS,
     routerOptions: {
       // Keys of any length must reach validation (400 INVALID_KEY), not fall through to a 404.
       maxParamLength: 16 * 1024,
@@ -58,6 +66,7 @@ export async function buildApp (config: ResolvedConfig, { logger, clock }: AppOp
     drain = setInterval(() => app.server.closeIdleConnections(), 50)
     done()
   })
+  if (bound !== undefined) app.addHook('onReady', async () => { if (handler !== undefined) bound.serve(handler) })
 
   const metrics = createMetrics({ maxTagSeries: config.metrics.maxTagSeries })
   const observe = createObserver(metrics, logger, debug)
@@ -67,9 +76,14 @@ export async function buildApp (config: ResolvedConfig, { logger, clock }: AppOp
 
   const leaf: FastifyInstance['leaf'] = { config, metrics, segment: undefined, snowflake: undefined }
   app.decorate('leaf', leaf)
+  // A start that failed (a mode refused) has served nothing: its stop must not replace the
+  // warm-start file of the last instance that did.
+  let started = false
   app.addHook('onClose', async () => {
+    // Fastify closes only a server it listened on: this one, it waits for as it would its own.
+    if (bound !== undefined) await new Promise((resolve) => bound.server.close(resolve))
     clearInterval(drain)
-    await Promise.all([leaf.segment?.close(), leaf.snowflake?.close()])
+    await Promise.all([leaf.segment?.close({ saveState: started }), leaf.snowflake?.close()])
   })
   try {
     if (config.segment.enabled) {
@@ -83,6 +97,7 @@ export async function buildApp (config: ResolvedConfig, { logger, clock }: AppOp
       })
     }
   } catch (err) {
+    bound?.server.closeAllConnections()
     await app.close()
     throw err
   }
@@ -102,5 +117,6 @@ export async function buildApp (config: ResolvedConfig, { logger, clock }: AppOp
   })
   registerAdminRoutes(app, config.adminToken, logger)
   if (config.adminToken === '') logger.info('leaf.admin.token is not set: /cache, /db and /api views are open, tag management is off')
+  started = true
   return app
 }

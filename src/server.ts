@@ -4,16 +4,19 @@ import pino from 'pino'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig, type LoadedConfig } from './config/load-config.js'
 import { StartRefused } from './errors.js'
+import { bindPort, type BoundServer } from './http/bound-server.js'
 import { resolveConfig, type ResolvedConfig } from './snowflake/settings.js'
 
 // Entry point: read the config, build the app, listen, and drain on SIGTERM/SIGINT.
 // The package's own file, beside dist/ (and src/ under `npm run dev`): found from any working folder.
 const SHIPPED_CONFIG = fileURLToPath(new URL('../config/leaf.properties', import.meta.url))
+// The install folder (dist/'s parent): the embedded store's, and relative paths' when no file is read.
+const INSTALL_DIR = fileURLToPath(new URL('../', import.meta.url))
 
 let loaded: LoadedConfig
 let config: ResolvedConfig
 try {
-  loaded = loadConfig({ argv: process.argv.slice(2), env: process.env, shippedPath: SHIPPED_CONFIG })
+  loaded = loadConfig({ argv: process.argv.slice(2), env: process.env, shippedPath: SHIPPED_CONFIG, installDir: INSTALL_DIR })
   // The layout is parsed, and the worker ids checked against it, before anything else runs,
   // whether or not snowflake mode is on (the decode routes read it): a bad one is a
   // configuration error like any other key's.
@@ -23,7 +26,7 @@ try {
   process.stderr.write(`leaf-ts: configuration error: ${err.message}\n`)
   process.exit(1)
 }
-const { file, fileFrom, warnings } = loaded
+const { file, fileFrom, warnings, relativeTo } = loaded
 
 const logger = pino({
   level: config.logLevel,
@@ -32,13 +35,25 @@ const logger = pino({
   transport: process.stdout.isTTY ? { target: 'pino-pretty' } : undefined,
 })
 for (const warning of warnings) logger.warn(warning)
-logger.info({ file: file ?? '(none: built-in defaults)', from: fileFrom ?? null },
+logger.info({ file: file ?? '(none: built-in defaults)', from: fileFrom ?? null, relativePathsFrom: relativeTo },
   file === undefined ? 'configuration loaded: no file found, built-in defaults' : `configuration loaded from ${file}`)
+
+// The port first: a second process on a port in use stops here, before any file, store or
+// ZooKeeper node is touched (http/bound-server.ts). "Server listening" waits until the app
+// serves: until then the socket answers 503 NOT_READY.
+let bound: BoundServer
+try {
+  bound = await bindPort(config.server.host, config.server.port)
+} catch (err) {
+  if (err instanceof StartRefused) logger.fatal(`start refused: ${err.message}`)
+  else logger.fatal({ err }, 'start failed')
+  process.exit(1)
+}
 
 let app
 try {
-  app = await buildApp(config, { logger })
-  await app.listen({ host: config.server.host, port: config.server.port })
+  app = await buildApp(config, { logger, server: bound })
+  await app.ready()
   for (const a of app.addresses()) {
     if (typeof a === 'string') continue
     logger.info(`Server listening at http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`)
@@ -46,7 +61,7 @@ try {
 } catch (err) {
   if (err instanceof StartRefused) logger.fatal(`start refused: ${err.message}`)
   else logger.fatal({ err }, 'start failed')
-  await app?.close()
+  await app?.close() // (a buildApp that threw has closed its app, and the bound socket with it)
   process.exit(1)
 }
 

@@ -9,7 +9,7 @@ import { tempDir, testConfig } from './helpers/config.js'
 import { silentLogger } from './helpers/logger.js'
 import { parseSamples, valueOf, type Sample } from './helpers/prometheus.js'
 import { batchLines } from './helpers/ids.js'
-import { withSqlite } from './helpers/sqlite.js'
+import { seedSqlite, withSqlite } from './helpers/sqlite.js'
 import { TEST_ZK, uniqueName, zookeeperProxy } from './helpers/zookeeper.js'
 
 const TOKEN = 'test-token-0123'
@@ -91,7 +91,7 @@ t.test('promtool accepts the service\'s own metric families', async (t) => {
 
 t.test('a load that fails counts on the series that were at 0, and the request answers SEGMENTS_NOT_READY', async (t) => {
   const dbPath = join(tempDir(), 'leaf.db')
-  const server = await app({ 'leaf.jdbc.url': `sqlite:${dbPath}`, 'leaf.admin.token': TOKEN, 'leaf.segment.wait-timeout-ms': 200 })
+  const server = await app({ 'leaf.jdbc.url': `sqlite:${seedSqlite(dbPath)}`, 'leaf.admin.token': TOKEN, 'leaf.segment.wait-timeout-ms': 200 })
   const created = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key: 'broken', step: 1000 } })
   t.equal(created.statusCode, 201)
   // A step of 0, set by hand: the store refuses every load of the tag, and it is retried.

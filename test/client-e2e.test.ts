@@ -5,6 +5,7 @@ import t from 'tap'
 import { createLeafClient, LeafClientError, type LeafClient } from '@leaf-ts/client'
 import { createUndiciTransport } from '../client/src/transport.js'
 import { tempDir } from './helpers/config.js'
+import { seedSqlite } from './helpers/sqlite.js'
 import { createTestDatabase, type TestDatabase } from './helpers/mysql.js'
 import { startServer, type ServerProcess } from './helpers/server-process.js'
 
@@ -81,7 +82,7 @@ for (const store of ['SQLite', 'MariaDB'] as const) {
       t.teardown(() => db.drop())
       server = await leafServer(mysqlEnv(db), 1)
     } else {
-      server = await leafServer({}, 1, `sqlite:${join(tempDir(), 'leaf.db')}`)
+      server = await leafServer({}, 1, `sqlite:${seedSqlite(join(tempDir(), 'leaf.db'))}`)
     }
     t.teardown(() => server.stop())
     const leaf = createLeafClient({ servers: [server.url] })
@@ -112,8 +113,8 @@ for (const store of ['SQLite', 'MariaDB'] as const) {
       t.teardown(() => db.drop())
       servers = await Promise.all([1, 2].map((w) => leafServer(mysqlEnv(db), w)))
     } else {
-      const file = join(tempDir(), 'shared.db')
-      servers = [await leafServer({}, 1, `sqlite:${file}`)] // the first creates the file
+      const file = seedSqlite(join(tempDir(), 'shared.db'))
+      servers = [await leafServer({}, 1, `sqlite:${file}`)]
       servers.push(await leafServer({}, 2, `sqlite:${file}`))
     }
     t.teardown(() => Promise.all(servers.map((s) => s.stop('SIGKILL'))))
@@ -153,7 +154,7 @@ for (const store of ['SQLite', 'MariaDB'] as const) {
 }
 
 t.test('a bad key gives KEY_NOT_FOUND, asked once', async (t) => {
-  const server = await leafServer({}, 1, `sqlite:${join(tempDir(), 'leaf.db')}`)
+  const server = await leafServer({}, 1, `sqlite:${seedSqlite(join(tempDir(), 'leaf.db'))}`)
   t.teardown(() => server.stop())
   const leaf = createLeafClient({ servers: [server.url] })
   t.teardown(() => leaf.close())
@@ -166,7 +167,7 @@ t.test('a bad key gives KEY_NOT_FOUND, asked once', async (t) => {
 })
 
 t.test('the token is sent as a bearer token', async (t) => {
-  const server = await leafServer({}, 1, `sqlite:${join(tempDir(), 'leaf.db')}`)
+  const server = await leafServer({}, 1, `sqlite:${seedSqlite(join(tempDir(), 'leaf.db'))}`)
   t.teardown(() => server.stop())
   // A gateway in front of the server, as a deployment puts one: it lets only the token through.
   const seen: (string | undefined)[] = []
@@ -201,7 +202,7 @@ t.test('the token is sent as a bearer token', async (t) => {
 })
 
 t.test('the server\'s text batches end with a newline; the client reads them whole, none lost or invented', async (t) => {
-  const server = await leafServer({}, 2, `sqlite:${join(tempDir(), 'leaf.db')}`)
+  const server = await leafServer({}, 2, `sqlite:${seedSqlite(join(tempDir(), 'leaf.db'))}`)
   t.teardown(() => server.stop())
   const raw = await fetch(`${server.url}/api/segment/get/order?count=5`)
   t.equal(await raw.text(), '1\n2\n3\n4\n5\n', 'every ID on a line of its own, the last one ended too')

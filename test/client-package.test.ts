@@ -6,6 +6,7 @@ import semver from 'semver'
 import t from 'tap'
 import { linkTargets } from './helpers/markdown.js'
 import { ROOT, startServer } from './helpers/server-process.js'
+import { seedSqlite } from './helpers/sqlite.js'
 
 // `@leaf-ts/client` as a user gets it: `npm pack` on an unbuilt copy of client/ (its prepack
 // builds it), the tarball installed into a fresh project outside the workspace, then loaded
@@ -160,7 +161,7 @@ t.test('ESM import and CommonJS require both take IDs from a real server', async
   const server = await startServer({
     cwd: dir,
     args: ['--server.port=0', '--leaf.segment.enable=true', '--leaf.snowflake.enable=true',
-      '--leaf.snowflake.worker.id=1', `--leaf.snowflake.cache.dir=${dir}`, `--leaf.jdbc.url=sqlite:${join(dir, 'leaf.db')}`],
+      '--leaf.snowflake.worker.id=1', `--leaf.snowflake.cache.dir=${dir}`, `--leaf.jdbc.url=sqlite:${seedSqlite(join(dir, 'leaf.db'))}`],
   })
   t.teardown(() => server.stop())
   const seen = new Set<bigint>()

@@ -18,12 +18,12 @@ function dirWith (properties?: string): string {
 }
 
 t.test('built-in defaults when there is no file', async (t) => {
-  const { config, file } = loadConfig({ cwd: dirWith() })
+  const { config, file } = loadConfig({ cwd: dirWith(), installDir: '/opt/leaf' })
   t.equal(file, undefined)
   t.match(config, {
     server: { host: '0.0.0.0', port: 8080 },
     batchMax: 10000,
-    segment: { enabled: false, waitTimeoutMs: 3000, refreshIntervalMs: 60000, store: { kind: 'sqlite', path: './data/leaf.db' } },
+    segment: { enabled: false, waitTimeoutMs: 3000, refreshIntervalMs: 60000, store: { kind: 'sqlite', path: '/opt/leaf/data/leaf.db', embeddedDefault: true } },
     snowflake: { enabled: false, zkAddress: '', port: 8080, twepoch: 1288834974657 },
   })
 })
@@ -58,13 +58,34 @@ t.test('precedence: defaults < file < environment < command line', async (t) => 
   t.equal(config.snowflake.port, 3333, 'snowflake port follows server.port when unset')
 })
 
-t.test('the warm-start file: beside the SQLite file, in ./data with MySQL, none on port 0 or when off', async (t) => {
-  const at = (argv: string[]) => loadConfig({ cwd: dirWith(), argv }).config.segment.stateFile
+t.test('the warm-start file: beside the SQLite file, in the install folder\'s data/ with MySQL, none on port 0 or when off', async (t) => {
+  const installDir = '/opt/leaf'
+  const at = (argv: string[]) => loadConfig({ cwd: dirWith(), argv, installDir }).config.segment.stateFile
   t.equal(at(['--leaf.jdbc.url=sqlite:/srv/leaf/leaf.db', '--server.port=8080']), '/srv/leaf/segment-state-8080.json')
-  t.equal(at(['--server.port=8081']), join('data', 'segment-state-8081.json'), 'the embedded default: ./data/leaf.db')
-  t.equal(at(['--leaf.jdbc.url=mysql://u:p@db:3306/leaf', '--server.port=8080']), join('data', 'segment-state-8080.json'))
+  t.equal(at(['--server.port=8081']), '/opt/leaf/data/segment-state-8081.json', 'the embedded default: the install folder\'s data/leaf.db')
+  t.equal(at(['--leaf.jdbc.url=mysql://u:p@db:3306/leaf', '--server.port=8080']), '/opt/leaf/data/segment-state-8080.json')
   t.equal(at(['--server.port=0']), undefined, 'a new port at every start: nothing to warm')
   t.equal(at(['--server.port=8080', '--leaf.segment.state-file=off']), undefined)
+  t.equal(at(['--server.port=8080', '--leaf.segment.state-file=state/s.json']), '/opt/leaf/state/s.json', 'relative, no file: from the install folder')
+})
+
+t.test('a relative sqlite: path or state file is read from the config file\'s folder, else the install folder; never the working folder', async (t) => {
+  const installDir = '/opt/leaf'
+  const cwd = dirWith()
+  const file = dirWith('leaf.jdbc.url=sqlite:db/leaf.db\nleaf.segment.state-file=state.json\n')
+  const fromFile = loadConfig({ cwd, argv: ['--config', join(file, 'leaf.properties')], installDir })
+  t.same(fromFile.config.segment.store, { kind: 'sqlite', path: join(file, 'db/leaf.db') }, 'named in the file: the file\'s folder')
+  t.equal(fromFile.config.segment.stateFile, join(file, 'state.json'))
+  t.equal(fromFile.relativeTo, file)
+  const fromEnv = loadConfig({ cwd, argv: ['--config', join(file, 'leaf.properties')], env: { LEAF_JDBC_URL: 'sqlite:./other.db' }, installDir })
+  t.same(fromEnv.config.segment.store, { kind: 'sqlite', path: join(file, 'other.db') }, 'from the environment, with a file: the file\'s folder')
+  const noFile = loadConfig({ cwd, argv: ['--leaf.jdbc.url=sqlite:./data/other.db'], installDir })
+  t.same(noFile.config.segment.store, { kind: 'sqlite', path: '/opt/leaf/data/other.db' }, 'no file: the install folder')
+  t.equal(noFile.relativeTo, installDir)
+  const embedded = loadConfig({ cwd, argv: ['--config', join(file, 'leaf.properties'), '--leaf.jdbc.url='], installDir })
+  t.same(embedded.config.segment.store, { kind: 'sqlite', path: '/opt/leaf/data/leaf.db', embeddedDefault: true }, 'the embedded default: always the install folder')
+  t.same(loadConfig({ cwd, argv: ['--leaf.jdbc.url=sqlite:/abs/x.db'], installDir }).config.segment.store, { kind: 'sqlite', path: '/abs/x.db' })
+  t.same(loadConfig({ cwd, argv: ['--leaf.jdbc.url=sqlite::memory:'], installDir }).config.segment.store, { kind: 'sqlite', path: ':memory:' })
 })
 
 t.test('environment names follow Spring Boot: dots and dashes to underscores, upper case', async (t) => {
@@ -434,7 +455,7 @@ t.test('edit distance: insertions, deletions, substitutions and swaps of neighbo
 })
 
 t.test('JDBC URLs in every accepted form', async (t) => {
-  t.same(parseJdbcUrl('', '', ''), { kind: 'sqlite', path: './data/leaf.db' })
+  t.same(parseJdbcUrl('', '', ''), { kind: 'sqlite', path: './data/leaf.db', embeddedDefault: true })
   t.same(parseJdbcUrl('sqlite:/tmp/x.db', '', ''), { kind: 'sqlite', path: '/tmp/x.db' })
   t.same(parseJdbcUrl('jdbc:mysql://localhost:3306/leaf?useUnicode=true&characterEncoding=utf8', 'u', 'p'),
     { kind: 'mysql', hosts: [{ host: 'localhost', port: 3306 }], user: 'u', password: 'p', database: 'leaf' })

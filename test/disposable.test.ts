@@ -208,7 +208,7 @@ t.test('disposable: a store that cannot take the row refuses the start in one li
     store: { kind: 'sqlite', path: join(file, 'leaf.db') }, hostName: '10.1.2.3', port: '8080', type: 2, min: 0, max: 1023, connectTimeoutMs: 2000, queryTimeoutMs: 2000, logger: silentLogger,
   }).then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof LeaseRefused, `a LeaseRefused (${String(err)})`)
-  t.match((err as Error).message, /WORKER_NODE: no WORKER_NODE row could be inserted, so no worker id is taken \(EEXIST: file already exists, mkdir/)
+  t.match((err as Error).message, /WORKER_NODE: no WORKER_NODE row could be inserted, so no worker id is taken \(unable to open database file\)$/, 'the driver\'s cause (a path through a file: no folder is made for a path that is not the embedded default)')
 })
 
 t.test('disposable on mysql: an existing UidGenerator table keeps working', async (t) => {

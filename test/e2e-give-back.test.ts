@@ -2,6 +2,7 @@ import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import t from 'tap'
 import { tempDir } from './helpers/config.js'
+import { seedSqlite } from './helpers/sqlite.js'
 import { createTestDatabase } from './helpers/mysql.js'
 import { get, startServer } from './helpers/server-process.js'
 import { parseSamples, valueOf } from './helpers/prometheus.js'
@@ -23,7 +24,7 @@ const backends: Backend[] = [
     name: 'SQLite',
     async open () {
       const path = join(tempDir(), 'leaf.db')
-      const env = { LEAF_JDBC_URL: `sqlite:${path}` }
+      const env = { LEAF_JDBC_URL: `sqlite:${seedSqlite(path)}` }
       const read = <T>(fn: (db: Database.Database) => T): T => {
         const db = new Database(path)
         db.defaultSafeIntegers(true)

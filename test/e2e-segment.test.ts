@@ -6,7 +6,8 @@ import Database from 'better-sqlite3'
 import { createSqliteStore } from '../src/segment/stores/sqlite-store.js'
 import { tempDir } from './helpers/config.js'
 import { createTestDatabase } from './helpers/mysql.js'
-import { ROOT, SERVER_JS, get, pool, startServer, type Answer } from './helpers/server-process.js'
+import { SERVER_JS, get, pool, startServer, tempInstall, type Answer } from './helpers/server-process.js'
+import { seedSqlite } from './helpers/sqlite.js'
 import { batchLines, textIds } from './helpers/ids.js'
 
 t.test('a bad configuration stops the start with exit 1 and one line naming the key', async (t) => {
@@ -29,13 +30,14 @@ t.test('a bad configuration stops the start with exit 1 and one line naming the 
 
 t.test('the shipped config serves segment IDs from the embedded store', async (t) => {
   const cwd = tempDir()
-  const server = await startServer({ cwd, args: ['--config', join(ROOT, 'config/leaf.properties'), '--server.port=0'] })
+  const install = tempInstall() // its first start: the embedded default is made, with the demo tags
+  const server = await startServer({ cwd, script: install.script, args: ['--config', join(install.dir, 'config/leaf.properties'), '--server.port=0', `--leaf.snowflake.cache.dir=${cwd}`] })
   t.teardown(() => server.stop())
   t.match(await get(`${server.url}/api/segment/get/order`), { status: 200, body: '1' })
 })
 
 t.test('HEAD on an ID route through the built server: 405, Allow: GET, no ID used up', async (t) => {
-  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true'] })
+  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(tempDir(), 'leaf.db'))}`] })
   t.teardown(() => server.stop())
   for (const url of ['/api/segment/get/order', '/api/segment/get/order?count=100']) {
     const head = await fetch(`${server.url}${url}`, { method: 'HEAD' })
@@ -80,13 +82,13 @@ t.test('three instances on one MariaDB hand out 30,000 IDs with no duplicate', a
 })
 
 t.test('SIGTERM drains and exits 0', async (t) => {
-  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true'] })
+  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(tempDir(), 'leaf.db'))}`] })
   t.equal((await get(`${server.url}/api/segment/get/order`)).status, 200)
   t.equal(await server.stop('SIGTERM'), 0)
 })
 
 t.test('requests rejected before any route get the documented JSON shape', async (t) => {
-  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true'] })
+  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(tempDir(), 'leaf.db'))}`] })
   t.teardown(() => server.stop())
   const raw = (text: string) => new Promise<string>((resolve, reject) => {
     const socket = connect(server.port, '127.0.0.1', () => socket.end(text))

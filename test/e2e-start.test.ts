@@ -1,12 +1,12 @@
 import { spawnSync } from 'node:child_process'
-import { mkdirSync, readdirSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { tempDir } from './helpers/config.js'
 import { TEST_MYSQL, TEST_MYSQL_HOST, TEST_MYSQL_PORT, createTestDatabase } from './helpers/mysql.js'
-import { ROOT, SERVER_JS, emptyConfigFile, get, startServer } from './helpers/server-process.js'
+import { SERVER_JS, emptyConfigFile, get, startServer, tempInstall } from './helpers/server-process.js'
 import { TEST_PG, createTestPgDatabase } from './helpers/postgres.js'
-import { withSqlite } from './helpers/sqlite.js'
+import { seedSqlite, withSqlite } from './helpers/sqlite.js'
 import { createProxy } from './helpers/tcp-proxy.js'
 import { freePort } from './helpers/ports.js'
 
@@ -23,16 +23,29 @@ function logLines (output: string[]): Record<string, unknown>[] {
   })
 }
 
-t.test('started from another folder, the server finds the shipped config/leaf.properties and logs its path', async (t) => {
-  const cwd = tempDir()
-  const server = await startServer({ cwd, shippedConfig: true, args: ['--server.port=0', `--leaf.snowflake.cache.dir=${tempDir()}`] })
-  t.teardown(() => server.stop())
+t.test('started from another folder, the server finds the shipped config/leaf.properties and logs its path, and keeps its store', async (t) => {
+  // A copy of the install: its embedded default store is its own, made at this first start.
+  const install = tempInstall()
+  const start = (cwd: string) => startServer({ cwd, script: install.script, shippedConfig: true, args: ['--server.port=0', `--leaf.snowflake.cache.dir=${tempDir()}`] })
+  const server = await start(tempDir())
+  const shipped = join(install.dir, 'config/leaf.properties')
   const loaded = logLines(server.output).find((l) => typeof l.msg === 'string' && l.msg.startsWith('configuration loaded'))
-  t.match(loaded, { level: 30, file: join(ROOT, 'config/leaf.properties'), from: 'shipped', msg: `configuration loaded from ${join(ROOT, 'config/leaf.properties')}` })
+  t.match(loaded, { level: 30, file: shipped, from: 'shipped', msg: `configuration loaded from ${shipped}` })
+  const store = join(install.dir, 'data/leaf.db')
+  t.match(logLines(server.output).find((l) => l.msg === 'segment mode enabled'), { store: `sqlite:${store}` }, 'the absolute path, in the install folder')
+  t.match(logLines(server.output).find((l) => typeof l.msg === 'string' && l.msg.startsWith('new embedded store')), { file: store, tags: ['order', 'leaf-segment-test'] })
   t.match(await get(`${server.url}/api/segment/get/order`), { status: 200, body: '1' }, 'segment mode on, as the shipped file says')
   t.equal((await get(`${server.url}/api/snowflake/get/x`)).status, 200, 'snowflake mode on, as the shipped file says')
   t.ok(logLines(server.output).some((l) => l.level === 40 && /static worker id 0.*a fleet needs a worker-id source/.test(l.msg as string)),
     'the shipped file sets no worker-id source nor worker id: a warning that a fleet needs one')
+  t.equal(await server.stop(), 0)
+
+  // Another working folder: the same store, not a new one at 1.
+  const again = await start(tempDir())
+  t.teardown(() => again.stop())
+  t.match(logLines(again.output).find((l) => l.msg === 'segment mode enabled'), { store: `sqlite:${store}` })
+  t.notOk(logLines(again.output).some((l) => typeof l.msg === 'string' && /^new (embedded|SQLite) store/.test(l.msg)), 'no store made')
+  t.match(await get(`${again.url}/api/segment/get/order`), { status: 200, body: '2' }, 'order goes on where it was (the stop gave back the rest of its segment)')
 })
 
 // --- The database at start --------------------------------------------------------------
@@ -114,8 +127,8 @@ t.test('PostgreSQL refusing connections: the server starts and answers NOT_READY
 })
 
 t.test('SQLite: a leaf_alloc without Leaf\'s columns, a file that is not a database, a folder: exit 1 with one line', async (t) => {
-  // (The embedded store creates a missing leaf_alloc itself: a table it cannot use, or a file
-  // it cannot open, is what stops it.)
+  // (A new or empty file gets leaf_alloc, with no tags: a table it cannot use, or a file it
+  // cannot open, is what stops it.)
   const dir = tempDir()
   const other = join(dir, 'other.db')
   withSqlite(other, (db) => db.exec('CREATE TABLE leaf_alloc (biz_tag TEXT PRIMARY KEY, max_id BIGINT)'))
@@ -126,6 +139,82 @@ t.test('SQLite: a leaf_alloc without Leaf\'s columns, a file that is not a datab
   const folder = join(dir, 'folder.db')
   mkdirSync(folder)
   refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${folder}`], /^start refused: segment store sqlite:.*: SQLITE_CANTOPEN: /)
+})
+
+t.test('SQLite: a path in a folder that does not exist, or another program\'s file: exit 1 with one line, nothing written', async (t) => {
+  const dir = tempDir()
+  const missing = join(dir, 'no-such-folder')
+  refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(missing, 'leaf.db')}`],
+    new RegExp(`^start refused: segment store sqlite:${join(missing, 'leaf.db')}: the folder ${missing} does not exist: correct leaf\\.jdbc\\.url`))
+  t.notOk(existsSync(missing), 'no folder made')
+  refusesInOneLine(t, ['--leaf.snowflake.enable=true', '--leaf.snowflake.worker-id.source=db-lease', `--leaf.snowflake.cache.dir=${dir}`, `--leaf.jdbc.url=sqlite:${join(missing, 'leaf.db')}`],
+    new RegExp(`^start refused: worker-id lease pool sqlite:${join(missing, 'leaf.db')}: the folder ${missing} does not exist: correct leaf\\.jdbc\\.url`))
+  t.notOk(existsSync(missing), 'no folder made for the worker-id lease pool either')
+  const theirs = join(dir, 'theirs.db')
+  withSqlite(theirs, (db) => db.exec('CREATE TABLE invoices (id INTEGER PRIMARY KEY)'))
+  const before = readFileSync(theirs)
+  refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${theirs}`],
+    /^start refused: segment store sqlite:.*theirs\.db: the file has tables \(invoices\) and no leaf_alloc: it is another program's database; .*sql\/leaf_alloc\.sql/)
+  t.ok(readFileSync(theirs).equals(before), 'their file unchanged')
+  t.same(readdirSync(dir).sort(), ['theirs.db'], 'nothing else written in the folder')
+})
+
+t.test('SQLite: a relative path is read from the configuration file\'s folder, not the working folder', async (t) => {
+  const dir = tempDir()
+  withSqlite(seedSqlite(join(dir, 'ids.db')), (db) => db.exec("UPDATE leaf_alloc SET max_id = 37001 WHERE biz_tag = 'order'"))
+  writeFileSync(join(dir, 'leaf.properties'), 'leaf.segment.enable=true\nleaf.jdbc.url=sqlite:ids.db\n')
+  const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--config', join(dir, 'leaf.properties')] })
+  t.teardown(() => server.stop())
+  t.match(logLines(server.output).find((l) => l.msg === 'segment mode enabled'), { store: `sqlite:${join(dir, 'ids.db')}` })
+  t.match(await get(`${server.url}/api/segment/get/order`), { status: 200, body: '37001' })
+})
+
+/** Each file of a folder: its bytes and modification time. */
+function snapshot (dir: string): Record<string, string> {
+  return Object.fromEntries(readdirSync(dir).sort().map((f) => [f, `${statSync(join(dir, f)).mtimeMs} ${readFileSync(join(dir, f)).toString('base64')}`]))
+}
+
+t.test('a port in use: the second process exits 1 with one line naming server.port, and writes nothing', async (t) => {
+  const dir = tempDir()
+  const port = await freePort()
+  const args = [`--server.port=${port}`, '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(dir, 'leaf.db'))}`]
+  // A first life, so that the running instance has a warm-start file the second could overwrite.
+  const first = await startServer({ cwd: tempDir(), args })
+  t.equal((await get(`${first.url}/api/segment/get/order`)).status, 200)
+  t.equal(await first.stop(), 0)
+  const running = await startServer({ cwd: tempDir(), args })
+  t.teardown(() => running.stop())
+  t.equal((await get(`${running.url}/api/segment/get/order`)).status, 200)
+  t.ok(existsSync(join(dir, `segment-state-${port}.json`)), 'the running instance\'s warm-start file')
+  const before = snapshot(dir)
+
+  refusesInOneLine(t, args, new RegExp(`^start refused: server\\.port ${port}: 127\\.0\\.0\\.1:${port} is already in use \\(EADDRINUSE\\): .*set server\\.port`))
+  t.same(snapshot(dir), before, 'the store and the warm-start file: bytes and times unchanged')
+  t.equal((await get(`${running.url}/api/segment/get/order`)).status, 200, 'the running instance serves on')
+  t.equal(await running.stop(), 0)
+  t.match(JSON.parse(readFileSync(join(dir, `segment-state-${port}.json`), 'utf8')), { tags: ['order'] }, 'written by the instance that served')
+})
+
+t.test('a start refused after segment mode started (snowflake\'s worker id): the warm-start file is left as it was', async (t) => {
+  const dir = tempDir()
+  const state = join(dir, 'state.json')
+  const segment = ['--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(dir, 'leaf.db'))}`, `--leaf.segment.state-file=${state}`]
+  const first = await startServer({ cwd: tempDir(), args: ['--server.port=0', ...segment] })
+  t.equal((await get(`${first.url}/api/segment/get/order`)).status, 200)
+  t.equal(await first.stop(), 0)
+  const before = `${statSync(state).mtimeMs} ${readFileSync(state, 'utf8')}`
+  t.match(JSON.parse(readFileSync(state, 'utf8')), { tags: ['order'] })
+  refusesInOneLine(t, [...segment, `--leaf.snowflake.cache.dir=${dir}`, '--leaf.snowflake.enable=true', '--leaf.snowflake.worker-id.source=statefulset', '--leaf.snowflake.worker-id.hostname=no-ordinal'],
+    /^start refused: .*statefulset source .*"no-ordinal" has none/)
+  t.equal(`${statSync(state).mtimeMs} ${readFileSync(state, 'utf8')}`, before, 'not rewritten by the start that failed')
+})
+
+t.test('an unwritable warm-start folder: exit 1 with one line naming leaf.segment.state-file, nothing written', async (t) => {
+  const dir = tempDir()
+  writeFileSync(join(dir, 'a-file'), '')
+  refusesInOneLine(t, ['--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${join(dir, 'leaf.db')}`, `--leaf.segment.state-file=${join(dir, 'a-file', 'state.json')}`],
+    /^start refused: leaf\.segment\.state-file: .*a-file is not a folder .*: make the folder writable, or set leaf\.segment\.state-file to a file in a writable folder/)
+  t.same(readdirSync(dir), ['a-file'], 'no store made')
 })
 
 t.test('MySQL refusing connections: the server starts, answers NOT_READY with the cause, and serves once the database is there', async (t) => {

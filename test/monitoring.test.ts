@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { stringify as toYaml } from 'yaml'
 import { tempDir } from './helpers/config.js'
-import { withSqlite } from './helpers/sqlite.js'
+import { seedSqlite, withSqlite } from './helpers/sqlite.js'
 import { ALERTS_FILE, alertRules, asPromql, dashboardQueries, readDashboard, selectors } from './helpers/monitoring.js'
 import { ROOT, get, startServer } from './helpers/server-process.js'
 import { TEST_ZK, uniqueName } from './helpers/zookeeper.js'
@@ -36,7 +36,7 @@ t.test('the alerting rules and the dashboard\'s queries on a real Prometheus scr
     args: [
       '--server.port=0',
       '--leaf.segment.enable=true',
-      `--leaf.jdbc.url=sqlite:${join(dir, 'leaf.db')}`,
+      `--leaf.jdbc.url=sqlite:${seedSqlite(join(dir, 'leaf.db'))}`,
       '--leaf.segment.wait-timeout-ms=200',
       `--leaf.admin.token=${TOKEN}`,
       '--leaf.snowflake.enable=true',

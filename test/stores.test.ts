@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process'
-import { mkdtempSync, readFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -12,9 +12,10 @@ import { createStore } from '../src/segment/stores/create-store.js'
 import { MYSQL_PARKED_DDL, describeTopology } from '../src/segment/stores/mysql-store.js'
 import { PG_PARKED_DDL, describePgTopology } from '../src/segment/stores/postgres-store.js'
 import { createSqliteStore } from '../src/segment/stores/sqlite-store.js'
-import { silentLogger } from './helpers/logger.js'
+import { captureLogger, silentLogger } from './helpers/logger.js'
 import { createTestDatabase } from './helpers/mysql.js'
 import { createTestPgDatabase } from './helpers/postgres.js'
+import { seedSqlite, withSqlite } from './helpers/sqlite.js'
 
 const MYSQL_OPTIONS = { connectTimeoutMs: 2000, poolSize: 4, queryTimeoutMs: 2000 }
 const BEYOND_2_53 = 2n ** 53n - 10n
@@ -29,9 +30,9 @@ interface StoreCase {
   open (): Promise<{ store: SegmentStore, setMaxId (key: string, maxId: bigint): Promise<void>, insert (key: string, step: number): Promise<void> }>
 }
 
-/** A file path in a fresh folder that does not exist yet (the store creates it). */
+/** A file path that does not exist yet, in a fresh folder. */
 function sqlitePath (): string {
-  return join(mkdtempSync(join(tmpdir(), 'leaf-sqlite-')), 'nested', 'leaf.db')
+  return join(mkdtempSync(join(tmpdir(), 'leaf-sqlite-')), 'leaf.db')
 }
 
 const cases: StoreCase[] = [
@@ -64,8 +65,9 @@ const cases: StoreCase[] = [
   {
     name: 'SQLite',
     async open () {
-      const path = sqlitePath()
-      const store = createStore({ kind: 'sqlite', path }, MYSQL_OPTIONS)
+      // The embedded default (an empty leaf.jdbc.url): its folder is made, and it gets the demo tags.
+      const path = join(sqlitePath(), '..', 'nested', 'leaf.db')
+      const store = createStore({ kind: 'sqlite', path, embeddedDefault: true }, MYSQL_OPTIONS)
       const raw = new Database(path)
       raw.defaultSafeIntegers(true)
       t.teardown(async () => { await store.close(); raw.close() })
@@ -269,6 +271,72 @@ t.test('SQLite: two handles on one file, allocating in turn, never overlap', asy
   checkReservations(t, sides, 100n, await maxIdOf(stores[1] as SegmentStore, 'turns'))
 })
 
+// Safe defaults (issue 39): a mistyped path must serve nothing and make nothing.
+const tablesOf = (path: string) => withSqlite(path, (db) => db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").pluck().all())
+
+t.test('SQLite: a configured path in a folder that does not exist is refused, and nothing is made', async (t) => {
+  const folder = join(sqlitePath(), '..', 'no-such-folder')
+  t.throws(() => createSqliteStore(join(folder, 'leaf.db')), { name: 'StartRefused', message: `segment store sqlite:${join(folder, 'leaf.db')}: the folder ${folder} does not exist: correct leaf.jdbc.url, or create the folder (only the embedded default's folder is made)` })
+  t.notOk(existsSync(folder), 'no folder made')
+})
+
+t.test('SQLite: a new file at a configured path gets leaf_alloc with no tags, and a warning naming it', async (t) => {
+  const path = sqlitePath()
+  const { logger, lines } = captureLogger()
+  const store = createSqliteStore(path, { logger })
+  t.teardown(() => store.close())
+  t.same(await store.getAllTags(), [], 'no demo tags: a mistyped file name serves nothing')
+  t.match(lines.find((l) => l.level === 40), { file: path, msg: new RegExp(`^new SQLite store ${path}: leaf_alloc created with no tags`) })
+  t.same(tablesOf(path), ['leaf_alloc', 'leaf_alloc_parked'])
+})
+
+t.test('SQLite: an empty file gets the tables and no tags; a file with only Leaf\'s own tables too', async (t) => {
+  const empty = sqlitePath()
+  writeFileSync(empty, '')
+  const first = createSqliteStore(empty)
+  t.same(await first.getAllTags(), [])
+  await first.close()
+  const leases = sqlitePath()
+  withSqlite(leases, (db) => db.exec('CREATE TABLE leaf_worker_lease (worker_id INTEGER PRIMARY KEY)'))
+  const second = createSqliteStore(leases)
+  t.same(await second.getAllTags(), [])
+  await second.close()
+})
+
+t.test('SQLite: another program\'s database (tables, no leaf_alloc) is refused naming sql/leaf_alloc.sql, and left as it was', async (t) => {
+  const path = sqlitePath()
+  withSqlite(path, (db) => db.exec('CREATE TABLE customers (id INTEGER PRIMARY KEY); CREATE TABLE orders (id INTEGER PRIMARY KEY)'))
+  const before = readFileSync(path)
+  t.throws(() => createSqliteStore(path, { embeddedDefault: true }), {
+    name: 'StartRefused',
+    message: `segment store sqlite:${path}: the file has tables (customers, orders) and no leaf_alloc: it is another program's database; correct leaf.jdbc.url, or add Leaf's table to it (sql/leaf_alloc.sql, without its ENGINE clause)`,
+  })
+  t.same(tablesOf(path), ['customers', 'orders'], 'no table added')
+  t.ok(readFileSync(path).equals(before), 'the file\'s bytes unchanged')
+})
+
+t.test('SQLite: the embedded default\'s folder that cannot be made is refused in one line', async (t) => {
+  const file = sqlitePath()
+  writeFileSync(file, '')
+  t.throws(() => createSqliteStore(join(file, 'data', 'leaf.db'), { embeddedDefault: true }), {
+    name: 'StartRefused',
+    message: `segment store sqlite:${join(file, 'data', 'leaf.db')}: the embedded store's folder ${join(file, 'data')} cannot be made (ENOTDIR): make the install folder writable, or set leaf.jdbc.url to sqlite:PATH in a writable folder`,
+  })
+})
+
+t.test('SQLite: the embedded default makes its folder and the demo tags once; a later open adds none', async (t) => {
+  const path = join(sqlitePath(), '..', 'data', 'leaf.db')
+  const { logger, lines } = captureLogger()
+  const first = createSqliteStore(path, { embeddedDefault: true, logger })
+  t.same((await first.getAllTags()).sort(), ['leaf-segment-test', 'order'])
+  t.match(lines.find((l) => l.level === 30), { file: path, tags: ['order', 'leaf-segment-test'] })
+  await first.close()
+  withSqlite(path, (db) => db.exec("DELETE FROM leaf_alloc WHERE biz_tag = 'leaf-segment-test'"))
+  const again = createSqliteStore(path, { embeddedDefault: true })
+  t.same(await again.getAllTags(), ['order'], 'a tag an operator deleted stays deleted')
+  await again.close()
+})
+
 const STORE_MODULE = fileURLToPath(new URL('../src/segment/stores/sqlite-store.ts', import.meta.url))
 // A child process: opens the file, says "ready", waits for a line on stdin, then reserves,
 // a millisecond apart. A call that fails with SQLITE_BUSY (the other process held the write lock
@@ -334,7 +402,7 @@ t.test('SQLite: two processes reserving at once on one file never overlap', asyn
 // better-sqlite3 is synchronous: while SQLite waits for another process's write lock, the
 // whole event loop waits with it.
 t.test('SQLite: a write lock held elsewhere fails an allocation fast; the next one after its release succeeds', async (t) => {
-  const path = sqlitePath()
+  const path = seedSqlite(sqlitePath())
   const store = createSqliteStore(path)
   const other = new Database(path)
   t.teardown(async () => { other.close(); await store.close() })
@@ -348,7 +416,7 @@ t.test('SQLite: a write lock held elsewhere fails an allocation fast; the next o
 })
 
 t.test('SQLite: a caller waits out another handle\'s write lock without the event loop stalling', async (t) => {
-  const path = sqlitePath()
+  const path = seedSqlite(sqlitePath())
   const store = createSqliteStore(path)
   const other = new Database(path)
   const generator = createSegmentGenerator({ store, logger: silentLogger, waitTimeoutMs: 3000, refreshIntervalMs: 60_000 })

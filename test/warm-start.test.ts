@@ -5,6 +5,7 @@ import t from 'tap'
 import { buildApp } from '../src/app.js'
 import { readWarmState, writeWarmState } from '../src/segment/warm-state.js'
 import { tempDir, testConfig } from './helpers/config.js'
+import { seedSqlite } from './helpers/sqlite.js'
 import { captureLogger, silentLogger } from './helpers/logger.js'
 import { parseSamples, valueOf } from './helpers/prometheus.js'
 
@@ -16,7 +17,7 @@ function setup () {
   const dir = tempDir()
   const values = {
     'leaf.segment.enable': true,
-    'leaf.jdbc.url': `sqlite:${join(dir, 'leaf.db')}`,
+    'leaf.jdbc.url': `sqlite:${seedSqlite(join(dir, 'leaf.db'))}`,
     'leaf.segment.state-file': join(dir, 'state.json'),
   }
   const sql = <T>(fn: (db: Database.Database) => T): T => {
@@ -138,7 +139,7 @@ t.test('the max_id guard across lives: a table restored below what was served is
   t.match(readWarmState(file)?.guard, { where: `sqlite:${join(dir, 'leaf.db')}`, marks: { order: '4' } }, 'the mark (what was served: 1 to 3) and the store it is for')
 
   // The same file, another database file: its marks are dropped, nothing is held.
-  const other = await buildApp(testConfig({ ...values, 'leaf.jdbc.url': `sqlite:${join(dir, 'other.db')}` }), { logger: silentLogger })
+  const other = await buildApp(testConfig({ ...values, 'leaf.jdbc.url': `sqlite:${seedSqlite(join(dir, 'other.db'))}` }), { logger: silentLogger })
   t.equal((await other.inject('/api/segment/get/order')).body, '1', 'the other table serves from its own max_id')
   t.equal(valueOf(parseSamples((await other.inject('/metrics')).body), 'leaf_segment_store_regressions_total', { cause: 'max_id went back' }), 0)
   await other.close()

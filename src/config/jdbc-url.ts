@@ -4,7 +4,11 @@ import { ConfigError } from './keys.js'
 export interface MysqlHost { host: string, port: number }
 
 export type StoreConfig =
-  | { kind: 'sqlite', path: string }
+  /**
+   * `path` as written in the URL until load-config.ts resolves it (resolveSqlitePath);
+   * `embeddedDefault`: the URL was empty (stores/sqlite-store.ts: only that one makes its folder and demo tags).
+   */
+  | { kind: 'sqlite', path: string, embeddedDefault?: true }
   /**
    * `hosts` in the URL's order: the first that answers and is writable is used (stores/mysql-hosts.ts).
    * `replication` (Connector/J's `jdbc:mysql:replication://`): the first host is the source and
@@ -16,6 +20,7 @@ export type StoreConfig =
 
 const DEFAULT_PORTS = { mysql: 3306, postgres: 5432 } as const
 
+/** The embedded store's file, in the install folder (where dist/ and config/ are), whatever the working folder. */
 export const DEFAULT_SQLITE_PATH = './data/leaf.db'
 const URL_KEY = 'leaf.jdbc.url'
 
@@ -29,7 +34,7 @@ const URL_KEY = 'leaf.jdbc.url'
  */
 export function parseJdbcUrl (url: string, username: string, password: string): StoreConfig {
   const value = url.trim()
-  if (value === '') return { kind: 'sqlite', path: DEFAULT_SQLITE_PATH }
+  if (value === '') return { kind: 'sqlite', path: DEFAULT_SQLITE_PATH, embeddedDefault: true }
   if (value.startsWith('sqlite:')) {
     const path = value.slice('sqlite:'.length)
     if (path === '') throw new ConfigError(URL_KEY, 'sqlite: needs a file path, e.g. sqlite:./data/leaf.db')

@@ -95,7 +95,7 @@ export const KEYS = {
   'log.level': key('info', logLevel, 'pino log level (also `LOG_LEVEL`).'),
 
   'leaf.segment.enable': key('false', bool, 'Serve segment IDs.'),
-  'leaf.jdbc.url': key('', text, '`jdbc:mysql://host:3306/db?...`, `mysql://user:pass@host:3306/db`, `jdbc:postgresql://host:5432/db`, `postgres://user:pass@host:5432/db` (or `postgresql://`) or `sqlite:PATH`; several MySQL hosts (`jdbc:mysql://h1:3306,h2:3306/db`) fail over in order (docs/production.md); empty: the embedded SQLite store at `./data/leaf.db`.'),
+  'leaf.jdbc.url': key('', text, '`jdbc:mysql://host:3306/db?...`, `mysql://user:pass@host:3306/db`, `jdbc:postgresql://host:5432/db`, `postgres://user:pass@host:5432/db` (or `postgresql://`) or `sqlite:PATH`; several MySQL hosts (`jdbc:mysql://h1:3306,h2:3306/db`) fail over in order (docs/production.md); empty: the embedded SQLite store, `data/leaf.db` in the install folder; a relative `sqlite:` path is read from the config file\'s folder (docs/configuration.md#paths).'),
   'leaf.jdbc.username': key('', secret, 'Database user (when the URL carries none).'),
   'leaf.jdbc.password': key('', secret, 'Database password (when the URL carries none); never logged.'),
   'leaf.jdbc.connect-timeout-ms': key('2000', int(100, 60_000), 'How long opening one MySQL or PostgreSQL connection may take.'),
@@ -107,7 +107,7 @@ export const KEYS = {
   'leaf.segment.trusted-stores': key('', storeList, 'Store identities (`server_id 1`, `galera cluster <uuid>`, comma-separated) this instance may write through again although it failed over from them: the warm-start file keeps every store it left, and nothing is allocated on one of those (docs/production.md, Host lists).'),
   'leaf.segment.buffer-seconds': key('60', int(0, 86_400), 'Seconds of each tag\'s recent issue rate kept buffered, counting every loaded segment: further segments are loaded ahead (one at a time, by Leaf\'s step rule) to keep it; 0: Leaf\'s double buffer alone.'),
   'leaf.segment.max-buffered-segments': key('8', int(2, 64), 'Most segments a tag holds, the current one included; 2 is Leaf\'s double buffer.'),
-  'leaf.segment.state-file': key('', text, 'The warm-start file: the tags that served in the last minute before a graceful stop, loaded first at the next start; empty: `segment-state-<server.port>.json` beside the SQLite file, or in `./data` with MySQL (none with `server.port=0`); `off`: no warm start.'),
+  'leaf.segment.state-file': key('', text, 'The warm-start file: the tags that served in the last minute before a graceful stop, loaded first at the next start; empty: `segment-state-<server.port>.json` beside the SQLite file, or in the install folder\'s `data/` with MySQL and PostgreSQL (none with `server.port=0`); `off`: no warm start; a relative path is read from the config file\'s folder (docs/configuration.md#paths).'),
   'leaf.batch.max': key('10000', int(1, 1_000_000), 'Largest `count` a batch request may ask for.'),
 
   'leaf.snowflake.enable': key('false', bool, 'Serve snowflake IDs.'),

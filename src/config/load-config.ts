@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { parse as parseProperties } from 'dot-properties'
 import { CONFIG_KEYS, ConfigError, KEYS, envName, isConfigKey, type ConfigKey, type ParsedConfig, type RawConfig, type WorkerIdSource } from './keys.js'
 import { parseJdbcUrl, type StoreConfig } from './jdbc-url.js'
@@ -10,6 +11,11 @@ export { ForeignKeyError, UnknownKeyError } from './unknown-keys.js'
 export type { StoreConfig } from './jdbc-url.js'
 
 export const DEFAULT_CONFIG_PATH = 'config/leaf.properties'
+/**
+ * The package's folder, two up from src/config/: the default of LoadOptions.installDir when this
+ * file runs unbundled (tests). The bundled server (dist/server.js) passes its own.
+ */
+export const INSTALL_DIR = fileURLToPath(new URL('../../', import.meta.url))
 
 export interface Config {
   name: string
@@ -79,6 +85,8 @@ export interface LoadedConfig {
   fileFrom: ConfigFileSource | undefined
   /** Things worth a log line that do not stop the start (unknown keys, ...). */
   warnings: string[]
+  /** The folder relative paths (a `sqlite:` file, the warm-start file) were read from: the file's, else the install folder. */
+  relativeTo: string
 }
 
 export interface LoadOptions {
@@ -90,6 +98,8 @@ export interface LoadOptions {
    * when neither `--config`, `LEAF_CONFIG` nor `./config/leaf.properties` names a file.
    */
   shippedPath?: string
+  /** The install folder (INSTALL_DIR unless given): the embedded store's, and relative paths' when no file is read. */
+  installDir?: string
 }
 
 /**
@@ -99,7 +109,7 @@ export interface LoadOptions {
  * leaf.snowflake.layout and leaf.snowflake.worker-id.max are kept as given: resolveConfig
  * (snowflake/settings.ts) parses the layout and checks the worker-id range against it.
  */
-export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedPath }: LoadOptions = {}): LoadedConfig {
+export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedPath, installDir = INSTALL_DIR }: LoadOptions = {}): LoadedConfig {
   const warnings: string[] = []
   const cli = parseArgv(argv)
   const file = findPropertiesFile(cli.configPath, env.LEAF_CONFIG, cwd, shippedPath)
@@ -119,12 +129,13 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
 
   const parsed = {} as Record<ConfigKey, unknown>
   for (const k of CONFIG_KEYS) parsed[k] = KEYS[k].parse(raw[k], k)
-  const config = toConfig(parsed as ParsedConfig)
+  const bases = { relative: file === undefined ? installDir : dirname(file.path), install: installDir }
+  const config = toConfig(parsed as ParsedConfig, bases)
   checkWorkerIdSource(config.snowflake)
   // An empty value is the default, not a choice.
   const given = (k: ConfigKey) => [file?.values[k], env[envName(k)], cli.values[k]].some((v) => v !== undefined && v.trim() !== '')
   warnings.push(...staticWorkerIdWarning(config.snowflake, given))
-  return { config, file: file?.path, fileFrom: file?.from, warnings }
+  return { config, file: file?.path, fileFrom: file?.from, warnings, relativeTo: bases.relative }
 }
 
 /**
@@ -164,7 +175,11 @@ function defaultFailoverHoldMs (p: ParsedConfig): number {
   return 2 * p['leaf.segment.refresh-interval-ms'] + hosts * (p['leaf.jdbc.connect-timeout-ms'] + 3 * p['leaf.jdbc.query-timeout-ms'])
 }
 
-function toConfig (p: ParsedConfig): Config {
+/** Where relative paths are read from (never the working folder): see resolveSqlitePath. */
+interface PathBases { relative: string, install: string }
+
+function toConfig (p: ParsedConfig, bases: PathBases): Config {
+  const store = resolveSqlitePath(parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password']), bases)
   return {
     name: p['leaf.name'],
     server: { host: p['server.host'], port: p['server.port'] },
@@ -174,7 +189,7 @@ function toConfig (p: ParsedConfig): Config {
     metrics: { maxTagSeries: p['leaf.metrics.max-tag-series'] },
     segment: {
       enabled: p['leaf.segment.enable'],
-      store: parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password']),
+      store,
       connectTimeoutMs: p['leaf.jdbc.connect-timeout-ms'],
       poolSize: p['leaf.jdbc.pool-size'],
       queryTimeoutMs: p['leaf.jdbc.query-timeout-ms'],
@@ -183,7 +198,7 @@ function toConfig (p: ParsedConfig): Config {
       failoverHoldMs: p['leaf.segment.failover-hold-ms'] ?? defaultFailoverHoldMs(p),
       bufferSeconds: p['leaf.segment.buffer-seconds'],
       maxBufferedSegments: p['leaf.segment.max-buffered-segments'],
-      stateFile: stateFile(p),
+      stateFile: stateFile(p, store, bases),
       trustedStores: p['leaf.segment.trusted-stores'],
     },
     snowflake: {
@@ -255,14 +270,27 @@ function parseArgv (argv: string[]): { configPath: string | undefined, values: P
   return { configPath, values }
 }
 
-/** Where the warm-start file lives: beside the embedded SQLite file, else in ./data. */
-function stateFile (p: ParsedConfig): string | undefined {
+/**
+ * A relative `sqlite:` path is read from the folder of the configuration file in use (or the
+ * install folder when none is), whether the URL came from the file, the environment or the
+ * command line; the embedded default from the install folder. Never from the working folder:
+ * a server started from another folder must open the same store, not a new one at 1.
+ */
+function resolveSqlitePath (store: StoreConfig, bases: PathBases): StoreConfig {
+  if (store.kind !== 'sqlite' || store.path === ':memory:') return store
+  return { ...store, path: resolve(store.embeddedDefault === true ? bases.install : bases.relative, store.path) }
+}
+
+/**
+ * Where the warm-start file lives: as given (relative: by resolveSqlitePath's rule), else beside
+ * the SQLite file, else in the install folder's data/.
+ */
+function stateFile (p: ParsedConfig, store: StoreConfig, bases: PathBases): string | undefined {
   const v = p['leaf.segment.state-file']
   if (v === 'off') return undefined
-  if (v !== '') return v
+  if (v !== '') return resolve(bases.relative, v)
   // Port 0 is a new port at every start: no later start is this instance's to warm.
   if (p['server.port'] === 0) return undefined
-  const store = parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password'])
-  const dir = store.kind === 'sqlite' && store.path !== ':memory:' ? dirname(store.path) : 'data'
+  const dir = store.kind === 'sqlite' && store.path !== ':memory:' ? dirname(store.path) : join(bases.install, 'data')
   return join(dir, `segment-state-${p['server.port']}.json`)
 }

@@ -9,7 +9,7 @@ import { createMaxIdGuard, type MaxIdGuard, type MaxIdGuardOptions, type Regress
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
 import type { SegmentStore } from '../segment/store.js'
 import { createStore, describeStore, type StoreHooks } from '../segment/stores/create-store.js'
-import { readWarmState, writeWarmState, type WarmState } from '../segment/warm-state.js'
+import { readWarmState, stateFolderProblem, writeWarmState, type WarmState } from '../segment/warm-state.js'
 import { withTimeout } from '../timers.js'
 
 /** How long a graceful stop may spend giving unused IDs back (part of the 10 s drain). */
@@ -22,7 +22,8 @@ export interface SegmentMode {
   guard: MaxIdGuard
   /** A MySQL host list's census: writable hosts, stores left (segment/host-fence.ts). */
   hosts?: HostFence
-  close (): Promise<void>
+  /** Gives back what is unused; `saveState: false` (a start that failed) leaves the warm-start file as it is. */
+  close (options?: { saveState?: boolean }): Promise<void>
 }
 
 /** What to do about a permanent error, by its code. */
@@ -72,6 +73,8 @@ export async function startSegmentMode (
 ): Promise<SegmentMode> {
   const { segment } = config
   const { stateFile } = segment
+  const unwritable = stateFile === undefined ? undefined : stateFolderProblem(stateFile)
+  if (unwritable !== undefined) throw new StartRefused(`leaf.segment.state-file: ${unwritable}: make the folder writable, or set leaf.segment.state-file to a file in a writable folder (or to off)`)
   const warm = stateFile === undefined ? undefined : openWarmState(stateFile, logger)
   // A new id each life: what this stop parks, the next start takes (see SegmentGeneratorOptions.handover).
   const parkAs = randomUUID()
@@ -162,7 +165,7 @@ export async function startSegmentMode (
     generator,
     guard,
     ...(fence === undefined ? {} : { hosts: fence }),
-    async close () {
+    async close ({ saveState = true } = {}) {
       clearInterval(censusTimer)
       const { giveBacks, warmTags } = await generator.shutdown(GIVE_BACK_BUDGET_MS)
       for (const g of giveBacks) {
@@ -171,7 +174,7 @@ export async function startSegmentMode (
         logger.info({ key: g.key, unused: String(g.unused), returned: String(g.returned), parked: String(g.parked), lost: String(lost), reason: g.reason },
           lost === 0n ? 'unused IDs given back' : 'unused IDs given back in part: the rest is lost')
       }
-      if (stateFile !== undefined) {
+      if (stateFile !== undefined && saveState) {
         try {
           const hostList = hostListState()
           writeWarmState(stateFile, { owner: parkAs, tags: warmTags, guard: { ...guard.state(), where: storeKey }, ...(hostList === undefined ? {} : { hostList }) })

@@ -7,7 +7,7 @@
 // stopped is seen at its next start. (A file older than the marks costs nothing: a mark is a
 // lower bound, and an older one a lower one.)
 
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
+import { accessSync, constants, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 import type { GuardState } from './max-id-guard.js'
 
@@ -56,6 +56,33 @@ export function readWarmState (path: string): WarmState | undefined {
     ...(isGuardState(state.guard) ? { guard: state.guard } : {}),
     ...(isHostListState(state.hostList) ? { hostList: state.hostList } : {}),
   }
+}
+
+/**
+ * Why the file could not be written at the next stop, checked at start so that a folder
+ * nobody may write refuses the start rather than losing the file a graceful stop writes:
+ * the nearest folder that exists (the file's own, or the one its folder will be made in)
+ * must be a folder, and writable.
+ */
+export function stateFolderProblem (path: string): string | undefined {
+  const folder = dirname(path)
+  let existing = folder
+  for (;;) {
+    try {
+      if (!statSync(existing).isDirectory()) return `${existing} is not a folder (the warm-start file is ${path})`
+      break
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if ((code !== 'ENOENT' && code !== 'ENOTDIR') || dirname(existing) === existing) return `the folder ${folder} cannot be read (${code ?? 'error'})`
+      existing = dirname(existing)
+    }
+  }
+  try {
+    accessSync(existing, constants.W_OK)
+  } catch (err) {
+    return `the folder ${existing} is not writable (${(err as NodeJS.ErrnoException).code ?? 'error'}; the warm-start file is ${path})`
+  }
+  return undefined
 }
 
 /** Writes the file whole or not at all: a temporary file renamed over it. */

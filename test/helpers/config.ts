@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { loadConfig } from '../../src/config/load-config.js'
 import { resolveConfig, type ResolvedConfig } from '../../src/snowflake/settings.js'
+import { seedSqlite } from './sqlite.js'
 
 /** A fresh folder under the OS temp dir. */
 export function tempDir (prefix = 'leaf-test-'): string {
@@ -11,11 +12,11 @@ export function tempDir (prefix = 'leaf-test-'): string {
 
 /**
  * A config built the way the server builds it (loaded, then its snowflake section resolved),
- * from `key: value` pairs (as on the command line), with no file and an embedded store in a
- * fresh folder unless a URL is given.
+ * from `key: value` pairs (as on the command line), with no file and, unless a URL is given,
+ * a SQLite store with the demo tags in a fresh folder.
  */
 export function testConfig (values: Record<string, string | number | boolean> = {}): ResolvedConfig {
   const dir = tempDir()
-  const all = { 'leaf.jdbc.url': `sqlite:${join(dir, 'leaf.db')}`, 'server.host': '127.0.0.1', 'server.port': 0, ...values }
+  const all = { 'leaf.jdbc.url': values['leaf.jdbc.url'] ?? `sqlite:${seedSqlite(join(dir, 'leaf.db'))}`, 'server.host': '127.0.0.1', 'server.port': 0, ...values }
   return resolveConfig(loadConfig({ cwd: dir, argv: Object.entries(all).map(([k, v]) => `--${k}=${v}`) }).config)
 }

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { cpSync, existsSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs'
 import { Agent, request } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -51,6 +51,18 @@ export function emptyConfigFile (): string {
     writeFileSync(emptyConfig, '')
   }
   return emptyConfig
+}
+
+/**
+ * A copy of the install (dist/, config/, package.json; node_modules linked) in a fresh folder:
+ * a server run from it has its own embedded default store (`<dir>/data/leaf.db`, made at its
+ * first start with the demo tags), as a new user's first `npm start` has.
+ */
+export function tempInstall (): { dir: string, script: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'leaf-install-'))
+  for (const part of ['dist', 'config', 'package.json']) cpSync(join(ROOT, part), join(dir, part), { recursive: true })
+  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'))
+  return { dir, script: join(dir, 'dist/server.js') }
 }
 
 /** Runs the built server (`node dist/server.js`) and waits until it listens on 127.0.0.1. */

@@ -1,6 +1,8 @@
-import { mkdirSync } from 'node:fs'
+import { existsSync, mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
+import { StartRefused } from '../../errors.js'
+import type { Logger } from '../../logger.js'
 import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type TagChanges, type UnusedRange } from '../store.js'
 
 const INT64_MAX = 2n ** 63n - 1n
@@ -42,28 +44,74 @@ export const SEED_ROWS = [
   { key: 'leaf-segment-test', maxId: 1n, step: 1000, description: 'Test leaf Segment Mode Get Id' },
 ] as const
 
+/** Leaf-TS's own tables: a file holding only these is Leaf's (a snowflake lease may have made it). */
+const LEAF_TABLES = new Set(['leaf_alloc', 'leaf_alloc_parked', 'leaf_worker_lease', 'WORKER_NODE'])
+
+export interface SqliteStoreOptions {
+  /**
+   * The embedded default (an empty leaf.jdbc.url): its folder is made if missing, and a
+   * leaf_alloc made at this open gets the demo tags (SEED_ROWS). Any other path must be in a
+   * folder that exists, and a leaf_alloc made there starts empty, with a warning: a mistyped
+   * path never serves demo IDs, nor makes folders.
+   */
+  embeddedDefault?: boolean
+  logger?: Pick<Logger, 'warn' | 'info'>
+}
+
 interface RowRecord { biz_tag: string, max_id: bigint, step: bigint, description: string | null, update_time: string }
 
 /**
- * The embedded store: one SQLite file, created with the schema and seed rows on first
- * open. Several processes may share the file: writes run in IMMEDIATE transactions, and a
- * write lock held elsewhere for longer than BUSY_TIMEOUT_MS fails the call (SQLITE_BUSY).
+ * The embedded store: one SQLite file (`path` absolute, or `:memory:`). A file with no
+ * tables gets leaf_alloc, empty but for the embedded default's demo tags (SqliteStoreOptions);
+ * a file with other programs' tables and no leaf_alloc is refused. Several processes may share
+ * the file: writes run in IMMEDIATE transactions, and a write lock held elsewhere for longer
+ * than BUSY_TIMEOUT_MS fails the call (SQLITE_BUSY).
  */
-export function createSqliteStore (path: string): SegmentStore {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
+export function createSqliteStore (path: string, { embeddedDefault = false, logger }: SqliteStoreOptions = {}): SegmentStore {
+  const where = `segment store sqlite:${path}`
+  if (path !== ':memory:') {
+    if (embeddedDefault) {
+      try {
+        mkdirSync(dirname(path), { recursive: true })
+      } catch (err) {
+        throw new StartRefused(`${where}: the embedded store's folder ${dirname(path)} cannot be made (${(err as NodeJS.ErrnoException).code ?? 'error'}): make the install folder writable, or set leaf.jdbc.url to sqlite:PATH in a writable folder`)
+      }
+    } else if (!existsSync(dirname(path))) {
+      throw new StartRefused(`${where}: the folder ${dirname(path)} does not exist: correct leaf.jdbc.url, or create the folder (only the embedded default's folder is made)`)
+    }
+  }
   const db = new Database(path, { timeout: OPEN_BUSY_TIMEOUT_MS })
-  db.pragma('journal_mode = WAL')
-  db.defaultSafeIntegers(true) // BIGINTs as BigInt: max_id is exact over the whole 64-bit range
+  let created: 'demo' | 'empty' | undefined
+  try {
+    db.defaultSafeIntegers(true) // BIGINTs as BigInt: max_id is exact over the whole 64-bit range
 
-  db.transaction(() => {
-    db.exec(PARKED_SCHEMA)
-    const exists = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leaf_alloc'").get()
-    if (exists) return
-    db.exec(SCHEMA)
-    const insert = db.prepare('INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)')
-    for (const row of SEED_ROWS) insert.run(row.key, row.maxId, row.step, row.description)
-  }).immediate()
-  db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
+    db.transaction(() => {
+      const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").pluck().all() as string[]
+      if (!tables.includes('leaf_alloc')) {
+        const others = tables.filter((t) => !LEAF_TABLES.has(t))
+        if (others.length > 0) {
+          throw new StartRefused(`${where}: the file has tables (${others.slice(0, 5).join(', ')}${others.length > 5 ? ', ...' : ''}) and no leaf_alloc: it is another program's database; correct leaf.jdbc.url, or add Leaf's table to it (sql/leaf_alloc.sql, without its ENGINE clause)`)
+        }
+        db.exec(SCHEMA)
+        created = embeddedDefault ? 'demo' : 'empty'
+        if (embeddedDefault) {
+          const insert = db.prepare('INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)')
+          for (const row of SEED_ROWS) insert.run(row.key, row.maxId, row.step, row.description)
+        }
+      }
+      db.exec(PARKED_SCHEMA)
+    }).immediate()
+    // After the check above: WAL rewrites the file's header, and another program's file is left as it was.
+    db.pragma('journal_mode = WAL')
+    db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
+  } catch (err) {
+    db.close()
+    throw err
+  }
+  if (created === 'demo') logger?.info({ file: path, tags: SEED_ROWS.map((r) => r.key) }, `new embedded store ${path}: leaf_alloc created with the demo tags`)
+  if (created === 'empty') {
+    logger?.warn({ file: path }, `new SQLite store ${path}: leaf_alloc created with no tags (every key answers KEY_NOT_FOUND until tags are added); if this is not the file meant, correct leaf.jdbc.url`)
+  }
 
   const selectTags = db.prepare('SELECT biz_tag FROM leaf_alloc').pluck()
   const selectRow = db.prepare<[string], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc WHERE biz_tag = ?')

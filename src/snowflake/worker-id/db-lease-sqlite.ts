@@ -1,6 +1,7 @@
-import { mkdirSync } from 'node:fs'
+import { existsSync, mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
+import { LeaseRefused } from '../../errors.js'
 import { checkLayoutRecord } from './layout-record.js'
 import type { LeaseStore } from './lease-store.js'
 import { ADDED_COLUMNS, LAYOUT_ROW, LEASE_TABLE, parseSeen, previousIssuedUntil, slotOf, type Before, type DbLeaseStoreOptions } from './db-lease-rows.js'
@@ -22,8 +23,13 @@ const SQLITE_LEASE_DDL = `CREATE TABLE IF NOT EXISTS leaf_worker_lease (
 )`
 
 /** The embedded store's pool: the same rows in the SQLite file, for the instances of one host. */
-export function createSqliteLeaseStore (o: DbLeaseStoreOptions, path: string): LeaseStore {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
+export function createSqliteLeaseStore (o: DbLeaseStoreOptions, path: string, embeddedDefault = false): LeaseStore {
+  // Only the embedded default makes its folder: a mistyped path fails to open (SQLITE_CANTOPEN),
+  // rather than giving this instance a pool of its own, whose worker ids another instance of the host may hold.
+  if (path !== ':memory:' && embeddedDefault) mkdirSync(dirname(path), { recursive: true })
+  else if (path !== ':memory:' && !existsSync(dirname(path))) {
+    throw new LeaseRefused(`worker-id lease pool sqlite:${path}: the folder ${dirname(path)} does not exist: correct leaf.jdbc.url, or create the folder (only the embedded default's folder is made)`)
+  }
   const db = new Database(path, { timeout: 5000 })
   db.pragma('journal_mode = WAL')
   db.exec(SQLITE_LEASE_DDL)

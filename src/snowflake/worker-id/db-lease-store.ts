@@ -14,7 +14,7 @@ export { PG_LEASE_DDL } from './db-lease-postgres.js'
 
 export async function createDbLeaseStore (o: DbLeaseStoreOptions): Promise<LeaseStore> {
   switch (o.store.kind) {
-    case 'sqlite': return createSqliteLeaseStore(o, o.store.path)
+    case 'sqlite': return createSqliteLeaseStore(o, o.store.path, o.store.embeddedDefault === true)
     case 'postgres': return await createPostgresLeaseStore(o, o.store)
     case 'mysql': return await createMysqlLeaseStore(o, o.store)
   }

@@ -117,7 +117,7 @@ export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): 
   let workerId: number
   try {
     workerId = o.store.kind === 'sqlite'
-      ? insertSqlite(o.store.path, row)
+      ? insertSqlite(o.store.path, o.store.embeddedDefault === true, row)
       : o.store.kind === 'postgres' ? await insertPostgres(o, o.store, where, row) : await insertMysql(o, where, row)
   } catch (err) {
     if (err instanceof LeaseRefused) throw err
@@ -209,8 +209,9 @@ async function insertPostgres (o: DisposableWorkerIdOptions, store: Extract<Stor
 }
 
 /** The embedded store: the same table in the SQLite file, for the instances of one host. */
-function insertSqlite (path: string, row: Row): number {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
+function insertSqlite (path: string, embeddedDefault: boolean, row: Row): number {
+  // Only the embedded default makes its folder: a mistyped path fails to open (SQLITE_CANTOPEN).
+  if (path !== ':memory:' && embeddedDefault) mkdirSync(dirname(path), { recursive: true })
   const db = new Database(path, { timeout: 5000 })
   try {
     db.exec(SQLITE_WORKER_NODE_DDL)
