@@ -17,6 +17,7 @@ export const ERRORS = {
   NOT_READY: { status: 503, message: 'The generator is not initialised yet.' },
   SEGMENTS_NOT_READY: { status: 503, message: 'Both segments are used up and the database did not answer in time.' },
   STORE_UNAVAILABLE: { status: 503, message: 'The database did not answer.' },
+  STORE_UNCONFIRMED: { status: 503, message: 'The segment store has not been reached within the serving bound; buffered IDs are not served until it is.' },
   CLOCK_BACKWARDS: { status: 503, message: 'The clock moved backwards; no ID is issued until it catches up.' },
   WORKER_ID_UNAVAILABLE: { status: 503, message: 'This instance holds no worker id it may issue snowflake IDs with now.' },
   WORKER_LEASE_LOST: { status: 503, message: 'This instance\'s worker-id lease ran out or was taken; no snowflake ID until it leases one again.' },

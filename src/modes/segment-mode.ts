@@ -6,7 +6,7 @@ import { StartRefused } from '../errors.js'
 import type { Logger } from '../logger.js'
 import { createMaxIdGuard, type MaxIdGuard, type MaxIdGuardOptions } from '../segment/max-id-guard.js'
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
-import type { SegmentStore } from '../segment/store.js'
+import { canLoseWrites, type SegmentStore } from '../segment/store.js'
 import { createStore, describeStore, type StoreHooks } from '../segment/stores/create-store.js'
 import { readWarmState, writeWarmState, type WarmState } from '../segment/warm-state.js'
 import { withTimeout } from '../timers.js'
@@ -89,9 +89,14 @@ export async function startSegmentMode (
     await store.close()
     throw refused
   }
+  /** The start's reading of the replication: undefined when it could not be read. */
+  let topology: string | undefined
   if (pingError === undefined && store.topology !== undefined) {
     await withTimeout(store.topology(), pingTimeoutMs, `no answer within ${pingTimeoutMs} ms`).then(
-      (topology) => logger.info({ store: where, topology }, 'segment store replication'),
+      (line) => {
+        topology = line
+        logger.info({ store: where, topology: line }, 'segment store replication')
+      },
       (err: unknown) => logger.warn({ store: where, err: (err as Error).message }, 'segment store replication not readable'))
   }
   if (pingError !== undefined) {
@@ -106,6 +111,7 @@ export async function startSegmentMode (
     logger.info({ file: stateFile, was: warm.guard.where, now: storeKey }, 'warm-start file written for another store: its max_id marks are dropped')
   }
   const guard = createMaxIdGuard({ store, logger, holdMs: segment.failoverHoldMs, monotonic: () => performance.now(), saved, onRegression: extra.onRegression })
+  const topologyTimer = boundServing(store, guard, topology, segment.failoverHoldMs, segment.refreshIntervalMs, pingTimeoutMs, logger)
   const generator = createSegmentGenerator({
     store,
     logger,
@@ -127,6 +133,10 @@ export async function startSegmentMode (
     generator,
     guard,
     async close () {
+      if (topologyTimer !== undefined) {
+        topologyTimer.stopped = true
+        clearTimeout(topologyTimer.current)
+      }
       const { giveBacks, warmTags } = await generator.shutdown(GIVE_BACK_BUDGET_MS)
       for (const g of giveBacks) {
         if (g.unused === 0n) continue
@@ -145,6 +155,48 @@ export async function startSegmentMode (
       await store.close()
     },
   }
+}
+
+interface TopologyTimer { current: NodeJS.Timeout | undefined, stopped: boolean }
+
+/**
+ * Where the store can lose committed allocations, the buffer serves only within the hold of the
+ * last refresh that confirmed the store (max-id-guard.ts boundServing; docs/production.md, "An
+ * instance cut off from the store"): the hold is what a peer waits after a failover before it
+ * allocates, so an instance that has not seen the store since stops serving first. A replication
+ * not read at start (the database down) is bounded until it is read: the timer reads it again
+ * each refresh interval.
+ */
+function boundServing (store: SegmentStore, guard: MaxIdGuard, topology: string | undefined, holdMs: number, everyMs: number, timeoutMs: number, logger: Logger): TopologyTimer | undefined {
+  // No hold (failover-hold-ms=0): no peer waits, and no bound could be shorter than its wait.
+  if (store.topology === undefined || holdMs === 0) return undefined
+  const apply = (line: string) => {
+    const bounded = canLoseWrites(line)
+    guard.boundServing(bounded ? holdMs : undefined)
+    logger.info({ bounded, boundMs: bounded ? holdMs : undefined },
+      bounded
+        ? 'replication can lose allocations: buffered IDs are served only within leaf.segment.failover-hold-ms of the last refresh that reached the store'
+        : 'replication loses no allocation: buffered IDs are served through a database outage')
+  }
+  if (topology !== undefined) {
+    apply(topology)
+    return undefined
+  }
+  guard.boundServing(holdMs)
+  const timer: TopologyTimer = { current: undefined, stopped: false }
+  const read = () => {
+    if (timer.stopped) return
+    timer.current = setTimeout(() => {
+      withTimeout((store.topology as () => Promise<string>)(), timeoutMs, `no answer within ${timeoutMs} ms`).then((line) => {
+        if (timer.stopped) return
+        logger.info({ topology: line }, 'segment store replication')
+        apply(line)
+      }, () => read())
+    }, everyMs)
+    timer.current.unref()
+  }
+  read()
+  return timer
 }
 
 /** The file's state; undefined when there is none, or none readable (a warning says so). */

@@ -65,7 +65,7 @@ export function createSqliteStore (path: string): SegmentStore {
   }).immediate()
   db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
 
-  const selectTags = db.prepare('SELECT biz_tag FROM leaf_alloc').pluck()
+  const selectTags = db.prepare<[], { biz_tag: string, max_id: bigint }>('SELECT biz_tag, max_id FROM leaf_alloc')
   const selectRow = db.prepare<[string], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc WHERE biz_tag = ?')
   const selectRows = db.prepare<[], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc')
   const updateMaxId = db.prepare('UPDATE leaf_alloc SET max_id = ?, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ?')
@@ -102,7 +102,7 @@ export function createSqliteStore (path: string): SegmentStore {
 
   return {
     async getAllTags () {
-      return selectTags.all() as string[]
+      return selectTags.all().map((r) => ({ key: r.biz_tag, maxId: BigInt(r.max_id) }))
     },
     async allocate (key, adapted) {
       return allocateTx.immediate(key, adapted)
