@@ -26,6 +26,7 @@ import { galeraConflicts } from './scenarios/s24-galera-conflicts.js'
 import { asyncPromotion } from './scenarios/s25-async-promotion.js'
 import { postgresRestart } from './scenarios/s26-postgres-restart.js'
 import { handEditTwoMarks } from './scenarios/s30-hand-edit-two-marks.js'
+import { cutOffPromotion } from './scenarios/s31-cut-off-promotion.js'
 
 export interface Scenario {
   id: number
@@ -64,6 +65,7 @@ export const SCENARIOS: Scenario[] = [
   { id: 25, title: 'an async replica promoted without the last allocations, two instances on a host list', run: asyncPromotion },
   { id: 26, title: 'PostgreSQL killed and restarted under segment load, two instances', run: postgresRestart },
   { id: 30, title: 'max_id lowered by hand below the marks of two instances under load', run: handEditTwoMarks },
+  { id: 31, title: 'an instance cut off from every host across an async promotion, longer than the hold', run: cutOffPromotion },
 ]
 
 /**
@@ -79,7 +81,7 @@ export const SCENARIOS: Scenario[] = [
  */
 export const STAGES: number[][][] = [
   [[12]],
-  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 30], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16]],
+  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 30, 31], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16]],
 ]
 
 const staged = STAGES.flat(2).sort((a, b) => a - b)
