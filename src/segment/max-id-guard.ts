@@ -19,11 +19,18 @@ import type { SegmentStore, TagRow } from './store.js'
 //   (leaf.segment.failover-hold-ms), serving the buffer it holds meanwhile;
 // - every refresh of the tag list reads the store's identity too, so an instance that
 //   allocates nothing still sees the change within a refresh interval, and pushes its
-//   marks. The hold (two refresh intervals and a refresh's worst time, by default) outlasts
-//   that: when it ends, every live peer has pushed, and the rows are above every range a live
-//   instance served.
+//   marks; and it reads each row's max_id: one below this instance's mark, as the mark was
+//   before the read was sent, is a regression whatever answered (a hand edit). The hold (two
+//   refresh intervals and a refresh's worst time, by default) outlasts that: when it ends,
+//   every live peer that reaches the store has pushed, and the rows are above every range it
+//   served;
+// - a peer that reaches no host sees nothing: where the store can lose committed allocations,
+//   it serves its buffer only within the hold of the send time of its last refresh that
+//   confirmed the store (boundServing), which the old primary answered, so before the primary
+//   died: it stops before any peer's hold ends. A failover it sees once past that bound may
+//   have been allocated over what it holds: the buffer is dropped.
 // docs/production.md walks through the interleavings, and what stays open: ranges served only
-// by instances that were dead during the failover.
+// by instances that were dead or cut off during the failover.
 
 export interface Regression {
   cause: 'store changed' | 'max_id went back'
