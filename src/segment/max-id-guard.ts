@@ -147,8 +147,11 @@ export interface MaxIdGuard {
    * plus the bound; Infinity when unbounded. The generator reads it on every request.
    */
   readonly servingUntil: number
-  /** Called with no argument when the buffer must be dropped: the regression was pushed too late to protect it. */
-  onVoid (drop: () => void): void
+  /**
+   * Called when the buffer must be dropped (the regression was pushed too late to protect it);
+   * `drop` answers how many IDs it dropped.
+   */
+  onVoid (drop: () => number): void
   /**
    * Ranges this instance holds that were not allocated through admit() (those the last stop
    * parked): the mark covers them.
@@ -203,7 +206,7 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
   let servingUntil = Infinity
   /** Set by a regression: once its marks are pushed, whether they came in time to keep the buffer. */
   let voidCheck = false
-  let drop: (() => void) | undefined
+  let drop: (() => number) | undefined
   function confirm (at: number): void {
     if (at > confirmedAt) confirmedAt = at
     servingUntil = bound === Infinity ? Infinity : confirmedAt + bound
@@ -217,9 +220,11 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
     if (!voidCheck || owed.size > 0) return
     voidCheck = false
     if (monotonic() <= servingUntil) return
-    logger.error({ boundMs: bound, sinceMs: Math.round(monotonic() - confirmedAt) },
-      'segment store failover seen after the serving bound: a peer may have allocated the ranges this instance holds; its buffered IDs are dropped')
-    drop?.()
+    const dropped = drop?.() ?? 0
+    if (dropped > 0) {
+      logger.error({ boundMs: bound, sinceMs: Math.round(monotonic() - confirmedAt), dropped },
+        'segment store failover seen after the serving bound: a peer may have allocated the ranges this instance holds; its buffered IDs are dropped')
+    }
   }
 
   /** Raises the tags owed, one push at a time; a push under way when another regression comes is followed by one more. */

@@ -137,7 +137,12 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   const { startLoad, waitForLoad } = createAllocationRetry({ loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, stopping: isStopping, heldBecause })
   // A failover seen after the serving bound: the ranges held may have been allocated again by a peer.
   guard?.onVoid(() => {
-    for (const buf of buffers.values()) buf.dropSegments()
+    let dropped = 0
+    for (const buf of buffers.values()) {
+      dropped += buf.buffered
+      buf.dropSegments()
+    }
+    return dropped
   })
   let sampledAt = monotonic()
   const rateTimer = setInterval(sampleRates, rateSampleMs)
