@@ -177,6 +177,11 @@ function boundServing (store: SegmentStore, guard: MaxIdGuard, topology: string 
       bounded
         ? 'replication can lose allocations: buffered IDs are served only within leaf.segment.failover-hold-ms of the last refresh that reached the store'
         : 'replication loses no allocation: buffered IDs are served through a database outage')
+    // Refreshes further apart than the hold let the bound pass between two of them.
+    if (bounded && holdMs < 2 * everyMs) {
+      logger.warn({ failoverHoldMs: holdMs, refreshIntervalMs: everyMs },
+        'leaf.segment.failover-hold-ms is under two leaf.segment.refresh-interval-ms: on this replication the buffer stops serving (STORE_UNCONFIRMED) between refreshes; leave failover-hold-ms empty (its default) or shorten the refresh interval')
+    }
   }
   if (topology !== undefined) {
     apply(topology)
