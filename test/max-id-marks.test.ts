@@ -1,7 +1,9 @@
 import t from 'tap'
 import { createMaxIdGuard, type Regression } from '../src/segment/max-id-guard.js'
 import { createSegmentGenerator, type Id, type SegmentGenerator } from '../src/segment/segment-generator.js'
-import type { TagRow } from '../src/segment/store.js'
+import { canLoseWrites, type TagRow } from '../src/segment/store.js'
+import { describeTopology } from '../src/segment/stores/mysql-store.js'
+import { describePgTopology } from '../src/segment/stores/postgres-store.js'
 import { checkReadiness } from '../src/modes/readiness.js'
 import { FakeStore } from './helpers/fake-store.js'
 import { captureLogger, silentLogger } from './helpers/logger.js'
@@ -193,4 +195,17 @@ t.test('without a bound (single server, Galera, semi-synchronous) the buffer ser
   t.equal(a.guard.servingUntil, Infinity)
   t.equal(a.guard.view().unconfirmed, undefined)
   a.generator.close()
+})
+
+t.test('which replication bounds serving: asynchronous (MySQL/MariaDB binary log alone, PostgreSQL async standbys); not a single server, Galera, semi-synchronous or synchronous standbys', async (t) => {
+  const mysql = (variables: Record<string, string>, status: Record<string, string> = {}) => canLoseWrites(describeTopology(new Map(Object.entries(variables)), new Map(Object.entries(status))))
+  t.equal(mysql({ log_bin: 'ON' }, { slaves_connected: '1' }), true, 'binary log, a replica')
+  t.equal(mysql({ log_bin: 'ON' }, { slaves_connected: '0' }), true, 'binary log, no replica connected now: one may be attached')
+  t.equal(mysql({ log_bin: 'OFF' }), false, 'a single server')
+  t.equal(mysql({ wsrep_on: 'ON', log_bin: 'ON' }, { wsrep_cluster_size: '3' }), false, 'Galera')
+  t.equal(mysql({ log_bin: 'ON', rpl_semi_sync_master_enabled: 'ON', rpl_semi_sync_master_wait_point: 'AFTER_SYNC' }), false, 'semi-synchronous')
+  t.equal(mysql({ log_bin: 'ON', rpl_semi_sync_master_enabled: 'ON', rpl_semi_sync_master_wait_point: 'AFTER_COMMIT' }), false, 'semi-synchronous, AFTER_COMMIT')
+  t.equal(canLoseWrites(describePgTopology(1, '')), true, 'PostgreSQL, an asynchronous standby')
+  t.equal(canLoseWrites(describePgTopology(1, 'standby1')), false, 'PostgreSQL, a synchronous standby')
+  t.equal(canLoseWrites(describePgTopology(0, '')), false, 'PostgreSQL alone')
 })
