@@ -17,9 +17,16 @@ const WAIT_TIMEOUT_MS = 1000
 const QUERY_TIMEOUT_MS = 1000
 /** How long P is cut off from every host: longer than the hold, as in the review. */
 const CUT_MS = 12_000
-/** P's IDs left below Q's mark at the cut: more than the hold serves, fewer than the cut and after. */
+/** P's segment size from which the straddle is looked for: the 90% left at its preload is within the bounds below. */
+const SEGMENT_MIN = 3200
+/** How long the run goes on after the cut ends. */
+const AFTER_MS = REFRESH_MS + HOLD_MS + 4000
+/**
+ * P's IDs left below Q's mark at the cut: more than P serves in the hold (with room), fewer than
+ * it serves from the cut to the end, which it does without a bound.
+ */
 const P_LEFT_MIN = BigInt(Math.ceil(1.5 * HOLD_MS / 1000 * RATE))
-const P_LEFT_MAX = BigInt(Math.floor((CUT_MS / 1000) * RATE))
+const P_LEFT_MAX = BigInt(Math.floor((CUT_MS + AFTER_MS) / 1000 * RATE * 0.9))
 
 /** Q's batch size from the cut on. */
 const Q_BATCH = 20
@@ -39,8 +46,9 @@ const Q_WINDOW_MS = REFRESH_MS + HOLD_MS + WAIT_TIMEOUT_MS + QUERY_TIMEOUT_MS + 
  * both through TCP proxies (its host list: the primary's proxy, then the replica's), Q reaches
  * them directly. Both serve one tag under a paced load on Leaf's double buffer (Q batches of
  * 20 from the cut on, so that it allocates from the promoted store within the cut), while the
- * replica lags (from the start). When P's chain straddles Q's mark (P serves a segment below
- * it for longer than the hold, and holds next a range reserved after Q's last), P is cut off from both hosts (every connection reset); the primary is killed
+ * replica lags (from the start). P pauses until Q reserved above all P holds, then Q pauses
+ * until P's chain straddles Q's mark (P serves a segment below it for longer than the hold,
+ * and holds next a range reserved after Q's last); then P is cut off from both hosts (every connection reset); the primary is killed
  * and the replica promoted. Q moves to it, sees the change, raises the row above what it
  * served, holds, and allocates from it. P's cut lasts longer than the hold: on this async
  * replication it must stop serving its buffer once the hold has passed since it last reached
@@ -88,18 +96,25 @@ export async function cutOffPromotion (suite: Suite, report: Report): Promise<vo
       ? sentAt >= cutAt && sentAt <= cutAt + P_WINDOW_MS && (code === 'STORE_UNCONFIRMED' || code === 'SEGMENTS_NOT_READY')
       : sentAt >= killedAt && sentAt <= killedAt + Q_WINDOW_MS && code === 'SEGMENTS_NOT_READY'
     report.expectedWhat = `P: 503 within ${fmtMs(P_WINDOW_MS)} of the cut; Q: SEGMENTS_NOT_READY within ${fmtMs(Q_WINDOW_MS)} of the kill`
-    const load = runLoad({
-      clients: clients.length,
-      maxRequests: 200_000,
-      maxMs: 80_000,
-      ratePerSecond: 2 * RATE,
+    // A paced load of each instance's own: P's rate does not grow when Q's requests wait.
+    const paused = { P: false, Q: false }
+    let qBatches = false
+    const loadOf = (which: 'P' | 'Q') => runLoad({
+      clients: CLIENTS_PER_INSTANCE,
+      maxRequests: 1_000_000,
+      maxMs: 100_000,
+      ratePerSecond: RATE,
       stop: () => stop,
-      async step (c) {
-        const which = c % 2 === 0 ? 'P' : 'Q'
+      async step (i) {
+        if (paused[which]) {
+          await sleep(5)
+          return
+        }
+        const c = which === 'P' ? i : CLIENTS_PER_INSTANCE + i
         const leaf = which === 'P' ? p : q
         // From the cut Q serves batches: it uses up what it holds and allocates from the promoted
         // store within the cut, as a busy peer does.
-        const count = which === 'Q' && performance.now() > cutAt ? Q_BATCH : undefined
+        const count = which === 'Q' && (qBatches || performance.now() > cutAt) ? Q_BATCH : undefined
         const { answer, ids } = await takeIds(report, clients[c] as HttpClient, leaf.url, 'segment', tag, count, `c${c}-${which}`,
           (a) => expected(which, a.sentAt, errorCode(a)))
         if (ids !== undefined) {
@@ -108,6 +123,7 @@ export async function cutOffPromotion (suite: Suite, report: Report): Promise<vo
         } else if (errorCode(answer) === 'STORE_UNCONFIRMED') counts[which].unconfirmed++
       },
     })
+    const load = Promise.all([loadOf('P'), loadOf('Q')])
 
     // The cut comes when P's chain straddles Q's mark: P serves its current segment, below
     // every range Q holds (so Q's push covers it), for longer than the hold, and holds next a
@@ -116,18 +132,36 @@ export async function cutOffPromotion (suite: Suite, report: Report): Promise<vo
       const a = await probe.get(`${leaf.url}/api/cache`)
       return a.status === 200 ? (JSON.parse(a.body) as Record<string, Chain | undefined>)[tag]?.segments.map((x) => ({ value: BigInt(x.value), max: BigInt(x.max) })) : undefined
     }
+    const chainSteps = async (leaf: Leaf) => {
+      const a = await probe.get(`${leaf.url}/api/cache`)
+      return a.status === 200 ? (JSON.parse(a.body) as Record<string, { segments: { step: number }[] } | undefined>)[tag]?.segments.map((x) => x.step) : undefined
+    }
     let atCut = ''
-    await sleep(2000)
+    const ends = (chainOf: { max: bigint }[]) => chainOf.reduce((m, x) => x.max > m ? x.max : m, 0n)
+    // Until P's segments hold seconds of its traffic (the step doubles at each load), then P
+    // pauses while Q, batching, reserves a range above all P holds; then Q pauses while P serves
+    // on, until P reserves its next range: above Q's mark, and its current one below it.
+    await waitUntil(async () => ((await chainSteps(p))?.[0] ?? 0) >= SEGMENT_MIN, 40_000, 50)
+    paused.P = true
+    qBatches = true
+    await waitUntil(async () => {
+      const [ps, qs] = await Promise.all([chain(p), chain(q)])
+      return ps !== undefined && qs !== undefined && ends(qs) > ends(ps)
+    }, 20_000, 20)
+    qBatches = false
+    paused.Q = true
+    paused.P = false
     const straddles = await waitUntil(async () => {
       const [ps, qs] = await Promise.all([chain(p), chain(q)])
       if (ps?.length !== 2 || qs === undefined || qs.length === 0) return false
       const [current, next] = ps as [{ value: bigint, max: bigint }, { value: bigint, max: bigint }]
-      const qMark = qs.reduce((m, x) => x.max > m ? x.max : m, 0n)
+      const qMark = ends(qs)
       const left = current.max - current.value
       atCut = `P served up to ${current.value}, its current segment ends at ${current.max}, its next at ${next.max}; Q's mark ${qMark}`
       return current.max <= qMark && next.max > qMark && left >= P_LEFT_MIN && left <= P_LEFT_MAX
-    }, 20_000, 20)
-    report.check(straddles, `P's chain never straddled Q's mark within 20 s (last: ${atCut}): the scenario tests nothing`)
+    }, 30_000, 20)
+    paused.Q = false
+    report.check(straddles, `P's chain never straddled Q's mark within 30 s (last: ${atCut}): the scenario tests nothing`)
     cutAt = performance.now()
     for (const proxy of proxies) proxy.block()
     const servedBeforeKill = report.ledger.sorted(`segment:${tag}`)
@@ -139,7 +173,7 @@ export async function cutOffPromotion (suite: Suite, report: Report): Promise<vo
     await sleep(CUT_MS - (performance.now() - cutAt))
     const pServedDuringCut = counts.P.afterCut
     for (const proxy of proxies) proxy.unblock()
-    await sleep(REFRESH_MS + HOLD_MS + 4000)
+    await sleep(AFTER_MS)
     stop = true
     await load
 
