@@ -18,6 +18,7 @@ export const ERRORS = {
   SEGMENTS_NOT_READY: { status: 503, message: 'Both segments are used up and the database did not answer in time.' },
   STORE_SPLIT: { status: 503, message: 'More than one host of leaf.jdbc.url answers writable: nothing is allocated until all but one are read-only.' },
   STORE_UNAVAILABLE: { status: 503, message: 'The database did not answer.' },
+  STORE_UNCONFIRMED: { status: 503, message: 'The segment store has not been reached within the serving bound; buffered IDs are not served until it is.' },
   CLOCK_BACKWARDS: { status: 503, message: 'The clock moved backwards; no ID is issued until it catches up.' },
   WORKER_ID_UNAVAILABLE: { status: 503, message: 'This instance holds no worker id it may issue snowflake IDs with now.' },
   WORKER_LEASE_LOST: { status: 503, message: 'This instance\'s worker-id lease ran out or was taken; no snowflake ID until it leases one again.' },

@@ -39,6 +39,7 @@ t.test('/metrics moves as IDs are issued and errors happen', async (t) => {
   t.equal(valueOf(samples, 'leaf_zookeeper_connected'), 0)
   t.ok(valueOf(samples, 'process_cpu_user_seconds_total') !== undefined, 'default process metrics')
   t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'SEGMENTS_NOT_READY' }), 0, 'the codes alerts watch are there from the start')
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'STORE_UNCONFIRMED' }), 0)
   t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'snowflake', code: 'CLOCK_BACKWARDS' }), 0)
   t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'order' }), 0, 'and load failures for every tag')
   t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'leaf-segment-test' }), 0)

@@ -282,13 +282,14 @@ t.test('/readyz says a failover holds allocations: ready while the buffer serves
   await a.generator.refreshTags()
   t.match(await checkReadiness({ segment: mode, snowflake: undefined }), {
     ready: true,
-    modes: { segment: { ready: true, reason: /^store failover \(store changed, now replica\): new allocations held for \d+ s more; serving buffered IDs$/ } },
+    modes: { segment: { ready: true, reason: /^store failover \(store changed, now replica\): new allocations held for \d+ s more, until \d{4}-\S+Z; serving buffered IDs$/ } },
   })
   // What it holds is served; then nothing, during the hold.
-  await t.rejects((async () => { while (true) await a.generator.next('order') })(), { code: 'SEGMENTS_NOT_READY' })
+  // The cause is named: the database answered, a failover hold refuses the loads.
+  await t.rejects((async () => { while (true) await a.generator.next('order') })(), { code: 'SEGMENTS_NOT_READY', message: /held after a store failover \(store changed\) until \d{4}-\S+Z/ })
   t.match(await checkReadiness({ segment: mode, snowflake: undefined }), {
     ready: false,
-    modes: { segment: { ready: false, reason: /held for \d+ s more, and 1 tag\(s\) have no buffered IDs left: order$/ } },
+    modes: { segment: { ready: false, reason: /held for \d+ s more, until \S+, and 1 tag\(s\) have no buffered IDs left: order$/ } },
   })
   store.failing = true
   const owedGuard = createMaxIdGuard({ store, logger: silentLogger, holdMs: 0, monotonic: () => performance.now() })

@@ -171,13 +171,19 @@ t.test('the instance panel names the store the max_id guard sees, and the failov
     ...instance,
     failover: {
       holdingMs: 95_000,
+      holdEndsAt: Date.parse('2026-12-04T03:01:35Z'),
       raisesOwed: 0,
       regressions: 2,
       store: 'server_id 2',
-      last: { cause: 'max_id went back', key: 'order<b>', from: 'server_id 1', to: 'server_id 2', gap: 123_456n, at: new Date('2026-12-04T03:00:00Z') },
+      last: { cause: 'max_id went back', key: 'order<b>', from: 'server_id 1', to: 'server_id 2', gap: 123_456n, tags: 3, at: new Date('2026-12-04T03:00:00Z') },
     },
   }, tagsOf([]), undefined, TWEPOCH)
-  t.match(held, /<b>2<\/b>; last 2026-12-04T03:00:00.000Z: max_id went back at order&lt;b&gt;, from server_id 1, 123,456 IDs behind · <span class="badge bad">allocations held 95 s more<\/span> · answering: server_id 2/)
+  // The cause a tag with no buffered ID answers with (SEGMENTS_NOT_READY) is named, with the hold's end.
+  t.match(held, /<b>2<\/b>; last 2026-12-04T03:00:00.000Z: max_id went back at order&lt;b&gt; \(and 2 more tag\(s\)\), from server_id 1, 123,456 IDs behind · <span class="badge bad" data-hold>failover hold: new allocations held 95 s more \(until 2026-12-04T03:01:35.000Z\); a tag with no buffered ID answers SEGMENTS_NOT_READY<\/span> · answering: server_id 2/)
+  const lapsed = renderCachePage({ ...instance, failover: { holdingMs: 0, raisesOwed: 0, regressions: 0, store: 'server_id 1', unconfirmed: { boundMs: 136_000, sinceMs: 140_200 } } }, tagsOf([]), undefined, TWEPOCH)
+  t.match(lapsed, /none · answering: server_id 1 · <span class="badge bad" data-unconfirmed>store not confirmed for 140 s \(bound 136 s\): STORE_UNCONFIRMED, no buffered ID served<\/span>/)
+  const within = renderCachePage({ ...instance, failover: { holdingMs: 0, raisesOwed: 0, regressions: 0, store: 'server_id 1', unconfirmed: { boundMs: 136_000, sinceMs: 50_000 } } }, tagsOf([]), undefined, TWEPOCH)
+  t.notMatch(within, /data-unconfirmed/, 'within the bound: nothing to show')
   t.notMatch(renderCachePage(instance, undefined, undefined, TWEPOCH), /data-failovers/, 'no segment mode: no line')
 })
 

@@ -85,7 +85,7 @@ for (const c of cases) {
     const { store, setMaxId, insert } = await c.open()
 
     t.test('has the seed rows of sql/leaf_alloc.sql', async (t) => {
-      t.same((await store.getAllTags()).sort(), ['leaf-segment-test', 'order'])
+      t.same((await store.getAllTags()).sort((a, b) => a.key < b.key ? -1 : 1), [{ key: 'leaf-segment-test', maxId: 1n }, { key: 'order', maxId: 1n }])
       const rows = await store.getAllRows()
       t.match(rows.find((r) => r.key === 'order'), { maxId: 1n, step: 2000, description: String })
       t.match(rows.find((r) => r.key === 'leaf-segment-test'), { maxId: 1n, step: 1000, description: 'Test leaf Segment Mode Get Id' })

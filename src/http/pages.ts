@@ -201,12 +201,25 @@ ${i.readiness.reason === undefined ? '' : `<dt>readiness</dt><dd>${escapeHtml(i.
 
 function failoverLine (v: GuardView): string {
   const seen = v.store === undefined ? '' : ` · answering: ${escapeHtml(v.store)}`
-  if (v.last === undefined) return `none${seen}`
+  const lapsed = unconfirmedBadge(v)
+  if (v.last === undefined) return `none${seen}${lapsed}`
   const { last } = v
   const gap = last.gap === undefined ? '' : `, ${escapeHtml(last.gap.toLocaleString('en-US'))} IDs behind`
-  const hold = v.holdingMs > 0 ? ` · <span class="badge bad">allocations held ${num(Math.ceil(v.holdingMs / 1000))} s more</span>` : ''
-  return `<b>${num(v.regressions)}</b>; last ${escapeHtml(last.at.toISOString())}: ${escapeHtml(last.cause)}${last.key === undefined ? '' : ` at ${escapeHtml(last.key)}`}` +
-    `${last.from === undefined ? '' : `, from ${escapeHtml(last.from)}`}${gap}${hold}${seen}`
+  const tags = last.tags === undefined || last.tags < 2 ? '' : ` (and ${num(last.tags - 1)} more tag(s))`
+  const until = v.holdEndsAt === undefined ? '' : ` (until ${escapeHtml(new Date(v.holdEndsAt).toISOString())})`
+  const hold = v.holdingMs > 0
+    ? ` · <span class="badge bad" data-hold>failover hold: new allocations held ${num(Math.ceil(v.holdingMs / 1000))} s more${until}; a tag with no buffered ID answers SEGMENTS_NOT_READY</span>`
+    : v.raisesOwed > 0 ? ` · <span class="badge bad" data-hold>failover hold: ${num(v.raisesOwed)} tag(s) still to be raised</span>` : ''
+  return `<b>${num(v.regressions)}</b>; last ${escapeHtml(last.at.toISOString())}: ${escapeHtml(last.cause)}${last.key === undefined ? '' : ` at ${escapeHtml(last.key)}`}${tags}` +
+    `${last.from === undefined ? '' : `, from ${escapeHtml(last.from)}`}${gap}${hold}${seen}${lapsed}`
+}
+
+/** Past the bound on serving without the store (docs/production.md): nothing buffered is served. */
+function unconfirmedBadge (v: GuardView): string {
+  const u = v.unconfirmed
+  if (u === undefined || !(u.sinceMs > u.boundMs)) return ''
+  const since = Number.isFinite(u.sinceMs) ? `${num(Math.round(u.sinceMs / 1000))} s` : 'ever'
+  return ` · <span class="badge bad" data-unconfirmed>store not confirmed for ${since} (bound ${num(Math.round(u.boundMs / 1000))} s): STORE_UNCONFIRMED, no buffered ID served</span>`
 }
 
 function hostsLine (v: HostFenceView): string {

@@ -21,7 +21,7 @@ const BUFFER_LOW_SECONDS = 60
  * The error codes config/alerts.yml watches, exported at 0 from the start: a counter that first
  * appears at its first increment hides that increment, or that whole burst, from increase().
  */
-const ALERTED_ERRORS = { segment: ['SEGMENTS_NOT_READY'], snowflake: ['CLOCK_BACKWARDS'] } as const
+const ALERTED_ERRORS = { segment: ['SEGMENTS_NOT_READY', 'STORE_UNCONFIRMED'], snowflake: ['CLOCK_BACKWARDS'] } as const
 /** What a tag never loaded shows: in _other, it stands for all of them past the cap. */
 const NEVER_LOADED = toView(new SegmentBuffer(OTHER_KEY), 0, { history: false })
 const REGRESSION_CAUSES: readonly Regression['cause'][] = ['store changed', 'max_id went back']

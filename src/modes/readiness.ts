@@ -53,6 +53,8 @@ async function segmentReadiness ({ store, generator, guard, hosts }: SegmentMode
   // route elsewhere: ready, with the tags named.
   const ended = generator.endedTags()
   const endedNote = ended.length === 0 ? undefined : `ID space ended (ID_SPACE_EXHAUSTED) for ${ended.length} tag(s): ${ended.slice(0, 10).join(', ')}`
+  const unconfirmed = unconfirmedNote(guard.view())
+  if (unconfirmed !== undefined) return { ready: false, reason: dbError === undefined ? unconfirmed : `${unconfirmed}; database unreachable: ${dbError}` }
   const failover = failoverNote(guard.view())
   if (failover !== undefined) {
     const exhausted = generator.exhaustedTags()
@@ -70,9 +72,18 @@ async function segmentReadiness ({ store, generator, guard, hosts }: SegmentMode
 function failoverNote (v: GuardView): string | undefined {
   if (v.holdingMs === 0 && v.raisesOwed === 0) return undefined
   const what = v.last === undefined ? 'store failover' : `store failover (${v.last.cause}${v.last.key === undefined ? '' : ` at "${v.last.key}"`}${v.last.to === undefined ? '' : `, now ${v.last.to}`})`
+  const until = v.holdEndsAt === undefined ? '' : `, until ${new Date(v.holdEndsAt).toISOString()}`
   return v.raisesOwed > 0
     ? `${what}: ${v.raisesOwed} tag(s) still to be raised above the IDs served, new allocations held`
-    : `${what}: new allocations held for ${Math.ceil(v.holdingMs / 1000)} s more`
+    : `${what}: new allocations held for ${Math.ceil(v.holdingMs / 1000)} s more${until}`
+}
+
+/** Past the bound on serving without the store (max-id-guard.ts boundServing): no buffered ID is served. */
+function unconfirmedNote (v: GuardView): string | undefined {
+  const u = v.unconfirmed
+  if (u === undefined || !(u.sinceMs > u.boundMs)) return undefined
+  const since = Number.isFinite(u.sinceMs) ? `for ${Math.round(u.sinceMs / 1000)} s` : 'since the start'
+  return `the segment store not confirmed ${since}, past the bound of ${Math.round(u.boundMs / 1000)} s (leaf.segment.failover-hold-ms) on a replication that can lose allocations: no buffered ID is served (STORE_UNCONFIRMED) until a refresh reaches it`
 }
 
 function snowflakeReadiness (snowflake: SnowflakeMode): ModeReadiness {

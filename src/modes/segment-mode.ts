@@ -7,7 +7,7 @@ import type { Logger } from '../logger.js'
 import { createHostFence, type HostFence } from '../segment/host-fence.js'
 import { createMaxIdGuard, type MaxIdGuard, type MaxIdGuardOptions, type Regression } from '../segment/max-id-guard.js'
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
-import type { SegmentStore } from '../segment/store.js'
+import { canLoseWrites, type SegmentStore } from '../segment/store.js'
 import { createStore, describeStore, type StoreHooks } from '../segment/stores/create-store.js'
 import { readWarmState, stateFolderProblem, writeWarmState, type WarmState } from '../segment/warm-state.js'
 import { withTimeout } from '../timers.js'
@@ -107,9 +107,14 @@ export async function startSegmentMode (
     await store.close()
     throw refused
   }
+  /** The start's reading of the replication: undefined when it could not be read. */
+  let topology: string | undefined
   if (pingError === undefined && store.topology !== undefined) {
     await withTimeout(store.topology(), pingTimeoutMs, `no answer within ${pingTimeoutMs} ms`).then(
-      (topology) => logger.info({ store: where, topology }, 'segment store replication'),
+      (line) => {
+        topology = line
+        logger.info({ store: where, topology: line }, 'segment store replication')
+      },
       (err: unknown) => logger.warn({ store: where, err: (err as Error).message }, 'segment store replication not readable'))
   }
   if (pingError !== undefined) {
@@ -144,6 +149,7 @@ export async function startSegmentMode (
   }
   const censusTimer = fence === undefined ? undefined : setInterval(() => { fence.check().catch(() => {}) }, segment.refreshIntervalMs)
   censusTimer?.unref()
+  const topologyTimer = boundServing(store, guard, topology, segment.failoverHoldMs, segment.refreshIntervalMs, pingTimeoutMs, logger)
   const generator = createSegmentGenerator({
     store: fence === undefined ? store : fencedStore(store, fence),
     logger,
@@ -167,6 +173,10 @@ export async function startSegmentMode (
     ...(fence === undefined ? {} : { hosts: fence }),
     async close ({ saveState = true } = {}) {
       clearInterval(censusTimer)
+      if (topologyTimer !== undefined) {
+        topologyTimer.stopped = true
+        clearTimeout(topologyTimer.current)
+      }
       const { giveBacks, warmTags } = await generator.shutdown(GIVE_BACK_BUDGET_MS)
       for (const g of giveBacks) {
         if (g.unused === 0n) continue
@@ -215,6 +225,53 @@ function fencedStore (store: SegmentStore, fence: HostFence): SegmentStore {
       return allocation
     },
   }
+}
+
+interface TopologyTimer { current: NodeJS.Timeout | undefined, stopped: boolean }
+
+/**
+ * Where the store can lose committed allocations, the buffer serves only within the hold of the
+ * last refresh that confirmed the store (max-id-guard.ts boundServing; docs/production.md, "An
+ * instance cut off from the store"): the hold is what a peer waits after a failover before it
+ * allocates, so an instance that has not seen the store since stops serving first. A replication
+ * not read at start (the database down) is bounded until it is read: the timer reads it again
+ * each refresh interval.
+ */
+function boundServing (store: SegmentStore, guard: MaxIdGuard, topology: string | undefined, holdMs: number, everyMs: number, timeoutMs: number, logger: Logger): TopologyTimer | undefined {
+  // No hold (failover-hold-ms=0): no peer waits, and no bound could be shorter than its wait.
+  if (store.topology === undefined || holdMs === 0) return undefined
+  const apply = (line: string) => {
+    const bounded = canLoseWrites(line)
+    guard.boundServing(bounded ? holdMs : undefined)
+    logger.info({ bounded, boundMs: bounded ? holdMs : undefined },
+      bounded
+        ? 'replication can lose allocations: buffered IDs are served only within leaf.segment.failover-hold-ms of the last refresh that reached the store'
+        : 'replication loses no allocation: buffered IDs are served through a database outage')
+    // Refreshes further apart than the hold let the bound pass between two of them.
+    if (bounded && holdMs < 2 * everyMs) {
+      logger.warn({ failoverHoldMs: holdMs, refreshIntervalMs: everyMs },
+        'leaf.segment.failover-hold-ms is under two leaf.segment.refresh-interval-ms: on this replication the buffer stops serving (STORE_UNCONFIRMED) between refreshes; leave failover-hold-ms empty (its default) or shorten the refresh interval')
+    }
+  }
+  if (topology !== undefined) {
+    apply(topology)
+    return undefined
+  }
+  guard.boundServing(holdMs)
+  const timer: TopologyTimer = { current: undefined, stopped: false }
+  const read = () => {
+    if (timer.stopped) return
+    timer.current = setTimeout(() => {
+      withTimeout((store.topology as () => Promise<string>)(), timeoutMs, `no answer within ${timeoutMs} ms`).then((line) => {
+        if (timer.stopped) return
+        logger.info({ topology: line }, 'segment store replication')
+        apply(line)
+      }, () => read())
+    }, everyMs)
+    timer.current.unref()
+  }
+  read()
+  return timer
 }
 
 /** The file's state; undefined when there is none, or none readable (a warning says so). */

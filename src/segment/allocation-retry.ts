@@ -22,6 +22,8 @@ export interface AllocationRetryOptions {
   throttle: LogThrottle
   /** True once shutdown() began: waiting callers are refused. */
   stopping: () => boolean
+  /** Why loads are refused though the database answers (a failover hold), if they are. */
+  heldBecause?: () => string | undefined
 }
 
 export interface AllocationRetry {
@@ -30,7 +32,7 @@ export interface AllocationRetry {
 }
 
 export function createAllocationRetry (options: AllocationRetryOptions): AllocationRetry {
-  const { loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, stopping } = options
+  const { loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, stopping, heldBecause } = options
   let storeHealthy = true
   /**
    * A tag's last load, when it was refused with a code of its own (STORE_SPLIT: segment/host-fence.ts):
@@ -63,7 +65,11 @@ export function createAllocationRetry (options: AllocationRetryOptions): Allocat
       if (buf.ended) throw spaceEnded(buf.key)
       if (buf.backoffMs === 0) return // the load brought a segment
     }
-    throw refusals.get(buf) ?? new LeafError('SEGMENTS_NOT_READY', `Both segments of "${buf.key}" are used up and the database did not answer within ${waitTimeoutMs} ms.`)
+    const refused = refusals.get(buf)
+    if (refused !== undefined) throw refused
+    const held = heldBecause?.()
+    if (held !== undefined) throw new LeafError('SEGMENTS_NOT_READY', `Both segments of "${buf.key}" are used up and ${held}.`)
+    throw new LeafError('SEGMENTS_NOT_READY', `Both segments of "${buf.key}" are used up and the database did not answer within ${waitTimeoutMs} ms.`)
   }
 
   function startLoad (buf: SegmentBuffer): void {

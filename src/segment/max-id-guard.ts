@@ -1,5 +1,5 @@
 import type { Logger } from '../logger.js'
-import type { SegmentStore } from './store.js'
+import type { SegmentStore, TagRow } from './store.js'
 
 // A `max_id` that went backwards. An async replica promoted after its primary died lacks the
 // allocations it never received: its rows are behind ranges instances already served, and
@@ -19,11 +19,18 @@ import type { SegmentStore } from './store.js'
 //   (leaf.segment.failover-hold-ms), serving the buffer it holds meanwhile;
 // - every refresh of the tag list reads the store's identity too, so an instance that
 //   allocates nothing still sees the change within a refresh interval, and pushes its
-//   marks. The hold (two refresh intervals and a refresh's worst time, by default) outlasts
-//   that: when it ends, every live peer has pushed, and the rows are above every range a live
-//   instance served.
+//   marks; and it reads each row's max_id: one below this instance's mark, as the mark was
+//   before the read was sent, is a regression whatever answered (a hand edit). The hold (two
+//   refresh intervals and a refresh's worst time, by default) outlasts that: when it ends,
+//   every live peer that reaches the store has pushed, and the rows are above every range it
+//   served;
+// - a peer that reaches no host sees nothing: where the store can lose committed allocations,
+//   it serves its buffer only within the hold of the send time of its last refresh that
+//   confirmed the store (boundServing), which the old primary answered, so before the primary
+//   died: it stops before any peer's hold ends. A failover it sees once past that bound may
+//   have been allocated over what it holds: the buffer is dropped.
 // docs/production.md walks through the interleavings, and what stays open: ranges served only
-// by instances that were dead during the failover.
+// by instances that were dead or cut off during the failover.
 
 export interface Regression {
   cause: 'store changed' | 'max_id went back'
@@ -33,6 +40,8 @@ export interface Regression {
   to?: string
   /** IDs between the range's start and the tag's mark (max_id went back). */
   gap?: bigint
+  /** Tags a refresh found below this instance's mark, `key` the first of them. */
+  tags?: number
   at: Date
 }
 
@@ -60,6 +69,13 @@ export interface GuardState {
 export interface GuardView {
   /** ms of the hold left; 0 when none. */
   holdingMs: number
+  /** Wall-clock ms the hold ends, while one lasts. */
+  holdEndsAt?: number
+  /**
+   * Where the store can lose committed allocations: the bound on serving the buffer without
+   * confirming the store (ms), and how long ago it was last confirmed (ms; Infinity: never).
+   */
+  unconfirmed?: { boundMs: number, sinceMs: number }
   /** Tags whose mark is still to be pushed into the table. */
   raisesOwed: number
   regressions: number
@@ -86,6 +102,16 @@ export class AllocationHeld extends Error {
   }
 }
 
+/** What marksBeforeRead() took: the marks, and whether a regression was already being handled. */
+export interface MarksSnapshot {
+  marks: ReadonlyMap<string, bigint>
+  epoch: number
+  /** Marks were being pushed: the rows may be read before the push lands. */
+  busy: boolean
+  /** Monotonic ms, before the rows were asked for. */
+  at: number
+}
+
 /** Pushes at once: a few, so that thousands of tags do not take every pool connection. */
 const RAISE_CONCURRENCY = 4
 
@@ -99,6 +125,33 @@ export interface MaxIdGuard {
   admit (key: string, first: bigint, end: bigint, store: string | undefined, epoch: number): Promise<boolean>
   /** At each refresh: a store of another identity starts a hold. */
   checkStore (): Promise<void>
+  /**
+   * Before the refresh's read of the rows: pushes marks still owed (a failed push, a hold
+   * carried from the last life), then takes the marks to compare the rows with (checkRows).
+   */
+  marksBeforeRead (): Promise<MarksSnapshot>
+  /**
+   * After the refresh's read and checkStore(): a row below this instance's mark for its tag
+   * went back (a hand edit, a failover the identity does not show): a regression, whatever
+   * answered. A refresh that leaves every mark pushed confirms the store as of `before.at`.
+   */
+  checkRows (rows: readonly TagRow[], before: MarksSnapshot): Promise<void>
+  /**
+   * Bounds serving without the store (ms; undefined: no bound): where the store can lose
+   * committed allocations, the buffer is served only within this long of the last time the
+   * store's identity was confirmed (servingUntil).
+   */
+  boundServing (boundMs: number | undefined): void
+  /**
+   * The monotonic ms up to which the buffer may be served: the last confirmation's send time
+   * plus the bound; Infinity when unbounded. The generator reads it on every request.
+   */
+  readonly servingUntil: number
+  /**
+   * Called when the buffer must be dropped (the regression was pushed too late to protect it);
+   * `drop` answers how many IDs it dropped.
+   */
+  onVoid (drop: () => number): void
   /**
    * Ranges this instance holds that were not allocated through admit() (those the last stop
    * parked): the mark covers them.
@@ -142,6 +195,38 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
     for (const key of marks.keys()) owed.add(key)
   }
 
+  // Serving without the store, where it can lose committed allocations (docs/production.md,
+  // "An instance cut off from the store"): the buffer serves only within `bound` of the send
+  // time of the last refresh that confirmed the store (its identity, every row at or above the
+  // marks, nothing owed). A peer that sees a failover holds for as long (the bound is the hold),
+  // and the store it confirmed last was alive when that refresh was sent, so this instance stops
+  // serving before any peer's hold ends. Infinity: no bound.
+  let bound = Infinity
+  let confirmedAt = -Infinity
+  let servingUntil = Infinity
+  /** Set by a regression: once its marks are pushed, whether they came in time to keep the buffer. */
+  let voidCheck = false
+  let drop: (() => number) | undefined
+  function confirm (at: number): void {
+    if (at > confirmedAt) confirmedAt = at
+    servingUntil = bound === Infinity ? Infinity : confirmedAt + bound
+  }
+  /**
+   * After a regression's marks are pushed: a push that landed past servingUntil may have come
+   * after a peer's hold ended, and a peer may have allocated the ranges this instance holds.
+   * They are dropped, never served (IDs lost, none twice).
+   */
+  function afterPush (): void {
+    if (!voidCheck || owed.size > 0) return
+    voidCheck = false
+    if (monotonic() <= servingUntil) return
+    const dropped = drop?.() ?? 0
+    if (dropped > 0) {
+      logger.error({ boundMs: bound, sinceMs: Math.round(monotonic() - confirmedAt), dropped },
+        'segment store failover seen after the serving bound: a peer may have allocated the ranges this instance holds; its buffered IDs are dropped')
+    }
+  }
+
   /** Raises the tags owed, one push at a time; a push under way when another regression comes is followed by one more. */
   async function pushMarks (): Promise<void> {
     // (`pushing` is cleared by the push it names, when it settles.)
@@ -165,6 +250,7 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
       }
     })().finally(() => { pushing = undefined })
     await pushing
+    afterPush()
   }
 
   async function regressed (r: Omit<Regression, 'at'>): Promise<void> {
@@ -172,12 +258,32 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
     if (r.to !== undefined) known = r.to
     epoch++
     holdUntil = monotonic() + holdMs
+    voidCheck = true
     last = event
     for (const key of marks.keys()) owed.add(key)
-    logger.error({ cause: r.cause, key: r.key, from: r.from, to: r.to, gap: r.gap === undefined ? undefined : String(r.gap), holdMs, marks: marks.size },
+    logger.error({ cause: r.cause, key: r.key, from: r.from, to: r.to, gap: r.gap === undefined ? undefined : String(r.gap), tags: r.tags, holdMs, marks: marks.size },
       'segment store failover: max_id may be behind IDs already served; raising every tag above them and holding allocations')
     onRegression?.(event)
     await pushMarks()
+  }
+
+  /** Rows below the mark each tag had before the read: one regression for them all. */
+  async function compareRows (rows: readonly TagRow[], before: MarksSnapshot): Promise<void> {
+    let first: { key: string, gap: bigint } | undefined
+    let behind = 0
+    for (const row of rows) {
+      const then = before.marks.get(row.key)
+      if (then === undefined) continue
+      // The mark as it was before the read, or lower now: a stop's give-back puts max_id
+      // back to what it served (released()), never below it.
+      const now = marks.get(row.key)
+      if (now === undefined) continue
+      const mark = now < then ? now : then
+      if (row.maxId >= mark) continue
+      behind++
+      first ??= { key: row.key, gap: mark - row.maxId }
+    }
+    if (first !== undefined) await regressed({ cause: 'max_id went back', key: first.key, from: known, gap: first.gap, tags: behind })
   }
 
   return {
@@ -212,6 +318,30 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
       if (known !== undefined && now !== known) await regressed({ cause: 'store changed', from: known, to: now })
       known = now
     },
+    async marksBeforeRead () {
+      if (owed.size > 0) await pushMarks()
+      return { marks: new Map(marks), epoch, busy: owed.size > 0 || pushing !== undefined, at: monotonic() }
+    },
+    async checkRows (rows, before) {
+      // Pushes under way at the read: a row may be read before its raise lands; the next
+      // refresh looks again.
+      if (before.busy) return
+      // A regression since the read (the identity this refresh read, an allocation) pushed
+      // every mark: each row is at or above it now, and there is nothing to compare.
+      if (before.epoch === epoch) await compareRows(rows, before)
+      // Confirmed as of the read: the store answered, and every mark is in it (sent in time).
+      if (owed.size === 0 && !voidCheck) confirm(before.at)
+    },
+    boundServing (boundMs) {
+      bound = boundMs ?? Infinity
+      servingUntil = bound === Infinity ? Infinity : confirmedAt + bound
+    },
+    get servingUntil () {
+      return servingUntil
+    },
+    onVoid (fn) {
+      drop = fn
+    },
     holds (key, end) {
       const mark = marks.get(key)
       if (mark === undefined || end > mark) marks.set(key, end)
@@ -234,7 +364,16 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
       }
     },
     view () {
-      return { holdingMs: Math.max(0, Math.ceil(holdUntil - monotonic())), raisesOwed: owed.size, regressions: epoch, ...(last === undefined ? {} : { last }), ...(known === undefined ? {} : { store: known }) }
+      const left = Math.max(0, Math.ceil(holdUntil - monotonic()))
+      return {
+        holdingMs: left,
+        ...(left > 0 ? { holdEndsAt: clock() + left } : {}),
+        ...(bound === Infinity ? {} : { unconfirmed: { boundMs: bound, sinceMs: monotonic() - confirmedAt } }),
+        raisesOwed: owed.size,
+        regressions: epoch,
+        ...(last === undefined ? {} : { last }),
+        ...(known === undefined ? {} : { store: known }),
+      }
     },
   }
 }

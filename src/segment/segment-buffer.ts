@@ -109,6 +109,20 @@ export class SegmentBuffer {
   }
 
   /**
+   * Drops every segment held, unserved: a store failover seen too late to protect them (the
+   * max_id guard). What was served stays counted; the next take loads anew.
+   */
+  dropSegments (): void {
+    const current = this.segments[0]
+    if (current !== undefined && current.pos > 0) {
+      this.consumed += current.pos
+      this.usedEnd = current.value
+    }
+    this.segments = []
+    this.initOk = false
+  }
+
+  /**
    * The highest ID handed out + 1; 0n when none was. The chain serves in order, each segment
    * above the last, so it is the current segment's next ID once it served one.
    */

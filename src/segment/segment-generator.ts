@@ -7,7 +7,7 @@ import type { MaxIdGuard } from './max-id-guard.js'
 import { createBufferHorizon } from './buffer-horizon.js'
 import { createAllocationRetry } from './allocation-retry.js'
 import { giveBackAll, type GiveBack } from './give-back.js'
-import { missingKey, shuttingDown, spaceEnded } from './segment-errors.js'
+import { holdCause, missingKey, shuttingDown, spaceEnded, storeUnconfirmed } from './segment-errors.js'
 import { DEFAULT_LOAD_TIMEOUT_MS, createSegmentLoader } from './segment-loader.js'
 import { tagViews, type TagViews } from './segment-views.js'
 import { createTagList } from './tag-list.js'
@@ -133,14 +133,37 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   const isStopping = () => stopping
   const { wantsLoad, plan } = createBufferHorizon({ bufferSeconds, maxBufferedSegments, monotonic })
   const loadSegment = createSegmentLoader({ store, logger, clock, monotonic, loadTimeoutMs, handover, guard, buffers, plan, stopping: isStopping })
-  const { startLoad, waitForLoad } = createAllocationRetry({ loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, stopping: isStopping })
+  const heldBecause = guard === undefined ? undefined : () => holdCause(guard.view())
+  const { startLoad, waitForLoad } = createAllocationRetry({ loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, stopping: isStopping, heldBecause })
+  // A failover seen after the serving bound: the ranges held may have been allocated again by a peer.
+  guard?.onVoid(() => {
+    let dropped = 0
+    for (const buf of buffers.values()) {
+      dropped += buf.buffered
+      buf.dropSegments()
+    }
+    return dropped
+  })
   let sampledAt = monotonic()
   const rateTimer = setInterval(sampleRates, rateSampleMs)
   rateTimer.unref()
 
+  /**
+   * Throws STORE_UNCONFIRMED past the bound on serving without the store (max-id-guard.ts
+   * boundServing): one comparison per request, and a clock read only where a bound applies.
+   */
+  function checkServing (): void {
+    if (guard === undefined) return
+    const until = guard.servingUntil
+    if (until === Infinity) return
+    const now = monotonic()
+    if (now > until) throw storeUnconfirmed(guard.view().unconfirmed?.sinceMs ?? Infinity, guard.view().unconfirmed?.boundMs ?? 0)
+  }
+
   function next (key: string): Id | Promise<Id> {
     const buf = buffers.get(key)
     if (buf === undefined) throw missingKey(key, tagList.initialized)
+    checkServing()
     if (buf.initOk) {
       const seg = buf.currentSegment
       if (seg.pos < seg.step) {
@@ -160,6 +183,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   function nextRanges (key: string, count: number): IdRange[] | Promise<IdRange[]> {
     const buf = buffers.get(key)
     if (buf === undefined) throw missingKey(key, tagList.initialized)
+    checkServing()
     if (buf.initOk) {
       const seg = buf.currentSegment
       if (seg.idle >= count) {
@@ -182,6 +206,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     let deadline = monotonic() + waitTimeoutMs
     while (true) {
       if (stopping) throw shuttingDown()
+      checkServing()
       if (buf.initOk) {
         const seg = buf.currentSegment
         const n = Math.min(count - taken, seg.idle)

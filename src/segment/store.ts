@@ -41,9 +41,18 @@ export interface TagChanges {
   description?: string | null
 }
 
+/** A tag and its `max_id` as the tag list's refresh read them. */
+export interface TagRow {
+  key: string
+  maxId: bigint
+}
+
 export interface SegmentStore {
-  /** `SELECT biz_tag FROM leaf_alloc` */
-  getAllTags (): Promise<string[]>
+  /**
+   * `SELECT biz_tag, max_id FROM leaf_alloc`: the refresh compares each `max_id` with this
+   * instance's mark for the tag (segment/max-id-guard.ts), whatever store answered.
+   */
+  getAllTags (): Promise<TagRow[]>
   /**
    * Moves `max_id` and reads the row back, atomically: by the table's own step, or by
    * `adapted.step` while the table's step is still `adapted.tableStep`. A table step changed
@@ -137,6 +146,16 @@ export interface HostGate {
    * when `to` may be an old primary back (segment/host-fence.ts).
    */
   beforeMove (to: string, from: string): Promise<void>
+}
+
+/**
+ * Whether a store of this topology() line can lose committed allocations in a promotion: the
+ * lines of asynchronous replication (MySQL/MariaDB with a binary log and neither Galera nor
+ * semi-synchronous replication, PostgreSQL streaming to asynchronous standbys) begin so. A
+ * single server, Galera and semi-synchronous replication keep serving their buffers unbounded.
+ */
+export function canLoseWrites (topology: string): boolean {
+  return topology.startsWith('asynchronous')
 }
 
 /** max_id cannot move by the step without passing 2^63 - 1: the tag's ID space has ended. */

@@ -34,7 +34,11 @@ export function createTagList ({ store, logger, throttle, buffers, guard, refres
   async function refreshTags (): Promise<void> {
     // Only tags known before the read may be dropped: one added meanwhile (addTag) stays.
     const known = [...buffers.keys()]
-    const tags = await store.getAllTags()
+    // The marks as they were before the read: an allocation that lands while it is in flight
+    // raises a mark above what the read saw, which is no regression.
+    const before = await guard?.marksBeforeRead()
+    const rows = await store.getAllTags()
+    const tags = rows.map((r) => r.key)
     const current = new Set(tags)
     const added: string[] = []
     for (const tag of tags) {
@@ -51,6 +55,9 @@ export function createTagList ({ store, logger, throttle, buffers, guard, refres
     initialized = true
     // Every refresh looks at who answers too: a peer that allocates nothing still sees a failover.
     await guard?.checkStore()
+    // And compares the rows with this instance's marks: a max_id lowered by hand, or by a
+    // failover the identity does not show.
+    if (before !== undefined) await guard?.checkRows(rows, before)
   }
 
   function scheduleRefresh (delayMs: number): void {

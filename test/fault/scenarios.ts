@@ -26,6 +26,8 @@ import { galeraConflicts } from './scenarios/s24-galera-conflicts.js'
 import { asyncPromotion } from './scenarios/s25-async-promotion.js'
 import { postgresRestart } from './scenarios/s26-postgres-restart.js'
 import { splitBrain } from './scenarios/s27-split-brain.js'
+import { handEditTwoMarks } from './scenarios/s30-hand-edit-two-marks.js'
+import { cutOffPromotion } from './scenarios/s31-cut-off-promotion.js'
 import { postgresPromotion } from './scenarios/s32-postgres-promotion.js'
 
 export interface Scenario {
@@ -67,6 +69,8 @@ export const SCENARIOS: Scenario[] = [
   { id: 27, title: 'split brain: old primary back writable, a 2.5 s blip on one instance\'s path to the promoted host', run: splitBrain('blip') },
   { id: 28, title: 'split brain: old primary back writable, one instance restarted with its warm-start file', run: splitBrain('restart') },
   { id: 29, title: 'split brain: old primary back writable, a new instance with no warm-start file', run: splitBrain('new instance') },
+  { id: 30, title: 'max_id lowered by hand below the marks of two instances under load', run: handEditTwoMarks },
+  { id: 31, title: 'an instance cut off from every host across an async promotion, longer than the hold', run: cutOffPromotion },
   { id: 32, title: 'a PostgreSQL promotion with a lagging end-of-recovery checkpoint, two instances behind a VIP', run: postgresPromotion },
 ]
 
@@ -83,7 +87,7 @@ export const SCENARIOS: Scenario[] = [
  */
 export const STAGES: number[][][] = [
   [[12]],
-  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 27, 28, 29], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16, 32]],
+  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 27, 28, 29], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16, 30, 31, 32]],
 ]
 
 const staged = STAGES.flat(2).sort((a, b) => a - b)

@@ -1,4 +1,4 @@
-import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type NewTag, type SegmentStore, type TagChanges, type UnusedRange } from '../../src/segment/store.js'
+import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type NewTag, type SegmentStore, type TagRow, type TagChanges, type UnusedRange } from '../../src/segment/store.js'
 
 interface Row { maxId: bigint, step: number, description: string | null, updateTime: Date }
 
@@ -37,8 +37,8 @@ export class FakeStore implements SegmentStore {
     return fn()
   }
 
-  getAllTags (): Promise<string[]> {
-    return this.answer(() => [...this.rows.keys()])
+  getAllTags (): Promise<TagRow[]> {
+    return this.answer(() => [...this.rows].map(([key, row]) => ({ key, maxId: row.maxId })))
   }
 
   allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined> {

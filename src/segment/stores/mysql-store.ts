@@ -173,8 +173,8 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
 
   return {
     async getAllTags () {
-      const rows = await run<RowDataPacket[]>('SELECT biz_tag FROM leaf_alloc')
-      return rows.map((r) => r.biz_tag as string)
+      const rows = await run<RowDataPacket[]>('SELECT biz_tag, max_id FROM leaf_alloc')
+      return rows.map((r) => ({ key: r.biz_tag as string, maxId: BigInt(r.max_id) }))
     },
     allocate,
     async raiseMaxId (key, atLeast) {

@@ -95,8 +95,8 @@ export function createPostgresStore (options: PostgresOptions): SegmentStore {
 
   return {
     async getAllTags () {
-      const { rows } = await query<{ biz_tag: string }>('SELECT biz_tag FROM leaf_alloc')
-      return rows.map((r) => r.biz_tag)
+      const { rows } = await query<{ biz_tag: string, max_id: string }>('SELECT biz_tag, max_id FROM leaf_alloc')
+      return rows.map((r) => ({ key: r.biz_tag, maxId: BigInt(r.max_id) }))
     },
     async allocate (key, adapted): Promise<Allocation | undefined> {
       const { sql, values } = allocateStatement(key, adapted)

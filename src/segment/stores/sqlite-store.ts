@@ -113,7 +113,7 @@ export function createSqliteStore (path: string, { embeddedDefault = false, logg
     logger?.warn({ file: path }, `new SQLite store ${path}: leaf_alloc created with no tags (every key answers KEY_NOT_FOUND until tags are added); if this is not the file meant, correct leaf.jdbc.url`)
   }
 
-  const selectTags = db.prepare('SELECT biz_tag FROM leaf_alloc').pluck()
+  const selectTags = db.prepare<[], { biz_tag: string, max_id: bigint }>('SELECT biz_tag, max_id FROM leaf_alloc')
   const selectRow = db.prepare<[string], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc WHERE biz_tag = ?')
   const selectRows = db.prepare<[], RowRecord>('SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc')
   const updateMaxId = db.prepare('UPDATE leaf_alloc SET max_id = ?, update_time = CURRENT_TIMESTAMP WHERE biz_tag = ?')
@@ -150,7 +150,7 @@ export function createSqliteStore (path: string, { embeddedDefault = false, logg
 
   return {
     async getAllTags () {
-      return selectTags.all() as string[]
+      return selectTags.all().map((r) => ({ key: r.biz_tag, maxId: BigInt(r.max_id) }))
     },
     async allocate (key, adapted) {
       return allocateTx.immediate(key, adapted)
