@@ -12,6 +12,8 @@ export const DEFAULT_CONFIG_PATH = 'config/leaf.properties'
 export interface Config {
   name: string
   server: { host: string, port: number }
+  /** leaf.instance.name as given; empty: `<host name>:<port>` (http/instance-name.ts). */
+  instanceName: string
   logLevel: string
   batchMax: number
   adminToken: string
@@ -147,6 +149,7 @@ function toConfig (p: ParsedConfig): Config {
   return {
     name: p['leaf.name'],
     server: { host: p['server.host'], port: p['server.port'] },
+    instanceName: p['leaf.instance.name'],
     logLevel: p['log.level'],
     batchMax: p['leaf.batch.max'],
     adminToken: p['leaf.admin.token'],
