@@ -1,5 +1,6 @@
 import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { hostname } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import { createLeafClient, LeafClientError, type LeafClient } from '@leaf-ts/client'
@@ -208,9 +209,12 @@ t.test('the server\'s text batches end with a newline; the client reads them who
 
   const transport = createUndiciTransport({ servers: [server.url] })
   t.teardown(() => transport.close())
-  t.same(await transport.fetchIds(server.url, 'segment', 'order', 5, 5000), [{ first: 6n, last: 10n }], 'the transport\'s parser: one run, no empty sixth line')
+  const segment = await transport.fetchIds(server.url, 'segment', 'order', 5, 5000)
+  t.same(segment.ranges, [{ first: 6n, last: 10n }], 'the transport\'s parser: one run, no empty sixth line')
+  t.equal(segment.instance, `${hostname()}:${server.port}`, 'the server names itself: its host name and port')
   const snowflake = await transport.fetchIds(server.url, 'snowflake', 'k', 50, 5000)
-  t.equal(snowflake.reduce((n, r) => n + Number(r.last - r.first) + 1, 0), 50, '50 snowflake IDs in its runs')
+  t.equal(snowflake.ranges.reduce((n, r) => n + Number(r.last - r.first) + 1, 0), 50, '50 snowflake IDs in its runs')
+  t.equal(snowflake.instance, segment.instance, 'snowflake answers too')
 
   const leaf = createLeafClient({ servers: [server.url] })
   t.teardown(() => leaf.close())
