@@ -25,6 +25,7 @@ import { zookeeperQuorumLost } from './scenarios/s23-zookeeper-quorum-lost.js'
 import { galeraConflicts } from './scenarios/s24-galera-conflicts.js'
 import { asyncPromotion } from './scenarios/s25-async-promotion.js'
 import { postgresRestart } from './scenarios/s26-postgres-restart.js'
+import { clientFreshStore } from './scenarios/s33-client-fresh-store.js'
 
 export interface Scenario {
   id: number
@@ -62,6 +63,7 @@ export const SCENARIOS: Scenario[] = [
   { id: 24, title: 'Galera: two instances on two nodes, 200+ conflicts, then the first node killed', run: galeraConflicts },
   { id: 25, title: 'an async replica promoted without the last allocations, two instances on a host list', run: asyncPromotion },
   { id: 26, title: 'PostgreSQL killed and restarted under segment load, two instances', run: postgresRestart },
+  { id: 33, title: 'a client whose only server comes back on a fresh store', run: clientFreshStore },
 ]
 
 /**
@@ -77,7 +79,7 @@ export const SCENARIOS: Scenario[] = [
  */
 export const STAGES: number[][][] = [
   [[12]],
-  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16]],
+  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 33], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16]],
 ]
 
 const staged = STAGES.flat(2).sort((a, b) => a - b)
