@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
 import pino from 'pino'
-import { createLeafClient, type IdRange, type Transport } from '@leaf-ts/client'
+import { createLeafClient, type FetchedIds, type Transport } from '@leaf-ts/client'
 import { ROOT } from '../scripts/run-info.js'
 import { createSegmentGenerator, type Id } from '../src/segment/segment-generator.js'
 import { FakeStore } from '../test/helpers/fake-store.js'
@@ -104,10 +104,10 @@ const BLOCK = 10_000
 function memoryTransport (): Transport {
   let next = 1n
   return {
-    async fetchIds (_server, _mode, _key, count): Promise<IdRange[]> {
+    async fetchIds (_server, _mode, _key, count): Promise<FetchedIds> {
       const first = next
       next += BigInt(count)
-      return [{ first, last: next - 1n }]
+      return { ranges: [{ first, last: next - 1n }], instance: 'memory' }
     },
     async close () {},
   }

@@ -5,6 +5,7 @@ import { registerDecodeRoutes } from './http/decode-routes.js'
 import { answerConnect, clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/errors.js'
 import { registerHealthRoutes } from './http/health-routes.js'
 import { registerIdRoute } from './http/id-routes.js'
+import { instanceNamer } from './http/instance-name.js'
 import { createObserver, timeRoutes } from './http/timing.js'
 import type { Logger } from './logger.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
@@ -107,8 +108,9 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
   }
   metrics.watch(leaf)
 
-  registerIdRoute(app, { mode: 'segment', source: leaf.segment?.generator, batchMax: config.batchMax, metrics, observe })
-  registerIdRoute(app, { mode: 'snowflake', source: leaf.snowflake?.generator, batchMax: config.batchMax, metrics, observe })
+  const instance = instanceNamer(config.instanceName, config.server.port, () => app.server.address())
+  registerIdRoute(app, { mode: 'segment', source: leaf.segment?.generator, batchMax: config.batchMax, instance, metrics, observe })
+  registerIdRoute(app, { mode: 'snowflake', source: leaf.snowflake?.generator, batchMax: config.batchMax, instance, metrics, observe })
   registerDecodeRoutes(app, config.snowflake.layout, { twepoch: config.snowflake.twepoch, vestaVersion: config.snowflake.vesta.version, vestaGenMethod: config.snowflake.vesta.genMethod }, clock)
   registerHealthRoutes(app)
   app.get('/metrics', async (_request, reply) => {

@@ -1,5 +1,6 @@
 import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { hostname } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import { createLeafClient, LeafClientError, type LeafClient } from '@leaf-ts/client'
@@ -7,6 +8,8 @@ import { createUndiciTransport } from '../client/src/transport.js'
 import { tempDir } from './helpers/config.js'
 import { seedSqlite } from './helpers/sqlite.js'
 import { createTestDatabase, type TestDatabase } from './helpers/mysql.js'
+import { freePort } from './helpers/ports.js'
+import { withSqlite } from './helpers/sqlite.js'
 import { startServer, type ServerProcess } from './helpers/server-process.js'
 
 // The built client (`@leaf-ts/client` from the workspace, as a user imports it) against the
@@ -209,12 +212,68 @@ t.test('the server\'s text batches end with a newline; the client reads them who
 
   const transport = createUndiciTransport({ servers: [server.url] })
   t.teardown(() => transport.close())
-  t.same(await transport.fetchIds(server.url, 'segment', 'order', 5, 5000), [{ first: 6n, last: 10n }], 'the transport\'s parser: one run, no empty sixth line')
+  const segment = await transport.fetchIds(server.url, 'segment', 'order', 5, 5000)
+  t.same(segment.ranges, [{ first: 6n, last: 10n }], 'the transport\'s parser: one run, no empty sixth line')
+  t.equal(segment.instance, `${hostname()}:${server.port}`, 'the server names itself: its host name and port')
   const snowflake = await transport.fetchIds(server.url, 'snowflake', 'k', 50, 5000)
-  t.equal(snowflake.reduce((n, r) => n + Number(r.last - r.first) + 1, 0), 50, '50 snowflake IDs in its runs')
+  t.equal(snowflake.ranges.reduce((n, r) => n + Number(r.last - r.first) + 1, 0), 50, '50 snowflake IDs in its runs')
+  t.equal(snowflake.instance, segment.instance, 'snowflake answers too')
 
   const leaf = createLeafClient({ servers: [server.url] })
   t.teardown(() => leaf.close())
   const ids = await leaf.nextIds('segment', 'order', 3)
   t.same(ids, [11n, 12n, 13n], 'the client goes on from there')
+})
+
+/** A SQLite store made here with Leaf's table and `tag` at max_id 1: a server seeding new files or not runs on it alike. */
+function storeWithTag (tag: string): string {
+  const file = join(tempDir(), 'leaf.db')
+  withSqlite(file, (db) => {
+    db.exec(`CREATE TABLE leaf_alloc (
+      biz_tag VARCHAR(128) NOT NULL DEFAULT '' PRIMARY KEY, max_id BIGINT NOT NULL DEFAULT 1, step INT NOT NULL,
+      description VARCHAR(256) DEFAULT NULL, update_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP)`)
+    db.prepare('INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES (?, 1, 1000)').run(tag)
+  })
+  return file
+}
+
+t.test('the only server comes back on a fresh store: ID_REGRESSION, never one of its repeated IDs', async (t) => {
+  const port = await freePort()
+  const start = (file: string) => startServer({
+    cwd: tempDir('leaf-client-'),
+    args: [`--server.port=${port}`, '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${file}`],
+  })
+  let server = await start(storeWithTag('t'))
+  t.teardown(() => server.stop('SIGKILL'))
+  const leaf = createLeafClient({ servers: [server.url], timeoutMs: 1500, minBatch: 100, maxBatch: 100 })
+  t.teardown(() => leaf.close())
+  const before = await leaf.nextIds('segment', 't', 250)
+  t.same([before[0], before.at(-1)], [1n, 250n])
+  await server.stop('SIGKILL')
+  server = await start(storeWithTag('t')) // same port, so the same instance name; max_id 1 again
+  const after: bigint[] = []
+  let failed: LeafClientError | undefined
+  while (failed === undefined && after.length < 1000) {
+    try {
+      after.push(await leaf.nextId('segment', 't'))
+    } catch (err) {
+      failed = err as LeafClientError
+    }
+  }
+  t.ok(after.every((id) => id > 250n), `only IDs above what the first life gave were served (${after.length}, buffered before the kill)`)
+  t.match(failed, { code: 'ID_REGRESSION', status: 200, server: server.url, retryable: true }, 'then the caller gets ID_REGRESSION')
+  const stats = leaf.stats().servers[0]
+  t.ok((stats?.refused ?? 0) >= 1, `refused answers counted (${stats?.refused})`)
+  t.same(stats?.instances, [`${hostname()}:${port}`], 'both lives named themselves alike: host name and port')
+})
+
+t.test('a 503\'s code and message come to the caller as the server wrote them', async (t) => {
+  const server = await startServer({ cwd: tempDir('leaf-client-'), args: ['--server.port=0', '--leaf.segment.enable=false'] })
+  t.teardown(() => server.stop())
+  const raw = await (await fetch(`${server.url}/api/segment/get/order?count=5`)).json() as { error: string, message: string }
+  const leaf = createLeafClient({ servers: [server.url], timeoutMs: 500 })
+  t.teardown(() => leaf.close())
+  const err = await leaf.nextId('segment', 'order').catch((e: unknown) => e) as LeafClientError
+  t.match(err, { code: raw.error, status: 503, server: server.url })
+  t.ok(err.message.includes(raw.message), `the server's message, unchanged: ${err.message}`)
 })

@@ -5,7 +5,8 @@ import type { LeafClientOptions } from '../client/src/client-options.js'
 import { errorFromAnswer, LeafClientError } from '../client/src/errors.js'
 import { parseIdRanges, type IdRange } from '../client/src/id-ranges.js'
 import type { Clock } from '../client/src/clock.js'
-import type { Mode, Transport } from '../client/src/transport.js'
+import { HighWaterMarks } from '../client/src/high-water.js'
+import type { FetchedIds, Mode, Transport } from '../client/src/transport.js'
 
 // The client's algorithms against a fake transport and a fake clock: no server, no sleeping.
 
@@ -33,18 +34,24 @@ class FakeClock implements Clock {
   }
 }
 
-/** Answers IDs from one counter per (mode, key), as servers on one database do, or as `answer` says. */
+type Answer = IdRange[] | FetchedIds
+
+/**
+ * Answers IDs from one counter per (mode, key), as servers on one database do, or as `answer`
+ * says; each server names the instance `instances` gives it (none: no Leaf-Instance header).
+ */
 class FakeTransport implements Transport {
   calls: Call[] = []
   counters = new Map<string, bigint>()
-  answer: ((call: Call) => Promise<IdRange[]> | IdRange[]) | undefined
+  answer: ((call: Call) => Promise<Answer> | Answer) | undefined
+  instances = new Map<string, string>()
   closed = false
 
-  async fetchIds (server: string, mode: Mode, key: string, count: number, timeoutMs: number): Promise<IdRange[]> {
+  async fetchIds (server: string, mode: Mode, key: string, count: number, timeoutMs: number): Promise<FetchedIds> {
     const call = { server, mode, key, count, timeoutMs }
     this.calls.push(call)
-    if (this.answer !== undefined) return this.answer(call)
-    return this.issue(call)
+    const answer = this.answer !== undefined ? await this.answer(call) : this.issue(call)
+    return Array.isArray(answer) ? { ranges: answer, instance: this.instances.get(server) } : answer
   }
 
   issue ({ mode, key, count }: Call, base = 1n): IdRange[] {
@@ -197,25 +204,27 @@ t.test('batches are held as ranges: a batch of 10^9 IDs costs no array', async (
 })
 
 t.test('runs and batches are taken in order across the 2^53 line, by every call', async (t) => {
-  // One batch of four runs: safe numbers, a run that ends past 2^53, a run past it, and a
-  // safe run again; then the prefetched batch, taken by the switch inside the hot path.
+  // One batch of five increasing runs: a run past -2^53 (Vesta's negative IDs), a safe run
+  // after it, safe numbers, a run that ends past 2^53 and a run past it; then the prefetched
+  // batch (lower: another instance's behind the same URL), taken by the switch inside the hot path.
   const safeTop = BigInt(Number.MAX_SAFE_INTEGER)
-  const runs: IdRange[][] = [
-    [{ first: 10n, last: 11n }, { first: safeTop - 1n, last: safeTop + 1n }, { first: 2n ** 60n, last: 2n ** 60n }, { first: 20n, last: 20n }],
-    [{ first: 30n, last: 32n }],
-    [{ first: 40n, last: 49n }],
+  const runs: FetchedIds[] = [
+    { ranges: [{ first: -(2n ** 60n), last: -(2n ** 60n) }, { first: -20n, last: -20n }, { first: 10n, last: 11n }, { first: safeTop - 1n, last: safeTop + 1n }, { first: 2n ** 60n, last: 2n ** 60n }], instance: 'x' },
+    { ranges: [{ first: 30n, last: 32n }], instance: 'y' },
+    { ranges: [{ first: 40n, last: 49n }], instance: 'z' },
   ]
   const { transport, leaf } = setup({ minBatch: 4, maxBatch: 4 })
   transport.answer = () => runs.shift() ?? []
   const got: bigint[] = [await leaf.nextId('segment', 'k')]
-  await tick() // the refill (half the batch is 4 IDs in) answers while the first batch is served
+  await tick()
+  t.equal(leaf.tryNextNumber('segment', 'k'), -20, 'a safe run after one past 2^53 is a number again')
   got.push(leaf.tryNextId('segment', 'k') as bigint, leaf.tryNextId('segment', 'k') as bigint)
   t.throws(() => leaf.tryNextNumber('segment', 'k'), { code: 'UNSAFE_INTEGER' }, 'past 2^53 a number is refused...')
-  got.push(leaf.tryNextId('segment', 'k') as bigint, await leaf.nextId('segment', 'k'), leaf.tryNextId('segment', 'k') as bigint)
-  t.equal(leaf.tryNextNumber('segment', 'k'), 20, '...and a safe run after it is a number again')
-  t.equal(await leaf.nextNumber('segment', 'k'), 30, 'the prefetched batch follows')
+  got.push(leaf.tryNextId('segment', 'k') as bigint, await leaf.nextId('segment', 'k'), leaf.tryNextId('segment', 'k') as bigint, leaf.tryNextId('segment', 'k') as bigint)
+  await tick() // the refill (started at half the batch) answers while the first batch is served
+  t.equal(await leaf.nextNumber('segment', 'k'), 30, '...and the prefetched batch follows, as a number again')
   got.push(...await leaf.nextIds('segment', 'k', 2))
-  t.same(got, [10n, 11n, safeTop - 1n, safeTop, safeTop + 1n, 2n ** 60n, 31n, 32n])
+  t.same(got, [-(2n ** 60n), 10n, 11n, safeTop - 1n, safeTop, safeTop + 1n, 2n ** 60n, 31n, 32n])
   await tick()
   t.equal(leaf.tryNextId('segment', 'k'), 40n, 'the next prefetch')
   t.equal(transport.calls.length, 3, 'one fetch per batch')
@@ -432,4 +441,196 @@ t.test('options are checked at creation', async (t) => {
   t.throws(() => createLeafClient({ servers: ['http://a'], transport, timeoutMs: 0 }), RangeError)
   const leaf = createLeafClient({ servers: ['http://a'], transport })
   await t.rejects(leaf.nextId('other' as Mode, 'k'), TypeError)
+})
+
+/** The process warnings the client emits while `fn` runs (emitWarning delivers them on the next tick). */
+async function warningsDuring (fn: () => Promise<void>): Promise<Error[]> {
+  const seen: Error[] = []
+  const listener = (w: Error) => { if (w.name === 'LeafClientWarning') seen.push(w) }
+  process.on('warning', listener)
+  try {
+    await fn()
+    await tick()
+  } finally {
+    process.off('warning', listener)
+  }
+  return seen
+}
+
+t.test('an instance that goes back is refused (ID_REGRESSION), counted, warned of once, and the next server answers', async (t) => {
+  for (const mode of ['segment', 'snowflake'] as const) {
+    for (const prefetch of [true, false]) {
+      const { transport, leaf } = setup({ prefetch, minBatch: 10, maxBatch: 10 })
+      transport.instances.set('http://a:1', 'leaf-a:8080').set('http://b:2', 'leaf-b:8080')
+      // a restarts on a fresh store after its first answer: each later answer starts at 1
+      // again; b has its own range.
+      let bNext = 1000n
+      transport.answer = (call) => {
+        const first = call.server === 'http://a:1' ? 1n : bNext
+        if (call.server === 'http://b:2') bNext += BigInt(call.count)
+        return [{ first, last: first + BigInt(call.count - 1) }]
+      }
+      const ids: bigint[] = []
+      const warnings = await warningsDuring(async () => {
+        for (let i = 0; i < 40; i++) ids.push(await leaf.nextId(mode, 'k'))
+      })
+      const what = `${mode}, prefetch ${prefetch}`
+      t.equal(new Set(ids).size, ids.length, `${what}: no ID handed out twice`)
+      const fromA = ids.filter((id) => id < 1000n)
+      t.same(fromA, Array.from({ length: prefetch ? 10 : 1 }, (_, i) => BigInt(i + 1)), `${what}: a's first answer, then only b's IDs`)
+      const [a, b] = leaf.stats().servers
+      t.ok((a?.refused ?? 0) >= 1, `${what}: a's answers that went back are counted (${a?.refused})`)
+      t.equal(a?.failures, a?.refused, `${what}: as failures`)
+      t.equal(a?.ids, fromA.length, `${what}: only a's first answer counted as IDs`)
+      t.same(a?.instances, ['leaf-a:8080'])
+      t.equal(b?.refused, 0)
+      t.equal(leaf.stats().refused, a?.refused)
+      t.equal(warnings.length, 1, `${what}: one warning, however many refusals`)
+      t.match(warnings[0], { code: 'ID_REGRESSION', message: new RegExp(`http://a:1: 200 refused: IDs from 1, at or below ${fromA.length}, the highest this client took from leaf-a:8080 for ${mode}/k: the instance went back`) })
+    }
+  }
+})
+
+t.test('the only server goes back: the caller gets ID_REGRESSION, never a repeated ID; past its mark it serves again', async (t) => {
+  for (const prefetch of [true, false]) {
+    const { transport, clock, leaf } = setup({ servers: ['http://a:1'], prefetch, minBatch: 10, maxBatch: 10, timeoutMs: 1000, backoffMs: 100 })
+    transport.instances.set('http://a:1', 'leaf-a:8080')
+    t.same(await leaf.nextIds('segment', 'k', 10), Array.from({ length: 10 }, (_, i) => BigInt(i + 1)))
+    await tick() // a refill (prefetch) comes back before the restart
+    const taken = (transport.counters.get('segment k') as bigint) - 1n
+    // Restarted on a fresh store: from 1 again, every time.
+    transport.answer = (call) => [{ first: 1n, last: BigInt(call.count) }]
+    const ids: bigint[] = []
+    let failed: unknown
+    const warnings = await warningsDuring(async () => {
+      while (failed === undefined && ids.length < 100) {
+        const state: { outcome: unknown } = { outcome: 'pending' }
+        const call = leaf.nextId('segment', 'k').then((id) => { state.outcome = id }, (err: unknown) => { state.outcome = err })
+        for (let ms = 0; ms < 1100 && state.outcome === 'pending'; ms += 50) {
+          clock.advance(50)
+          await tick()
+        }
+        await call
+        if (typeof state.outcome === 'bigint') ids.push(state.outcome)
+        else failed = state.outcome
+      }
+    })
+    t.ok(ids.every((id) => id > 10n && id <= taken), `prefetch ${prefetch}: what was buffered before the restart is served (${ids.length} IDs), nothing of the fresh store's`)
+    t.match(failed, { code: 'ID_REGRESSION', status: 200, server: 'http://a:1', retryable: true }, `prefetch ${prefetch}: then the caller gets ID_REGRESSION`)
+    t.equal(warnings.length, 1)
+    const refused = leaf.stats().servers[0]?.refused ?? 0
+    t.ok(refused >= 2, `prefetch ${prefetch}: retried within the budget and refused each time (${refused})`)
+    // The fresh store passes the mark: its IDs are above every ID taken from it, so they are served.
+    transport.answer = undefined
+    transport.counters.set('segment k', taken + 1n)
+    clock.advance(5000)
+    t.equal(await leaf.nextId('segment', 'k'), taken + 1n, `prefetch ${prefetch}: served again above the mark`)
+  }
+})
+
+t.test('an answer that repeats an ID or goes back within itself is refused, and the next server answers', async (t) => {
+  for (const [body, why] of [['777\n777\n', /777 after 777/], ['5\n6\n3\n4\n', /3 after 6/]] as const) {
+    const { transport, leaf } = setup({ prefetch: false })
+    transport.answer = (call) => call.server === 'http://a:1' ? parseIdRanges(body) as IdRange[] : transport.issue(call, 100n)
+    let ids: bigint[] = []
+    const warnings = await warningsDuring(async () => { ids = await leaf.nextIds('segment', 'k', 4) })
+    t.same(ids, [100n, 101n, 102n, 103n], `${JSON.stringify(body)}: b's IDs`)
+    t.equal(leaf.stats().servers[0]?.refused, 1)
+    t.match(warnings[0]?.message, why)
+  }
+  const marks = new HighWaterMarks()
+  t.match(marks.accept(marks.sent('segment/k'), 'i', [{ first: 5n, last: 4n }]), /a run from 5 down to 4/, 'a reversed run (a transport\'s own)')
+  t.equal(marks.accept(marks.sent('segment/k'), 'i', []), undefined, 'an empty answer has nothing to refuse')
+})
+
+t.test('marks are per instance: two instances behind one URL each keep theirs; a URL without the header is one instance', async (t) => {
+  // A load balancer's URL in front of two instances on their own ranges, answering in turn.
+  for (const named of [true, false]) {
+    const { transport, leaf } = setup({ servers: ['http://lb:1'], prefetch: false, minBatch: 5, maxBatch: 5, timeoutMs: 1000 })
+    const next = [1n, 1_000_000n]
+    let turn = 0
+    transport.answer = (call) => {
+      const i = turn++ % 2
+      const first = next[i] as bigint
+      next[i] = first + BigInt(call.count)
+      return { ranges: [{ first, last: first + BigInt(call.count - 1) }], instance: named ? `leaf-${i}` : undefined }
+    }
+    const got = []
+    for (let i = 0; i < 4; i++) got.push(await leaf.nextIds('segment', 'k', 5).then((ids) => ids[0], (err: LeafClientError) => err.code))
+    if (named) {
+      t.same(got, [1n, 1_000_000n, 6n, 1_000_005n], 'each instance\'s answers increase: all served')
+      t.same(leaf.stats().servers[0]?.instances, ['leaf-0', 'leaf-1'])
+    } else {
+      t.same(got.slice(0, 2), [1n, 1_000_000n], 'without names, one mark for the URL')
+      t.equal(got[2], 1_000_005n, 'the other instance\'s lower answer (6..10) is refused, the retry gets the higher one')
+      t.ok((leaf.stats().servers[0]?.refused ?? 0) >= 1)
+      t.same(leaf.stats().servers[0]?.instances, ['http://lb:1'], 'the URL stands for the instance')
+    }
+  }
+})
+
+t.test('requests under way at once: answers in any order are served, one that overlaps or goes back is refused', async (t) => {
+  const { transport, leaf } = setup({ servers: ['http://a:1'], prefetch: false })
+  transport.instances.set('http://a:1', 'leaf-a')
+  const answers = [deferred<IdRange[]>(), deferred<IdRange[]>()]
+  let n = 0
+  transport.answer = () => (answers[n++] as { promise: Promise<IdRange[]> }).promise
+  const first = leaf.nextIds('segment', 'k', 3)
+  const second = leaf.nextIds('segment', 'k', 3)
+  await tick()
+  answers[1]?.resolve([{ first: 4n, last: 6n }]) // the later request answered first
+  answers[0]?.resolve([{ first: 1n, last: 3n }])
+  t.same(await Promise.all([first, second]), [[1n, 2n, 3n], [4n, 5n, 6n]], 'answers crossing on the way: both served')
+
+  const marks = new HighWaterMarks()
+  const a = marks.sent('segment/k')
+  const b = marks.sent('segment/k')
+  t.equal(marks.accept(b, 'i', [{ first: 301n, last: 400n }]), undefined)
+  t.match(marks.accept(a, 'i', [{ first: 350n, last: 360n }]), /overlap 301\.\.400/, 'an answer overlapping one taken while it was under way')
+  const c = marks.sent('segment/k')
+  t.match(marks.accept(c, 'i', [{ first: 200n, last: 250n }]), /at or below 400/, 'an answer sent after 400 arrived must be above it')
+  t.equal(marks.accept(marks.sent('segment/k'), 'j', [{ first: 200n, last: 250n }]), undefined, 'another instance has its own mark')
+  t.equal(marks.accept(marks.sent('snowflake/k'), 'i', [{ first: 200n, last: 250n }]), undefined, 'another key too')
+  const d = marks.sent('segment/k')
+  const e = marks.sent('segment/k')
+  marks.ended(d) // failed: no answer
+  t.equal(marks.accept(e, 'i', [{ first: 401n, last: 500n }]), undefined)
+  t.match(marks.accept(marks.sent('segment/k'), 'i', [{ first: 500n, last: 600n }]), /at or below 500/)
+})
+
+t.test('a server\'s error code and message come through as they are, whatever the code', async (t) => {
+  const body = '{"error":"SEGMENTS_HELD","message":"Allocations are held after a store failover until 2025-01-01T00:00:03.000Z."}'
+  for (const prefetch of [true, false]) {
+    const { transport, clock, leaf } = setup({ servers: ['http://a:1'], prefetch, timeoutMs: 1000 })
+    transport.answer = (call) => { throw errorFromAnswer(503, body, call.server) }
+    const state: { outcome: unknown } = { outcome: 'pending' }
+    const call = leaf.nextId('segment', 'k').then((id) => { state.outcome = id }, (err: unknown) => { state.outcome = err })
+    for (let ms = 0; ms < 1100 && state.outcome === 'pending'; ms += 50) {
+      clock.advance(50)
+      await tick()
+    }
+    await call
+    const outcome = state.outcome
+    t.match(outcome, { code: 'SEGMENTS_HELD', status: 503, server: 'http://a:1', retryable: true }, `prefetch ${prefetch}: the server's code`)
+    t.match((outcome as Error).message, 'Allocations are held after a store failover until 2025-01-01T00:00:03.000Z.', `prefetch ${prefetch}: and its message, unchanged`)
+  }
+})
+
+t.test('with prefetch, a caller whose servers all fail gets its error at its deadline, without asking them again and again until then', async (t) => {
+  const { transport, clock, leaf } = setup({ servers: ['http://a:1'], timeoutMs: 1000, backoffMs: 400, maxBackoffMs: 400 })
+  transport.answer = (call) => {
+    // A busy loop would ask on and on within the same fake millisecond: it ends here, with an ID.
+    if (transport.calls.length > 50) return [{ first: 1n, last: 1n }]
+    throw errorFromAnswer(503, '{"error":"STORE_UNAVAILABLE","message":"down"}', call.server)
+  }
+  const state: { outcome: unknown } = { outcome: 'pending' }
+  const call = leaf.nextId('segment', 'k').then((id) => { state.outcome = id }, (err: unknown) => { state.outcome = err })
+  for (let ms = 0; ms < 1100 && state.outcome === 'pending'; ms += 50) {
+    clock.advance(50)
+    await tick()
+  }
+  await call
+  t.match(state.outcome, { code: 'STORE_UNAVAILABLE', status: 503 }, 'the server\'s failure')
+  t.equal(clock.t, 1000, 'at timeoutMs')
+  t.ok(transport.calls.length <= 4, `asked ${transport.calls.length} times in a budget of 1000 ms with a 400 ms backoff`)
 })

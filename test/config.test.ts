@@ -107,6 +107,7 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   'leaf.name': { read: (c) => c.name, a: ['ids-a', 'ids-a'], b: ['ids-b', 'ids-b'] },
   'server.host': { read: (c) => c.server.host, a: ['127.0.0.2', '127.0.0.2'], b: ['::1', '::1'] },
   'server.port': { read: (c) => c.server.port, a: ['8181', 8181], b: ['8282', 8282] },
+  'leaf.instance.name': { read: (c) => c.instanceName, a: ['leaf-a:8080', 'leaf-a:8080'], b: ['leaf-b', 'leaf-b'] },
   'log.level': { read: (c) => c.logLevel, a: ['debug', 'debug'], b: ['warn', 'warn'] },
   'leaf.segment.enable': { read: (c) => c.segment.enabled, a: ['true', true], b: ['false', false] },
   'leaf.jdbc.url': {

@@ -4,6 +4,7 @@ import { CLIENT_CODES, LeafClientError } from './errors.js'
 import { countIds } from './id-ranges.js'
 import { REAL_CLOCK } from './clock.js'
 import type { Batch } from './held-batches.js'
+import { HighWaterMarks } from './high-water.js'
 import { KeyBuffer, type KeyStats } from './key-buffer.js'
 import { ServerRing } from './servers.js'
 import { createUndiciTransport, type Mode } from './transport.js'
@@ -14,6 +15,10 @@ export interface ServerStats {
   failures: number
   /** IDs this server handed out to the client. */
   ids: number
+  /** Answers refused with ID_REGRESSION: IDs that went back (counted in `failures` too). */
+  refused: number
+  /** The instances that answered through this URL (their Leaf-Instance names; the URL when one sent none). */
+  instances: string[]
   /** In its backoff now. */
   down: boolean
 }
@@ -22,6 +27,7 @@ export interface ClientStats {
   requests: number
   failures: number
   ids: number
+  refused: number
   servers: ServerStats[]
   /** Per `<mode>/<key>`. */
   keys: Record<string, KeyStats>
@@ -47,6 +53,8 @@ export interface LeafClient {
   close (): Promise<void>
 }
 
+interface ServerCounters { requests: number, failures: number, ids: number, refused: number, instances: Set<string> }
+
 /** Most IDs one nextIds call may ask for (its array is made up front). */
 export const MAX_IDS_PER_CALL = 10_000_000
 
@@ -59,7 +67,10 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
   // Snowflake batches must be used before they age out: aim for a fetch per half of that.
   const snowflakeSizing: SizingOptions = { ...sizing, targetIntervalMs: Math.min(o.targetFetchIntervalMs, o.snowflakeMaxAgeMs / 2) }
   const buffers = { segment: new Map<string, KeyBuffer>(), snowflake: new Map<string, KeyBuffer>() }
-  const perServer = new Map(o.servers.map((s) => [s, { requests: 0, failures: 0, ids: 0 }]))
+  const perServer = new Map<string, ServerCounters>(o.servers.map((s) => [s, { requests: 0, failures: 0, ids: 0, refused: 0, instances: new Set() }]))
+  const marks = new HighWaterMarks()
+  /** Instances already named in a warning: one per instance, the rest are counted. */
+  const warned = new Set<string>()
   let closed: LeafClientError | undefined
   /** balance 'sticky': the server that last answered each `<mode>/<key>`. */
   const sticky = new Map<string, string>()
@@ -93,18 +104,26 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
       }
       tried.add(server)
       attempts++
-      const counters = perServer.get(server) as { requests: number, failures: number, ids: number }
+      const counters = perServer.get(server) as ServerCounters
       counters.requests++
       const fetchedAt = clock.now()
       const asked = Math.min(count, sizing.maxBatch)
+      const ticket = marks.sent(stickyKey)
       try {
-        const ranges = await transport.fetchIds(server, mode, key, asked, Math.min(remaining, o.requestTimeoutMs))
+        const answer = await transport.fetchIds(server, mode, key, asked, Math.min(remaining, o.requestTimeoutMs))
+        // A server that sends no name (Java Leaf, an older Leaf-TS) is taken as one instance.
+        const instance = answer.instance ?? server
+        counters.instances.add(instance)
+        const refused = marks.accept(ticket, instance, answer.ranges)
+        if (refused !== undefined) throw wentBack(server, instance, refused, counters)
         ring.succeeded(server)
+        const ranges = answer.ranges
         const n = countIds(ranges)
         counters.ids += n
         if (o.balance === 'sticky') sticky.set(stickyKey, server)
         return { ranges, count: n, fetchedAt, server }
       } catch (err) {
+        marks.ended(ticket)
         const e = err instanceof LeafClientError ? err : new LeafClientError(CLIENT_CODES.NETWORK, `${server}: ${String(err)}`, { server, cause: err })
         counters.failures++
         if (lowerMaxBatch(e, asked)) continue
@@ -120,6 +139,21 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
         prefer = undefined
       }
     }
+  }
+
+  /**
+   * An answer whose IDs went back is refused like a bad answer (the server goes into its
+   * backoff and the call to the next one), counted, and named in one process warning per
+   * instance: the caller gets another server's IDs, or ID_REGRESSION, never a repeated ID.
+   */
+  function wentBack (server: string, instance: string, why: string, counters: ServerCounters): LeafClientError {
+    counters.refused++
+    const e = new LeafClientError(CLIENT_CODES.ID_REGRESSION, `${server}: 200 refused: ${why}`, { status: 200, server })
+    if (!warned.has(instance)) {
+      warned.add(instance)
+      process.emitWarning(`${e.message} (further refusals are counted in stats().servers[].refused)`, { type: 'LeafClientWarning', code: CLIENT_CODES.ID_REGRESSION })
+    }
+    return e
   }
 
   /** A server whose `leaf.batch.max` is below ours says so in INVALID_COUNT's message: use its maximum. */
@@ -260,13 +294,16 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
       return client.nextIds(mode, key, count).then((ids) => ids.map(String))
     },
     stats () {
-      const servers = o.servers.map((server) => ({ server, ...(perServer.get(server) as { requests: number, failures: number, ids: number }), down: ring.isDown(server) }))
+      const servers = o.servers.map((server) => {
+        const { requests, failures, ids, refused, instances } = perServer.get(server) as ServerCounters
+        return { server, requests, failures, ids, refused, instances: [...instances], down: ring.isDown(server) }
+      })
       const keys: Record<string, KeyStats> = {}
       for (const mode of ['segment', 'snowflake'] as const) {
         for (const [key, b] of buffers[mode]) keys[`${mode}/${key}`] = b.keyStats()
       }
       const sum = (f: (s: ServerStats) => number) => servers.reduce((a, s) => a + f(s), 0)
-      return { requests: sum((s) => s.requests), failures: sum((s) => s.failures), ids: sum((s) => s.ids), servers, keys }
+      return { requests: sum((s) => s.requests), failures: sum((s) => s.failures), ids: sum((s) => s.ids), refused: sum((s) => s.refused), servers, keys }
     },
     async close () {
       if (closed !== undefined) return

@@ -9,6 +9,12 @@ export const CLIENT_CODES = {
   TIMEOUT: 'TIMEOUT',
   /** An answer that is not Leaf's: a 200 without decimal IDs, or an error without its JSON body. */
   BAD_RESPONSE: 'BAD_RESPONSE',
+  /**
+   * A 200 whose IDs this client must not hand out: at or below the highest it already took
+   * from that server instance for the key (the instance went back: a restart on a fresh
+   * store, a store restored from a backup), or repeating or going back within the answer.
+   */
+  ID_REGRESSION: 'ID_REGRESSION',
   /** The client was closed before or during the call. */
   CLOSED: 'CLOSED',
   /** `tryNextNumber`/`nextNumber` on an ID past 2^53, which a number cannot hold exactly. */
@@ -46,12 +52,13 @@ export class LeafClientError extends Error {
 
   /**
    * Whether another server (or the same one later) may answer: no answer, a 5xx
-   * (`SEGMENTS_NOT_READY`, `STORE_UNAVAILABLE`, ...), a 429 or an answer that is not Leaf's.
+   * (`SEGMENTS_NOT_READY`, `STORE_UNAVAILABLE`, ...), a 429, an answer that is not Leaf's or
+   * IDs that went back (another server, or another instance behind the same URL, may be right).
    * A 4xx (`KEY_NOT_FOUND`, `INVALID_KEY`, `UNAUTHORIZED`) would be the same everywhere.
    */
   get retryable (): boolean {
     if (this.code === CLIENT_CODES.CLOSED || this.code === CLIENT_CODES.UNSAFE_INTEGER) return false
-    return this.status === 0 || this.status >= 500 || this.status === 429 || this.code === CLIENT_CODES.BAD_RESPONSE
+    return this.status === 0 || this.status >= 500 || this.status === 429 || this.code === CLIENT_CODES.BAD_RESPONSE || this.code === CLIENT_CODES.ID_REGRESSION
   }
 }
 

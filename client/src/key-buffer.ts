@@ -57,6 +57,8 @@ export class KeyBuffer extends HeldBatches {
   private head = 0
   private lastFetchAt: number | undefined
   private lastError: LeafClientError | undefined
+  /** The deadline of the fetch under way (or of the last one). */
+  private fetchDeadline = 0
   private closed: LeafClientError | undefined
   private size: number
   private readonly noteFailure = (err: LeafClientError): void => { this.lastError = err }
@@ -196,6 +198,7 @@ export class KeyBuffer extends HeldBatches {
     const waiting = this.demand()
     const count = Math.max(1, Math.min(sizing.maxBatch, Math.max(this.size, waiting.need)))
     const deadline = waiting.deadline > now ? waiting.deadline : now + this.o.timeoutMs
+    this.fetchDeadline = deadline
     this.stats.fetches++
     this.o.fetch(count, deadline, this.noteFailure).then((batch) => this.arrived(batch), (err: unknown) => this.fetchFailed(err))
   }
@@ -230,12 +233,24 @@ export class KeyBuffer extends HeldBatches {
       this.rejectAll(e)
       return
     }
-    // The fetch used the budget of the callers waiting when it started, so they are past
-    // their deadlines; later ones get another fetch. With nobody waiting, the refill is tried
+    // The fetch had the budget of the callers waiting when it started, and ends before their
+    // deadline only when every server has failed and no backoff ends within it: they get their
+    // error at their deadline (the last failure's code). Another fetch for them would ask the
+    // servers again at once, and again, as fast as they refuse, until then. Callers that came
+    // later, with a later deadline, get another fetch. With nobody waiting, the refill is tried
     // again when half of what is left is used, or at once when it is empty.
     this.compact()
-    if (this.head < this.waiters.length) this.startFetch()
-    else this.refillAt = this.left > 0 ? Math.floor(this.left / 2) : -1
+    if (this.head === this.waiters.length) {
+      this.refillAt = this.left > 0 ? Math.floor(this.left / 2) : -1
+      return
+    }
+    for (let i = this.head; i < this.waiters.length; i++) {
+      const w = this.waiters[i] as Waiter
+      if (!w.done && w.deadline > this.fetchDeadline) {
+        this.startFetch()
+        return
+      }
+    }
   }
 
   private serveWaiters (): void {

@@ -4,13 +4,21 @@ import { parseIdRanges, type IdRange } from './id-ranges.js'
 
 export type Mode = 'segment' | 'snowflake'
 
+/** A server's answer of IDs: its runs, and the instance that made them. */
+export interface FetchedIds {
+  ranges: IdRange[]
+  /** The `Leaf-Instance` header: the instance behind the URL; undefined when it sends none (Java Leaf, an older Leaf-TS). */
+  instance: string | undefined
+}
+
 /** How the client asks one server for IDs; tests give their own. */
 export interface Transport {
   /**
-   * `count` IDs of (mode, key) from `server` (a base URL from `servers`), as ranges. Rejects
-   * with a LeafClientError: the server's code, or NETWORK, TIMEOUT, BAD_RESPONSE.
+   * `count` IDs of (mode, key) from `server` (a base URL from `servers`), as ranges, with the
+   * instance that answered. Rejects with a LeafClientError: the server's code, or NETWORK,
+   * TIMEOUT, BAD_RESPONSE.
    */
-  fetchIds (server: string, mode: Mode, key: string, count: number, timeoutMs: number): Promise<IdRange[]>
+  fetchIds (server: string, mode: Mode, key: string, count: number, timeoutMs: number): Promise<FetchedIds>
   close (): Promise<void>
 }
 
@@ -25,6 +33,9 @@ export interface UndiciTransportOptions {
 }
 
 interface Target { pool: Pool, prefix: string }
+
+/** How a Leaf-TS server names the instance that answered (undici gives header names in lower case). */
+const INSTANCE_HEADER = 'leaf-instance'
 
 /**
  * One keep-alive undici Pool per server, over the batch route `GET /api/<mode>/get/<key>?count=N`
@@ -47,13 +58,13 @@ export function createUndiciTransport (options: UndiciTransportOptions): Transpo
     })
   }
 
-  async function fetchIds (server: string, mode: Mode, key: string, count: number, timeoutMs: number): Promise<IdRange[]> {
+  async function fetchIds (server: string, mode: Mode, key: string, count: number, timeoutMs: number): Promise<FetchedIds> {
     const target = targets.get(server)
     if (target === undefined) throw new LeafClientError(CLIENT_CODES.NETWORK, `${server}: not one of the client's servers`, { server })
     const abort = new AbortController()
     const timer = setTimeout(() => abort.abort(), timeoutMs)
     try {
-      const { statusCode, body } = await target.pool.request({
+      const { statusCode, headers: answered, body } = await target.pool.request({
         method: 'GET',
         path: `${target.prefix}/api/${mode}/get/${encodeURIComponent(key)}?count=${count}`,
         headers,
@@ -63,7 +74,8 @@ export function createUndiciTransport (options: UndiciTransportOptions): Transpo
       if (statusCode !== 200) throw errorFromAnswer(statusCode, text, server)
       const ranges = parseIdRanges(text)
       if (ranges === undefined) throw new LeafClientError(CLIENT_CODES.BAD_RESPONSE, `${server}: 200 without decimal IDs: ${text.slice(0, 200)}`, { status: statusCode, server })
-      return ranges
+      const instance = answered[INSTANCE_HEADER]
+      return { ranges, instance: Array.isArray(instance) ? instance.join(', ') : instance }
     } catch (err) {
       if (err instanceof LeafClientError) throw err
       if (abort.signal.aborted) throw new LeafClientError(CLIENT_CODES.TIMEOUT, `${server}: no answer within ${Math.ceil(timeoutMs)} ms`, { server, cause: err })

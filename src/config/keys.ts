@@ -24,6 +24,14 @@ const token: Parser<string> = (raw, key) => {
   return raw
 }
 
+// Sent as the Leaf-Instance header of every ID answer: what a header value may hold (visible
+// ASCII and inner spaces), so that a name can never make every answer fail in Node's setHeader.
+const headerValue: Parser<string> = (raw, key) => {
+  const v = raw.trim()
+  if (!/^[\x20-\x7e]{0,200}$/.test(v)) throw new ConfigError(key, `"${raw}" is not a header value: at most 200 visible ASCII characters`)
+  return v
+}
+
 const bool: Parser<boolean> = (raw, key) => {
   const v = raw.trim().toLowerCase()
   if (v === 'true') return true
@@ -92,6 +100,7 @@ export const KEYS = {
   'leaf.name': key('leaf', text, 'Service name; part of the ZooKeeper paths and of the worker-id cache path.'),
   'server.host': key('0.0.0.0', text, 'Address the HTTP server listens on.'),
   'server.port': key('8080', port, 'HTTP port.'),
+  'leaf.instance.name': key('', headerValue, 'The name this instance gives in the `Leaf-Instance` header of every ID answer, by which clients keep IDs from going back (docs/operations.md); unique per running instance and the same across its restarts; empty: `<host name>:<listening port>`.'),
   'log.level': key('info', logLevel, 'pino log level (also `LOG_LEVEL`).'),
 
   'leaf.segment.enable': key('false', bool, 'Serve segment IDs.'),

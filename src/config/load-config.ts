@@ -20,6 +20,8 @@ export const INSTALL_DIR = fileURLToPath(new URL('../../', import.meta.url))
 export interface Config {
   name: string
   server: { host: string, port: number }
+  /** leaf.instance.name as given; empty: `<host name>:<port>` (http/instance-name.ts). */
+  instanceName: string
   logLevel: string
   batchMax: number
   adminToken: string
@@ -183,6 +185,7 @@ function toConfig (p: ParsedConfig, bases: PathBases): Config {
   return {
     name: p['leaf.name'],
     server: { host: p['server.host'], port: p['server.port'] },
+    instanceName: p['leaf.instance.name'],
     logLevel: p['log.level'],
     batchMax: p['leaf.batch.max'],
     adminToken: p['leaf.admin.token'],

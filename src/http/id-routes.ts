@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { LeafError } from '../errors.js'
 import type { IdRange } from '../id-range.js'
 import type { Id } from '../segment/segment-buffer.js'
+import { INSTANCE_HEADER } from './instance-name.js'
 import { joinRanges } from './join-ids.js'
 import type { ObserveRequest } from './timing.js'
 
@@ -18,6 +19,8 @@ export interface IdRouteOptions {
   /** Undefined when the mode is disabled: the route answers 503 MODE_DISABLED, never ID 0. */
   source: IdSource | undefined
   batchMax: number
+  /** This instance's name, sent as `Leaf-Instance` on every answer (http/instance-name.ts). */
+  instance: () => string
   /** Told of every ID handed out and every failure, for the metrics. */
   metrics: {
     issued (mode: string, key: string, count: number): void
@@ -42,7 +45,7 @@ interface IdRequest {
  * handler stays synchronous while the generator answers synchronously (the common case): no
  * promise per request on the hot path.
  */
-export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax, metrics, observe }: IdRouteOptions): void {
+export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax, instance, metrics, observe }: IdRouteOptions): void {
   const route = `/api/${mode}/get/:key`
   // The senders return nothing: a Reply is a thenable, and handing one back makes Fastify
   // (or a promise) wait on it.
@@ -61,6 +64,9 @@ export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax,
   }
 
   function handler (request: FastifyRequest<IdRequest>, reply: FastifyReply): void | Promise<void> {
+    // First, so that error answers name the instance too. One precomputed string: the
+    // header costs one property store here, no hook.
+    reply.header(INSTANCE_HEADER, instance())
     const key = validKey(request.params.key)
     const rawCount = request.query.count
     const count = rawCount === undefined ? undefined : validCount(rawCount, batchMax)

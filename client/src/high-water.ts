@@ -1,0 +1,105 @@
+import type { IdRange } from './id-ranges.js'
+
+// What keeps a server's repeated IDs from reaching a caller: per server instance (the name in
+// its Leaf-Instance header, or its URL when it sends none) and per (mode, key), the IDs this
+// client has accepted from it. An answer is checked once, when it arrives; the IDs taken from
+// the buffer afterwards are never looked at, so the hot path costs nothing.
+//
+// One request for a key at a time (the buffer's refill) needs only a high-water mark: the
+// next answer must start above it. Requests for one key may also be under way at once (no
+// prefetch, concurrent callers), and their answers arrive in any order: an answer is then
+// held to the mark as it was when its request was SENT (what the instance had issued before it
+// received the request), and must not overlap any answer accepted while it was under way.
+// Every two answers accepted from one instance for one key are so compared one way or the
+// other, so no ID is accepted twice from it.
+
+/** A request under way for one `<mode>/<key>`. */
+export interface Ticket { readonly scope: string, readonly seq: number }
+
+/** An accepted answer, kept while a request sent before it is still under way. */
+interface Accepted { seq: number, first: bigint, last: bigint }
+
+interface Mark {
+  /** The highest ID accepted, over the answers every request under way was sent after. */
+  base: bigint | undefined
+  /** Answers accepted while a request sent before them was under way, in order. */
+  recent: Accepted[]
+}
+
+export class HighWaterMarks {
+  /** Orders requests sent and answers accepted. */
+  private seq = 0
+  /** Per `<mode>/<key>`: the seq of each request under way. */
+  private readonly open = new Map<string, Set<number>>()
+  /** Per instance, per `<mode>/<key>`. */
+  private readonly marks = new Map<string, Map<string, Mark>>()
+
+  /** A request for `scope` is sent. */
+  sent (scope: string): Ticket {
+    const seq = ++this.seq
+    let open = this.open.get(scope)
+    if (open === undefined) this.open.set(scope, open = new Set())
+    open.add(seq)
+    return { scope, seq }
+  }
+
+  /** The request ended without an answer to accept (a failure). Accepting ends it too. */
+  ended (ticket: Ticket): void {
+    const open = this.open.get(ticket.scope)
+    if (open === undefined) return
+    open.delete(ticket.seq)
+    if (open.size === 0) this.open.delete(ticket.scope)
+  }
+
+  /**
+   * The answer to `ticket` from `instance`: undefined when it is accepted (its IDs are above
+   * every ID accepted from that instance for the key before the request was sent, overlap
+   * none accepted since, and strictly increase within it), else why it is refused.
+   */
+  accept (ticket: Ticket, instance: string, ranges: readonly IdRange[]): string | undefined {
+    this.ended(ticket)
+    let previous: bigint | undefined
+    for (const r of ranges) {
+      if (r.last < r.first) return `the answer is not strictly increasing: a run from ${r.first} down to ${r.last}`
+      if (previous !== undefined && r.first <= previous) return `the answer is not strictly increasing: ${r.first} after ${previous}`
+      previous = r.last
+    }
+    const first = ranges[0]?.first
+    if (first === undefined || previous === undefined) return undefined
+    const last = previous
+    let byInstance = this.marks.get(instance)
+    if (byInstance === undefined) this.marks.set(instance, byInstance = new Map())
+    let mark = byInstance.get(ticket.scope)
+    if (mark === undefined) byInstance.set(ticket.scope, mark = { base: undefined, recent: [] })
+
+    let floor = mark.base
+    for (const a of mark.recent) {
+      if (a.seq < ticket.seq) {
+        if (floor === undefined || a.last > floor) floor = a.last
+      } else if (first <= a.last && last >= a.first) {
+        return `IDs ${first}..${last} overlap ${a.first}..${a.last}, taken from ${instance} for ${ticket.scope} while this request was under way`
+      }
+    }
+    if (floor !== undefined && first <= floor) {
+      return `IDs from ${first}, at or below ${floor}, the highest this client took from ${instance} for ${ticket.scope}: the instance went back`
+    }
+    mark.recent.push({ seq: ++this.seq, first, last })
+    this.settle(mark, this.open.get(ticket.scope))
+    return undefined
+  }
+
+  /** Folds into the base the answers that every request under way was sent after. */
+  private settle (mark: Mark, open: Set<number> | undefined): void {
+    let oldest = Infinity
+    if (open !== undefined) for (const seq of open) if (seq < oldest) oldest = seq
+    let kept = 0
+    for (const a of mark.recent) {
+      if (a.seq < oldest) {
+        if (mark.base === undefined || a.last > mark.base) mark.base = a.last
+      } else {
+        mark.recent[kept++] = a
+      }
+    }
+    mark.recent.length = kept
+  }
+}
