@@ -122,7 +122,9 @@ export async function startSegmentMode (
     logger.warn({ store: where, ...(known === undefined ? { err: pingError } : known) },
       'database unreachable at start: answering NOT_READY and retrying in the background')
   }
-  if (fence !== undefined) await checkHostsAtStart(fence, store, where, logger)
+  // One host cannot split against itself: the census is for lists (a store left is still refused).
+  const censused = fence !== undefined && segment.store.kind === 'mysql' && segment.store.hosts.length > 1 ? fence : undefined
+  if (censused !== undefined) await checkHostsAtStart(censused, store, where, logger)
   const saved = warm?.guard?.where === storeKey ? warm.guard : undefined
   if (warm?.guard !== undefined && saved === undefined) {
     logger.info({ file: stateFile, was: warm.guard.where, now: storeKey }, 'warm-start file written for another store: its max_id marks are dropped')
@@ -147,7 +149,7 @@ export async function startSegmentMode (
       logger.warn({ file: stateFile, err: (err as Error).message }, 'warm-start file not written: the store left is remembered by this life only')
     }
   }
-  const censusTimer = fence === undefined ? undefined : setInterval(() => { fence.check().catch(() => {}) }, segment.refreshIntervalMs)
+  const censusTimer = censused === undefined ? undefined : setInterval(() => { censused.check().catch(() => {}) }, segment.refreshIntervalMs)
   censusTimer?.unref()
   const topologyTimer = boundServing(store, guard, topology, segment.failoverHoldMs, segment.refreshIntervalMs, pingTimeoutMs, logger)
   const generator = createSegmentGenerator({
