@@ -114,3 +114,42 @@ t.test('a move goes to a host seen read-only in this life, or of a store it wrot
   alias.set([unknown(H1), { ...writable(H2, 1), server: 'server_id 1 at db1:3306' }])
   await t.resolves(alias.f.beforeMove(H2, H1), 'the same server')
 })
+
+t.test('a store seen writable beside another (a split) is never moved to in this life, though seen read-only since', async (t) => {
+  // The review's attack (fault scenario 91 of the review branch, 9,011 duplicates): an instance
+  // started after the failover, on db2. db1 comes back writable (a split), is fenced with SET
+  // GLOBAL read_only = 1 (seen read-only), then restarted with its my.cnf's read_only = 0; the
+  // instance's path to db2 is cut past the hold.
+  const late = fence()
+  late.set([unknown(H1), writable(H2, 2)])
+  await late.f.check()
+  await late.f.beforeMove(H2, H1)
+  late.use(H2)
+  late.f.allocated('server_id 2')
+  late.set([writable(H1, 1), writable(H2, 2)])
+  await late.f.check()
+  late.set([readOnly(H1, 1), writable(H2, 2)])
+  await late.f.check()
+  t.equal(late.f.blocked(), undefined, 'fenced: allocations resume')
+  late.set([writable(H1, 1), unknown(H2)])
+  await t.rejects(late.f.beforeMove(H1, H2), { code: 'HOST_WAS_IN_A_SPLIT' }, 'an old primary, not a promoted replica')
+  // Still the store this instance writes through: back to db2 once it answers.
+  late.set([writable(H1, 1), writable(H2, 2)])
+  await t.rejects(late.f.beforeMove(H2, H1), { code: 'STORE_SPLIT' })
+  late.set([readOnly(H1, 1), writable(H2, 2)])
+  await t.resolves(late.f.beforeMove(H2, H1), 'the store its allocations went to is not barred by the split it saw')
+
+  // A new instance whose start host is the old primary, back writable beside db2: statements
+  // (the tag list) on db1, no allocation (the split holds them). db1 fenced: a move to db2. db1
+  // restarted writable, the path to db2 cut: db1 was only a start host, never allocated on.
+  const first = fence()
+  first.set([writable(H1, 1), writable(H2, 2), unknown('db3:3306')])
+  await first.f.check()
+  t.match(first.f.blocked(), { code: 'STORE_SPLIT' })
+  first.set([readOnly(H1, 1), writable(H2, 2), unknown('db3:3306')])
+  await t.resolves(first.f.beforeMove(H2, H1))
+  first.use(H2)
+  first.f.allocated('server_id 2')
+  first.set([writable(H1, 1), unknown(H2), unknown('db3:3306')])
+  await t.rejects(first.f.beforeMove(H1, H2), { code: 'HOST_WAS_IN_A_SPLIT' }, 'a start host is not a store written through')
+})
