@@ -27,6 +27,7 @@ import { asyncPromotion } from './scenarios/s25-async-promotion.js'
 import { postgresRestart } from './scenarios/s26-postgres-restart.js'
 import { splitBrain } from './scenarios/s27-split-brain.js'
 import { postgresPromotion } from './scenarios/s32-postgres-promotion.js'
+import { reviewAttack } from './scenarios/s91-split-fenced-restart.js'
 
 export interface Scenario {
   id: number
@@ -68,6 +69,7 @@ export const SCENARIOS: Scenario[] = [
   { id: 28, title: 'split brain: old primary back writable, one instance restarted with its warm-start file', run: splitBrain('restart') },
   { id: 29, title: 'split brain: old primary back writable, a new instance with no warm-start file', run: splitBrain('new instance') },
   { id: 32, title: 'a PostgreSQL promotion with a lagging end-of-recovery checkpoint, two instances behind a VIP', run: postgresPromotion },
+  { id: 91, title: 'split brain: an old primary fenced by SET GLOBAL, restarted writable, a cut past the hold', run: reviewAttack('fenced-then-restarted') },
 ]
 
 /**
@@ -83,7 +85,7 @@ export const SCENARIOS: Scenario[] = [
  */
 export const STAGES: number[][][] = [
   [[12]],
-  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 27, 28, 29], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16, 32]],
+  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 27, 28, 29, 91], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16, 32]],
 ]
 
 const staged = STAGES.flat(2).sort((a, b) => a - b)
