@@ -183,6 +183,7 @@ t.test('with a gate: a store left is refused before anything is sent, a move rea
   const refused = createMysqlRunner({ ...options, gate: { refuses: (s) => s === suiteStore, beforeMove: async () => { throw split } } })
   t.teardown(() => refused.close())
   await t.rejects(refused.run('INSERT INTO t VALUES (2)'), split)
+  t.equal(refused.hostInUse(), `127.0.0.1:${first.port}`, 'the host in use (the warm-start file\'s, /cache\'s) is not one the gate refused')
   t.same(await other.query(`SELECT id FROM \`${db.name}\`.t ORDER BY id`), [{ id: 1 }], 'not sent to the other host either')
 
   // A start at the host the last life used: the first host is not touched.

@@ -145,7 +145,9 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
     query,
     identify: () => attempt((r) => r.identify()),
     hosts: () => readHosts(hosts, options),
-    hostInUse: () => name(current),
+    // With a gate, the host it last let statements go to: `current` may name one whose move it
+    // refused (an old primary back writable), which a restart must not start at.
+    hostInUse: () => name(gate === undefined ? current : passed),
     async run<T> (sql: string | readonly Statement[], values?: unknown[]) {
       return (await query<T>(sql, values)).result
     },
