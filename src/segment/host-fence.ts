@@ -124,7 +124,7 @@ export function createHostFence (options: HostFenceOptions): HostFence {
       if (split === undefined) {
         split = { hosts: w.hosts.map(describeHost), since: checkedAt }
         logger.error({ writable: split.hosts, hosts: states.map((h) => `${describeHost(h)} ${h.state}`) },
-          'more than one host of leaf.jdbc.url answers writable: two instances could allocate the same IDs, one on each; nothing is allocated until all but one are read-only (SET GLOBAL read_only = 1 on the old primary)')
+          'more than one host of leaf.jdbc.url answers writable: two instances could allocate the same IDs, one on each; nothing is allocated until all but one are read-only (SET GLOBAL read_only = 1 on the old primary, and read_only=1 in its my.cnf: a restart makes it writable again)')
         onSplit?.(true)
       } else {
         split.hosts = w.hosts.map(describeHost)

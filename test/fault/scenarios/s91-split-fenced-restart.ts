@@ -29,7 +29,7 @@ const HOLD_MS = 3000
  */
 export function reviewAttack (variant: 'start-blip' | 'fenced-then-restarted'): (suite: Suite, report: Report) => Promise<void> {
   return async (suite, report) => {
-    const id = variant === 'start-blip' ? 's39a' : 's39b'
+    const id = variant === 'start-blip' ? 's90' : 's91'
     const home = join(suite.dir, `${id}-review`)
     mkdirSync(home, { recursive: true })
     const pair = await ReplicaPair.create(home)
