@@ -104,7 +104,7 @@ t.test('a move goes to a host seen read-only in this life, or of a store it wrot
   late.use(H2)
   late.f.allocated()
   late.set([writable(H1, 1), unknown(H2)])
-  await t.rejects(late.f.beforeMove(H1, H2), { code: 'HOST_NOT_SEEN_AS_REPLICA' }, 'the blip that sent the review\'s instances back to the old primary: never seen read-only, never written through')
+  await t.rejects(late.f.beforeMove(H1, H2), { code: 'STORE_NOT_MOVED', statusCode: 503, reason: 'HOST_NOT_SEEN_AS_REPLICA' }, 'the blip that sent the review\'s instances back to the old primary: never seen read-only, never written through')
 
   // Another address of the store in use.
   const alias = fence()
@@ -132,7 +132,7 @@ t.test('a store seen writable beside another (a split) is never moved to in this
   await late.f.check()
   t.equal(late.f.blocked(), undefined, 'fenced: allocations resume')
   late.set([writable(H1, 1), unknown(H2)])
-  await t.rejects(late.f.beforeMove(H1, H2), { code: 'HOST_WAS_IN_A_SPLIT' }, 'an old primary, not a promoted replica')
+  await t.rejects(late.f.beforeMove(H1, H2), { code: 'STORE_NOT_MOVED', statusCode: 503, reason: 'HOST_WAS_IN_A_SPLIT' }, 'an old primary, not a promoted replica')
   // Still the store this instance writes through: back to db2 once it answers.
   late.set([writable(H1, 1), writable(H2, 2)])
   await t.rejects(late.f.beforeMove(H2, H1), { code: 'STORE_SPLIT' })
@@ -151,5 +151,5 @@ t.test('a store seen writable beside another (a split) is never moved to in this
   first.use(H2)
   first.f.allocated('server_id 2')
   first.set([writable(H1, 1), unknown(H2), unknown('db3:3306')])
-  await t.rejects(first.f.beforeMove(H1, H2), { code: 'HOST_WAS_IN_A_SPLIT' }, 'a start host is not a store written through')
+  await t.rejects(first.f.beforeMove(H1, H2), { code: 'STORE_NOT_MOVED', statusCode: 503, reason: 'HOST_WAS_IN_A_SPLIT' }, 'a start host is not a store written through')
 })

@@ -175,12 +175,12 @@ export function createHostFence (options: HostFenceOptions): HostFence {
       const toId = idOf.get(to)
       if (allowed && toId !== undefined && wereSplit.has(toId) && !allocatedOn.has(toId) && [...wereSplit].some((id) => id !== toId && !fencedNow(id))) {
         logger.warn({ from, to, state: target?.state }, 'host list not moved: this instance saw that host writable beside another (an old primary); restart it to start there, or make it read-only')
-        throw Object.assign(new Error(`${to} was seen writable beside another host by this instance: not moved to (docs/production.md, Host lists that cannot split)`), { code: 'HOST_WAS_IN_A_SPLIT' })
+        throw Object.assign(new LeafError('STORE_NOT_MOVED', `${from} does not answer, and ${to} was seen writable beside another host by this instance (an old primary): not moved to; restart the instance, or make ${to} read-only.`), { reason: 'HOST_WAS_IN_A_SPLIT' })
       }
       if (allowed && toStore !== undefined) used.add(toStore)
       if (!allowed) {
         logger.warn({ from, to, state: target?.state }, 'host list not moved: this instance never saw that host as a replica (read-only); restart it to start there, or make it read-only')
-        throw Object.assign(new Error(`${to} was never seen read-only (a replica) by this instance: not moved to (docs/production.md, Host lists that cannot split)`), { code: 'HOST_NOT_SEEN_AS_REPLICA' })
+        throw Object.assign(new LeafError('STORE_NOT_MOVED', `${from} does not answer, and ${to} was never seen read-only (a replica) by this instance (it may be an old primary): not moved to; restart the instance, or make ${to} read-only.`), { reason: 'HOST_NOT_SEEN_AS_REPLICA' })
       }
     },
     allocated (store) {
