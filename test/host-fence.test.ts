@@ -66,11 +66,15 @@ t.test('a list whose hosts all answer writable, as distinct stores, refuses the 
 t.test('stores left are refused unless trusted; the file keeps them', async (t) => {
   const { f } = fence({ left: ['server_id 1', 'server_id 3'], trusted: ['server_id 3'] })
   t.equal(f.refuses('server_id 1'), true)
-  t.equal(f.refuses('server_id 3'), false, 'trusted by the operator')
+  t.equal(f.refuses('server_id 3'), false, 'left by an earlier life, trusted by the operator')
   t.equal(f.refuses('server_id 2'), false)
   f.leave('server_id 2')
-  f.leave('server_id 3')
   t.same(f.leftStores().sort(), ['server_id 1', 'server_id 2'])
+  // The key left set after a switchover back: a failover of this life away from that store is
+  // remembered, or the old primary's return would find this instance's fence open.
+  f.leave('server_id 3')
+  t.equal(f.refuses('server_id 3'), true)
+  t.same(f.leftStores().sort(), ['server_id 1', 'server_id 2', 'server_id 3'])
 })
 
 t.test('a move goes to a host seen read-only in this life, or of a store it wrote through, or, before the first allocation, to the one writable store', async (t) => {

@@ -7,7 +7,9 @@ import type { HostGate, HostState } from './store.js'
 // promoted in its place. docs/production.md (Host lists) walks through the interleavings.
 // - Every store this instance failed over from (the max_id guard saw "store changed") is
 //   remembered, in the warm-start file too, and nothing is sent to it again (the host list
-//   refuses it as it refuses a read-only host), unless leaf.segment.trusted-stores names it.
+//   refuses it as it refuses a read-only host), unless leaf.segment.trusted-stores names it:
+//   that lets back a store left by an earlier life; a failover of this life away from it is
+//   remembered again (a key left set after the switchover back must not disarm the next one).
 // - Every host of the list is read (its read_only and identity, stores/host-census.ts) at the
 //   start, at each refresh, and before the first statement on another host. While more than
 //   one store answers writable, nothing is allocated anywhere (STORE_SPLIT); the buffers serve
@@ -50,7 +52,7 @@ export interface HostFenceOptions {
   logger: Logger
   /** Stores left by earlier lives (the warm-start file). */
   left?: readonly string[]
-  /** leaf.segment.trusted-stores: never refused, dropped from `left`. */
+  /** leaf.segment.trusted-stores: dropped from the `left` of earlier lives. */
   trusted?: readonly string[]
   /** The census: the store's hosts(). */
   census: () => Promise<HostState[]>
@@ -74,7 +76,7 @@ export interface HostFence extends HostGate {
    * one store among them); undefined otherwise.
    */
   startRefusal (): string | undefined
-  /** What the warm-start file keeps: the stores left, not the trusted ones. */
+  /** What the warm-start file keeps: the stores left (those of earlier lives that are trusted excepted). */
   leftStores (): string[]
   view (): HostFenceView
 }
@@ -188,7 +190,7 @@ export function createHostFence (options: HostFenceOptions): HostFence {
       if (store !== undefined) allocatedOn.add(store)
     },
     leave (store) {
-      if (trusted.has(store) || left.has(store)) return
+      if (left.has(store)) return
       left.add(store)
       logger.warn({ store, left: [...left] }, 'segment store left in a failover: nothing is allocated on it again (the warm-start file keeps it; leaf.segment.trusted-stores lets it back)')
     },
