@@ -17,6 +17,7 @@ export const ERRORS = {
   NOT_READY: { status: 503, message: 'The generator is not initialised yet.' },
   SEGMENTS_NOT_READY: { status: 503, message: 'Both segments are used up and the database did not answer in time.' },
   STORE_SPLIT: { status: 503, message: 'More than one host of leaf.jdbc.url answers writable: nothing is allocated until all but one are read-only.' },
+  STORE_NOT_MOVED: { status: 503, message: 'The host in use of leaf.jdbc.url does not answer, and the next one may be an old primary: nothing is allocated there.' },
   STORE_UNAVAILABLE: { status: 503, message: 'The database did not answer.' },
   STORE_UNCONFIRMED: { status: 503, message: 'The segment store has not been reached within the serving bound; buffered IDs are not served until it is.' },
   CLOCK_BACKWARDS: { status: 503, message: 'The clock moved backwards; no ID is issued until it catches up.' },

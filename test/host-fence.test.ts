@@ -66,11 +66,15 @@ t.test('a list whose hosts all answer writable, as distinct stores, refuses the 
 t.test('stores left are refused unless trusted; the file keeps them', async (t) => {
   const { f } = fence({ left: ['server_id 1', 'server_id 3'], trusted: ['server_id 3'] })
   t.equal(f.refuses('server_id 1'), true)
-  t.equal(f.refuses('server_id 3'), false, 'trusted by the operator')
+  t.equal(f.refuses('server_id 3'), false, 'left by an earlier life, trusted by the operator')
   t.equal(f.refuses('server_id 2'), false)
   f.leave('server_id 2')
-  f.leave('server_id 3')
   t.same(f.leftStores().sort(), ['server_id 1', 'server_id 2'])
+  // The key left set after a switchover back: a failover of this life away from that store is
+  // remembered, or the old primary's return would find this instance's fence open.
+  f.leave('server_id 3')
+  t.equal(f.refuses('server_id 3'), true)
+  t.same(f.leftStores().sort(), ['server_id 1', 'server_id 2', 'server_id 3'])
 })
 
 t.test('a move goes to a host seen read-only in this life, or of a store it wrote through, or, before the first allocation, to the one writable store', async (t) => {
@@ -104,7 +108,7 @@ t.test('a move goes to a host seen read-only in this life, or of a store it wrot
   late.use(H2)
   late.f.allocated()
   late.set([writable(H1, 1), unknown(H2)])
-  await t.rejects(late.f.beforeMove(H1, H2), { code: 'HOST_NOT_SEEN_AS_REPLICA' }, 'the blip that sent the review\'s instances back to the old primary: never seen read-only, never written through')
+  await t.rejects(late.f.beforeMove(H1, H2), { code: 'STORE_NOT_MOVED', statusCode: 503, reason: 'HOST_NOT_SEEN_AS_REPLICA' }, 'the blip that sent the review\'s instances back to the old primary: never seen read-only, never written through')
 
   // Another address of the store in use.
   const alias = fence()
@@ -113,4 +117,43 @@ t.test('a move goes to a host seen read-only in this life, or of a store it wrot
   alias.f.allocated()
   alias.set([unknown(H1), { ...writable(H2, 1), server: 'server_id 1 at db1:3306' }])
   await t.resolves(alias.f.beforeMove(H2, H1), 'the same server')
+})
+
+t.test('a store seen writable beside another (a split) is never moved to in this life, though seen read-only since', async (t) => {
+  // The review's attack (fault scenario 91 of the review branch, 9,011 duplicates): an instance
+  // started after the failover, on db2. db1 comes back writable (a split), is fenced with SET
+  // GLOBAL read_only = 1 (seen read-only), then restarted with its my.cnf's read_only = 0; the
+  // instance's path to db2 is cut past the hold.
+  const late = fence()
+  late.set([unknown(H1), writable(H2, 2)])
+  await late.f.check()
+  await late.f.beforeMove(H2, H1)
+  late.use(H2)
+  late.f.allocated('server_id 2')
+  late.set([writable(H1, 1), writable(H2, 2)])
+  await late.f.check()
+  late.set([readOnly(H1, 1), writable(H2, 2)])
+  await late.f.check()
+  t.equal(late.f.blocked(), undefined, 'fenced: allocations resume')
+  late.set([writable(H1, 1), unknown(H2)])
+  await t.rejects(late.f.beforeMove(H1, H2), { code: 'STORE_NOT_MOVED', statusCode: 503, reason: 'HOST_WAS_IN_A_SPLIT' }, 'an old primary, not a promoted replica')
+  // Still the store this instance writes through: back to db2 once it answers.
+  late.set([writable(H1, 1), writable(H2, 2)])
+  await t.rejects(late.f.beforeMove(H2, H1), { code: 'STORE_SPLIT' })
+  late.set([readOnly(H1, 1), writable(H2, 2)])
+  await t.resolves(late.f.beforeMove(H2, H1), 'the store its allocations went to is not barred by the split it saw')
+
+  // A new instance whose start host is the old primary, back writable beside db2: statements
+  // (the tag list) on db1, no allocation (the split holds them). db1 fenced: a move to db2. db1
+  // restarted writable, the path to db2 cut: db1 was only a start host, never allocated on.
+  const first = fence()
+  first.set([writable(H1, 1), writable(H2, 2), unknown('db3:3306')])
+  await first.f.check()
+  t.match(first.f.blocked(), { code: 'STORE_SPLIT' })
+  first.set([readOnly(H1, 1), writable(H2, 2), unknown('db3:3306')])
+  await t.resolves(first.f.beforeMove(H2, H1))
+  first.use(H2)
+  first.f.allocated('server_id 2')
+  first.set([writable(H1, 1), unknown(H2), unknown('db3:3306')])
+  await t.rejects(first.f.beforeMove(H1, H2), { code: 'STORE_NOT_MOVED', statusCode: 503, reason: 'HOST_WAS_IN_A_SPLIT' }, 'a start host is not a store written through')
 })

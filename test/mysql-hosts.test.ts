@@ -1,6 +1,7 @@
 import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import { BACKOFF_MAX_MS, createMysqlRunner, hostFailed } from '../src/segment/stores/mysql-hosts.js'
+import { BACKOFF_MAX_MS, BACKOFF_MIN_MS, createMysqlRunner, hostFailed } from '../src/segment/stores/mysql-hosts.js'
 import { createHostFence } from '../src/segment/host-fence.js'
 import { createMysqlStore } from '../src/segment/stores/mysql-store.js'
 import { PrivateMariaDb } from './fault/services.js'
@@ -183,7 +184,21 @@ t.test('with a gate: a store left is refused before anything is sent, a move rea
   const refused = createMysqlRunner({ ...options, gate: { refuses: (s) => s === suiteStore, beforeMove: async () => { throw split } } })
   t.teardown(() => refused.close())
   await t.rejects(refused.run('INSERT INTO t VALUES (2)'), split)
+  t.equal(refused.hostInUse(), `127.0.0.1:${first.port}`, 'the host in use (the warm-start file\'s, /cache\'s) is not one the gate refused')
   t.same(await other.query(`SELECT id FROM \`${db.name}\`.t ORDER BY id`), [{ id: 1 }], 'not sent to the other host either')
+
+  // A blip on the host in use while the move away from it is refused: once the host answers
+  // again, statements go back to it (the refused host rests, as a failed one would).
+  const stuck = createMysqlRunner({ ...options, startAt: `127.0.0.1:${first.port}`, gate: { refuses: () => false, beforeMove: async () => { throw split } } })
+  t.teardown(() => stuck.close())
+  await stuck.run('SELECT 1')
+  first.block()
+  await t.rejects(stuck.run('SELECT 1'))
+  first.unblock()
+  await sleep(BACKOFF_MIN_MS * 3)
+  await stuck.run('INSERT INTO t VALUES (4)')
+  t.equal(stuck.hostInUse(), `127.0.0.1:${first.port}`, 'back on the host in use after its blip')
+  t.same(await db.query('SELECT id FROM t'), [{ id: 4 }], 'written there, not on the host whose move was refused')
 
   // A start at the host the last life used: the first host is not touched.
   const accepted = first.accepted

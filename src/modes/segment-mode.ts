@@ -223,7 +223,7 @@ function fencedStore (store: SegmentStore, fence: HostFence): SegmentStore {
       const refused = fence.blocked()
       if (refused !== undefined) throw refused
       const allocation = await store.allocate(key, adapted)
-      fence.allocated()
+      fence.allocated(allocation?.store)
       return allocation
     },
   }

@@ -30,6 +30,7 @@ import { handEditTwoMarks } from './scenarios/s30-hand-edit-two-marks.js'
 import { cutOffPromotion } from './scenarios/s31-cut-off-promotion.js'
 import { postgresPromotion } from './scenarios/s32-postgres-promotion.js'
 import { clientFreshStore } from './scenarios/s33-client-fresh-store.js'
+import { reviewAttack } from './scenarios/s34-split-fenced-restart.js'
 
 export interface Scenario {
   id: number
@@ -74,6 +75,7 @@ export const SCENARIOS: Scenario[] = [
   { id: 31, title: 'an instance cut off from every host across an async promotion, longer than the hold', run: cutOffPromotion },
   { id: 32, title: 'a PostgreSQL promotion with a lagging end-of-recovery checkpoint, two instances behind a VIP', run: postgresPromotion },
   { id: 33, title: 'a client whose only server comes back on a fresh store', run: clientFreshStore },
+  { id: 34, title: 'split brain: an old primary fenced by SET GLOBAL, restarted writable, a cut past the hold', run: reviewAttack('fenced-then-restarted') },
 ]
 
 /**
@@ -91,7 +93,7 @@ export const SCENARIOS: Scenario[] = [
  */
 export const STAGES: number[][][] = [
   [[12]],
-  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 27, 28, 29], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16, 30, 31, 32, 33]],
+  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 27, 28, 29, 34], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16, 30, 31, 32, 33]],
 ]
 
 const staged = STAGES.flat(2).sort((a, b) => a - b)

@@ -118,8 +118,17 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
     let last: unknown
     for (const i of candidates()) {
       if (i !== passed && gate !== undefined) {
-        // A split refuses the statement itself, not this host: the caller gets it.
-        await gate.beforeMove(name(i), name(passed))
+        // A move the gate refuses (a split, an old primary back) rests that host as a failed one
+        // would, so that the list goes on to the next (back to the host in use after its blip)
+        // rather than asking for the same move at every statement; with no host left, the caller
+        // gets the gate's error.
+        try {
+          await gate.beforeMove(name(i), name(passed))
+        } catch (err) {
+          failed(i, err)
+          last = err
+          continue
+        }
         passed = i
       }
       try {
@@ -145,7 +154,9 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
     query,
     identify: () => attempt((r) => r.identify()),
     hosts: () => readHosts(hosts, options),
-    hostInUse: () => name(current),
+    // With a gate, the host it last let statements go to: `current` may name one whose move it
+    // refused (an old primary back writable), which a restart must not start at.
+    hostInUse: () => name(gate === undefined ? current : passed),
     async run<T> (sql: string | readonly Statement[], values?: unknown[]) {
       return (await query<T>(sql, values)).result
     },
