@@ -200,6 +200,24 @@ t.test('with a gate: a store left is refused before anything is sent, a move rea
   t.equal(stuck.hostInUse(), `127.0.0.1:${first.port}`, 'back on the host in use after its blip')
   t.same(await db.query('SELECT id FROM t'), [{ id: 4 }], 'written there, not on the host whose move was refused')
 
+  // The move the gate let through, to a host that then refused the statement (a store left):
+  // the list is still on the host in use, and going back to it after its blip needs no gate.
+  const backToFirst = createMysqlRunner({
+    ...options,
+    startAt: `127.0.0.1:${first.port}`,
+    gate: { refuses: (s) => s === 'server_id 77', beforeMove: async (to) => { if (to === `127.0.0.1:${first.port}`) throw split } },
+  })
+  t.teardown(() => backToFirst.close())
+  await backToFirst.run('SELECT 1')
+  first.block()
+  await t.rejects(backToFirst.run('SELECT 1'))
+  await t.rejects(backToFirst.run('SELECT 1'), 'the other host refuses: a store left')
+  first.unblock()
+  await sleep(BACKOFF_MIN_MS * 3)
+  await backToFirst.run('INSERT INTO t VALUES (5)')
+  t.equal(backToFirst.hostInUse(), `127.0.0.1:${first.port}`, 'back on the host in use, no move asked for')
+  t.same(await db.query('SELECT id FROM t ORDER BY id'), [{ id: 4 }, { id: 5 }])
+
   // A start at the host the last life used: the first host is not touched.
   const accepted = first.accepted
   const resumed = createMysqlRunner({ ...options, startAt: `127.0.0.1:${other.port}`, gate: { refuses: () => false, beforeMove: async (to) => { moves.push(to) } } })

@@ -79,7 +79,7 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
   const restUntil = hosts.map(() => 0)
   const startAt = replication ? 0 : hosts.findIndex((h) => hostName(h) === options.startAt)
   let current = startAt === -1 ? 0 : startAt
-  /** The host the gate last let statements go to: the start's census covers the first. */
+  /** The host statements last went through (the gate let them): the start's census covers the first. */
   let passed = current
 
   const name = (i: number) => hostName(hosts[i] as MysqlHost)
@@ -129,10 +129,13 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
           last = err
           continue
         }
-        passed = i
       }
       try {
         const answer = await call(runners[i] as MysqlRunner)
+        // A host counts as moved to once a statement went through it: one that refused it (a
+        // store left, read-only) or failed leaves the list where it was, and the way back to
+        // the host in use after its blip needs no gate (a split would refuse it).
+        passed = i
         succeeded(i)
         return answer
       } catch (err) {
