@@ -88,12 +88,13 @@ export const SCENARIOS: Scenario[] = [
  * second lane and the two took 296 s and 343 s), each lane's heavy scenarios (9, 17, 24 and 10,
  * 19, 20) first so that the two lanes end together. Scenario 26 (PostgreSQL, ~20 s, on a server of
  * its own) went to the first lane, the shorter on the run published on be24854 (280 s and 298 s).
- * Issue 39's scenarios, by their times alone: 27-29 (~40 s each) to the first lane, 30-33 (~17,
- * 37, 35 and 30 s) to the second.
+ * Issue 39's scenarios (27-34) split so that the lanes end together: on the run published on
+ * 81c08fe the first lane took 464 s and the second 374 s (604.3 s in all, past the 600 s target),
+ * so 29 (38 s) moved to the second, for about 426 s and 412 s.
  */
 export const STAGES: number[][][] = [
   [[12]],
-  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 27, 28, 29, 34], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16, 30, 31, 32, 33]],
+  [[9, 17, 24, 1, 8, 2, 3, 4, 25, 11, 26, 27, 28, 34], [10, 19, 20, 13, 21, 14, 15, 23, 5, 6, 7, 18, 22, 16, 29, 30, 31, 32, 33]],
 ]
 
 const staged = STAGES.flat(2).sort((a, b) => a - b)
