@@ -6,7 +6,7 @@ import { median } from './stats.js'
 
 // The published performance figures, rendered from a results file (bench/results/latest.json):
 // a line naming the run, then the table. docs/performance.md holds them between two markers;
-// `npm run bench:publish` rewrites them and test/bench-figures.test.ts checks they match.
+// `npm run bench:publish` rewrites them and test/docs/bench-figures.test.ts checks they match.
 
 export const START = '<!-- figures: rendered from bench/results/latest.json by `npm run bench:publish` -->'
 export const END = '<!-- end of figures -->'

@@ -2,10 +2,10 @@
 # Checks the packaging where no Docker engine runs: docker-compose.yml against the Compose
 # specification (Debian's docker-compose 1.29 validates a file offline, `config -q`),
 # config/prometheus.yml and the alerting rules it loads (config/alerts.yml) with promtool
-# (Debian's prometheus package), and runs the rules' unit tests (test/alerts.test.yml). Installs
+# (Debian's prometheus package), and runs the rules' unit tests (test/docs/alerts.test.yml). Installs
 # the two packages where they are missing. Exits non-zero when a check fails.
 # What the schema cannot see (services, ports, variables, mounted paths, the Dockerfile) is
-# checked by test/packaging.test.ts.
+# checked by test/e2e/packaging.test.ts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,8 +51,8 @@ else
   log "config/prometheus.yml: INVALID"; status=1
 fi
 
-log "config/alerts.yml: promtool check rules, then its unit tests (test/alerts.test.yml)"
-if promtool check rules config/alerts.yml && promtool test rules test/alerts.test.yml; then
+log "config/alerts.yml: promtool check rules, then its unit tests (test/docs/alerts.test.yml)"
+if promtool check rules config/alerts.yml && promtool test rules test/docs/alerts.test.yml; then
   log "config/alerts.yml: valid, unit tests pass"
 else
   log "config/alerts.yml: INVALID or a unit test FAILED"; status=1

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url'
 
 // The house of src/ as docs/development.md draws it: the layers (the rule) and the rooms with
 // their arrows (what the imports are), both blocks generated here from the code and from LAYERS.
-// test/layering.test.ts fails when the code breaks the rule or the page is not the code's;
+// test/docs/layering.test.ts fails when the code breaks the rule or the page is not the code's;
 // `node --import tsx scripts/house.ts --write` redraws the page's blocks.
 
 export const SRC = fileURLToPath(new URL('../src/', import.meta.url))

@@ -67,7 +67,7 @@ command -v chromium >/dev/null || missing+=(chromium)
 command -v promtool >/dev/null || missing+=(prometheus)
 # faketime: the fault suite preloads its libfaketime for clocks ahead (scenarios 12, 15, 20, 21).
 command -v faketime >/dev/null || missing+=(faketime)
-# Galera (test/galera.test.ts): its provider, and rsync for its state transfer; the replica
+# Galera (test/integration/galera.test.ts): its provider, and rsync for its state transfer; the replica
 # pair and the Galera nodes run private mariadbd processes of their own (mariadb-server).
 [ -e /usr/lib/galera/libgalera_smm.so ] || missing+=(galera-4)
 command -v rsync >/dev/null || missing+=(rsync)

@@ -1,5 +1,5 @@
 // Every error a client can see, with its HTTP status. The errors table of docs/operations.md is
-// checked against this one by test/docs.test.ts.
+// checked against this one by test/docs/docs.test.ts.
 export const ERRORS = {
   INVALID_KEY: { status: 400, message: 'The key must be 1 to 128 characters long.' },
   INVALID_COUNT: { status: 400, message: 'count must be an integer from 1 to the configured batch maximum.' },

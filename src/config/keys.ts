@@ -1,6 +1,6 @@
 // The configuration keys, their defaults and how a raw string becomes a value.
 // One table drives the file, environment and command-line sources and the key table of
-// docs/configuration.md (checked by test/docs.test.ts).
+// docs/configuration.md (checked by test/docs/docs.test.ts).
 
 export class ConfigError extends Error {
   readonly key: string

@@ -2,7 +2,7 @@
 // children re-validate and re-hash their labels on every inc()/observe(); these do a field
 // update, and hand their values to the registry only when it is scraped. They implement the
 // part of prom-client's metric interface its Registry reads (name, help, type, get()), which
-// prom-client does not document: test/hot-metrics.test.ts holds prom-client to major 15 and
+// prom-client does not document: test/unit/hot-metrics.test.ts holds prom-client to major 15 and
 // has promtool parse the result. Worth it: prom-client's own labels() children, created once
 // and kept, cost about 8,000 more instructions per ID request (about 70,000 against 62,000,
 // docs/performance.md).

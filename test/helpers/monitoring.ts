@@ -5,8 +5,8 @@ import { parse as parseYaml } from 'yaml'
 import { ROOT } from './server-process.js'
 
 // The PromQL of config/alerts.yml and of the Grafana dashboard, read from the files the stack
-// loads: test/monitoring.test.ts runs every expression against a real Prometheus, and
-// test/packaging.test.ts checks that every panel target is among them.
+// loads: test/e2e/monitoring.test.ts runs every expression against a real Prometheus, and
+// test/e2e/packaging.test.ts checks that every panel target is among them.
 
 export const ALERTS_FILE = 'config/alerts.yml'
 export const DASHBOARD_FILE = 'config/grafana/dashboards/leaf-ts.json'

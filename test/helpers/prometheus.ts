@@ -1,6 +1,6 @@
 // A reader of the Prometheus text exposition format, sample by sample. (The npm parser we
 // tried flattens labelled histograms into one sample, losing their labels.) promtool checks
-// the format itself in test/admin.test.ts.
+// the format itself in test/integration/admin.test.ts.
 
 export interface Sample { name: string, labels: Record<string, string>, value: number }
 

@@ -196,7 +196,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
    * except on a Galera node (or a server that did not say what it is). There a conflict that
    * aborts the transaction between two statements of one round trip can go unreported: the
    * COMMIT answers OK for a transaction that was rolled back, and the SELECT before it read
-   * another node's row (measured by test/galera.test.ts). One round trip per statement, as
+   * another node's row (measured by test/integration/galera.test.ts). One round trip per statement, as
    * Java Leaf sends them, reports it at the next statement.
    */
   async function transaction (conn: PoolConnection, statements: readonly Statement[]): Promise<unknown[]> {

@@ -43,7 +43,7 @@ function allocateStatements (key: string, adapted: AdaptedStep | undefined): Sta
   ]
 }
 
-/** The MySQL DDL, as shipped in sql/leaf_alloc_parked.sql (test/stores.test.ts compares them). */
+/** The MySQL DDL, as shipped in sql/leaf_alloc_parked.sql (test/integration/stores.test.ts compares them). */
 export const MYSQL_PARKED_DDL = `CREATE TABLE IF NOT EXISTS \`leaf_alloc_parked\` (
   \`biz_tag\` varchar(128) NOT NULL,
   \`first_id\` bigint(20) NOT NULL,

@@ -32,7 +32,7 @@ function allocateStatement (key: string, adapted: AdaptedStep | undefined): { sq
   }
 }
 
-/** The DDL of sql/leaf_alloc_parked.postgres.sql (test/stores.test.ts compares them). */
+/** The DDL of sql/leaf_alloc_parked.postgres.sql (test/integration/stores.test.ts compares them). */
 export const PG_PARKED_DDL = `CREATE TABLE IF NOT EXISTS leaf_alloc_parked (
   biz_tag   varchar(128)   NOT NULL,
   first_id  bigint         NOT NULL,

@@ -10,7 +10,7 @@ import { ADDED_COLUMNS, LAYOUT_ROW, LEASE_TABLE, parseSeen, previousIssuedUntil,
 
 // The db-lease pool's statements on MySQL/MariaDB (db-lease-store.ts describes the rows).
 
-/** The MySQL DDL, as shipped in sql/leaf_worker_lease.sql (test/worker-id-sources.test.ts compares them). */
+/** The MySQL DDL, as shipped in sql/leaf_worker_lease.sql (test/integration/worker-id-sources.test.ts compares them). */
 export const MYSQL_LEASE_DDL = `CREATE TABLE IF NOT EXISTS \`leaf_worker_lease\` (
   \`pool\` varchar(128) NOT NULL,
   \`worker_id\` int(11) NOT NULL,

@@ -11,7 +11,7 @@ import { LAYOUT_ROW, LEASE_TABLE, parseSeen, previousIssuedUntil, slotOf, type B
 // value within it: statement_timestamp() here, stored to the millisecond (timestamptz(3)), so
 // a release's released_at equals its expires_at as on MySQL.
 
-/** The DDL of sql/leaf_worker_lease.postgres.sql (test/worker-id-sources.test.ts compares them). */
+/** The DDL of sql/leaf_worker_lease.postgres.sql (test/integration/worker-id-sources.test.ts compares them). */
 export const PG_LEASE_DDL = `CREATE TABLE IF NOT EXISTS leaf_worker_lease (
   pool           varchar(128)   NOT NULL,
   worker_id      int            NOT NULL,

@@ -36,7 +36,7 @@ const closing = new WeakSet<Client>()
  * proxy that accepts and stalls does the same. So while a client is not connected, the socket of
  * its attempt is ended every `timeoutMs` (the library's own connect timeout with one server), and
  * the library tries again as after any lost connection. The socket is the library's
- * `connectionManager.socket`, which its typings do not show; test/zookeeper-handshake.test.ts
+ * `connectionManager.socket`, which its typings do not show; test/integration/zookeeper-handshake.test.ts
  * fails if that shape goes.
  */
 function guardHandshake (client: Client, timeoutMs: number): void {

@@ -15,7 +15,7 @@ const OUTAGE_MS = Math.max(TTL_MS, SESSION_TIMEOUT_MS) + 2 * HEARTBEAT_MS
  * within a session timeout (its handshake guard, src/snowflake/worker-id/zookeeper.ts) and
  * renews, or writes its heartbeat, at the next heartbeat; one more heartbeat for a beat that began
  * just before: max(TTL, session timeout) + 2 heartbeats = 4000 + 2 x 500 = 5000 ms (as in
- * test/zookeeper-ensemble.test.ts).
+ * test/integration/zookeeper-ensemble.test.ts).
  */
 const RESUME_BOUND_MS = Math.max(TTL_MS, SESSION_TIMEOUT_MS) + 2 * HEARTBEAT_MS
 /** The load goes on this long once both are back. */

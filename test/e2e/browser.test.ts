@@ -1,0 +1,57 @@
+import { mkdirSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import t from 'tap'
+import { chromium } from 'playwright-core'
+import { buildApp } from '../../src/app.js'
+import { tempDir, testConfig } from '../helpers/config.js'
+import { silentLogger } from '../helpers/logger.js'
+
+const OUTPUT = fileURLToPath(new URL('../../test-output/', import.meta.url))
+const TOKEN = 'browser-token'
+
+t.test('/cache in a real headless Chromium: the instance panel, a card per tag asked for with its rate and sparkline, a line per tag never asked for, a snowflake panel, a screenshot at 1280x900', async (t) => {
+  const server = await buildApp(testConfig({
+    'leaf.segment.enable': true,
+    'leaf.snowflake.enable': true,
+    'leaf.snowflake.cache.dir': tempDir(),
+    'leaf.admin.token': TOKEN,
+  }), { logger: silentLogger })
+  t.teardown(() => server.close())
+  const url = await server.listen({ host: '127.0.0.1', port: 0 })
+  await server.inject({ method: 'POST', url: '/api/segment/tags', headers: { authorization: `Bearer ${TOKEN}` }, payload: { key: 'a <b> & "c"', step: 100 } })
+  await server.inject('/api/segment/get/order?count=700') // past 10%: both segments loaded
+  await server.inject('/api/segment/get/a%20%3Cb%3E%20%26%20%22c%22?count=95')
+
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
+  })
+  t.teardown(() => browser.close())
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } })
+  await page.setExtraHTTPHeaders({ authorization: `Bearer ${TOKEN}` })
+  const response = await page.goto(`${url}/cache`)
+  t.equal(response?.status(), 200)
+
+  const keys = await page.locator('section.tag').evaluateAll((cards) => cards.map((c) => c.getAttribute('data-key')))
+  t.same(keys.sort(), ['a <b> & "c"', 'order'], 'a card per tag asked for, the odd one shown as text')
+  t.same(await page.locator('ul.idle-tags li').allTextContents(), ['leaf-segment-test'], 'the tag never asked for: a line')
+  t.match(await page.locator('.pager').textContent(), /^search3 tags · 1–3 shown, the busiest first/)
+  t.equal(await page.locator('section.tag[data-key="order"] .badge').textContent(), 'next ready')
+  t.equal(await page.locator('section.tag[data-key="order"] .seg.current').count(), 1, 'one current segment')
+  const width = await page.locator('section.tag[data-key="order"] .seg.current .fill').getAttribute('style')
+  t.equal(width, 'width:65.0%', '1,300 of 2,000 left in the current segment')
+  t.match(await page.locator('section.snowflake').textContent(), /worker 0/)
+  t.match(await page.locator('section.instance h2').textContent(), /^Instance · Leaf-TS \d+\.\d+\.\d+$/)
+  t.match(await page.locator('section.instance').textContent(), /uptime.*database.*sqlite:.*ZooKeeper.*segment.*ready.*errors since start/s)
+  t.match(await page.locator('section.tag[data-key="order"] [data-rate]').textContent(), /^rate [\d,.]+ IDs\/s \(last minute\)$/, 'the rate')
+  const spark = page.locator('section.tag[data-key="order"] svg.spark')
+  t.equal(await spark.getAttribute('data-points'), '90', 'a sparkline of 15 minutes')
+  t.ok(((await spark.boundingBox())?.width ?? 0) > 200, 'drawn')
+  t.match(await page.locator('[data-age]').textContent(), /rendered .*Z; rates sampled \d+ ms before; reloads every 5 s/)
+  t.equal(await page.locator('meta[http-equiv="refresh"]').getAttribute('content'), '5')
+  t.equal(await page.locator('script').count(), 0, 'no script, no injected markup')
+
+  mkdirSync(OUTPUT, { recursive: true })
+  const shot = await page.screenshot({ path: `${OUTPUT}cache.png`, fullPage: true })
+  t.ok(shot.length > 10_000, `screenshot kept at test-output/cache.png (${shot.length} bytes)`)
+})

@@ -1,0 +1,438 @@
+import { spawnSync } from 'node:child_process'
+import { join } from 'node:path'
+import { Writable } from 'node:stream'
+import pino from 'pino'
+import t from 'tap'
+import { buildApp } from '../../src/app.js'
+import type { SegmentGenerator } from '../../src/segment/segment-generator.js'
+import { tempDir, testConfig } from '../helpers/config.js'
+import { silentLogger } from '../helpers/logger.js'
+import { parseSamples, valueOf, type Sample } from '../helpers/prometheus.js'
+import { batchLines } from '../helpers/ids.js'
+import { seedSqlite, withSqlite } from '../helpers/sqlite.js'
+import { TEST_ZK, uniqueName, zookeeperProxy } from '../helpers/zookeeper.js'
+
+const TOKEN = 'test-token-0123'
+const AUTH = { authorization: `Bearer ${TOKEN}` }
+
+async function app (values: Record<string, string | number | boolean> = {}) {
+  const instance = await buildApp(testConfig({
+    'leaf.segment.enable': true,
+    'leaf.snowflake.enable': true,
+    'leaf.snowflake.cache.dir': tempDir(),
+    ...values,
+  }), { logger: silentLogger })
+  t.teardown(() => instance.close())
+  return instance
+}
+
+async function scrape (server: Awaited<ReturnType<typeof app>>): Promise<{ text: string, samples: Sample[] }> {
+  const res = await server.inject('/metrics')
+  return { text: res.body, samples: parseSamples(res.body) }
+}
+
+t.test('/metrics moves as IDs are issued and errors happen', async (t) => {
+  const server = await app()
+  let { samples } = await scrape(server)
+  t.equal(valueOf(samples, 'leaf_ids_issued_total', { mode: 'segment', key: 'order' }), undefined)
+  t.equal(valueOf(samples, 'leaf_snowflake_worker_id'), 0)
+  t.equal(valueOf(samples, 'leaf_zookeeper_connected'), 0)
+  t.ok(valueOf(samples, 'process_cpu_user_seconds_total') !== undefined, 'default process metrics')
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'SEGMENTS_NOT_READY' }), 0, 'the codes alerts watch are there from the start')
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'STORE_UNCONFIRMED' }), 0)
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'snowflake', code: 'CLOCK_BACKWARDS' }), 0)
+  t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'order' }), 0, 'and load failures for every tag')
+  t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'leaf-segment-test' }), 0)
+
+  await server.inject('/api/segment/get/order')
+  await server.inject('/api/segment/get/order?count=10')
+  await server.inject('/api/snowflake/get/a?count=5')
+  await server.inject('/api/segment/get/nope')
+  await server.inject('/api/segment/get/order?count=0')
+  for (let i = 0; i < 120; i++) await server.inject(`/api/snowflake/get/key-${i}`)
+  ;({ samples } = await scrape(server))
+  t.equal(valueOf(samples, 'leaf_ids_issued_total', { mode: 'segment', key: 'order' }), 11)
+  t.equal(valueOf(samples, 'leaf_ids_issued_total', { mode: 'snowflake', key: 'a' }), 5)
+  t.equal(valueOf(samples, 'leaf_ids_issued_total', { mode: 'snowflake', key: '_other' }), 21, '101 keys in: the 20 past the first 100 (a + 99) count as _other')
+  t.equal(samples.filter((m) => m.name === 'leaf_ids_issued_total' && m.labels.mode === 'snowflake').length, 101)
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'KEY_NOT_FOUND' }), 1)
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'INVALID_COUNT' }), 1)
+  t.equal(valueOf(samples, 'leaf_segment_step', { key: 'order' }), 2000)
+  t.equal(valueOf(samples, 'leaf_segment_remaining', { key: 'order' }), 2000 - 11)
+  t.equal(valueOf(samples, 'leaf_segment_next_ready', { key: 'order' }), 0, '11 of 2000 used: no preload yet')
+  t.equal(valueOf(samples, 'leaf_segment_db_load_seconds_count', { key: 'order' }), 1)
+  t.equal(valueOf(samples, 'http_request_duration_seconds_count', { route: '/api/segment/get/:key', status_code: '404' }), 1)
+  t.equal(valueOf(samples, 'http_request_duration_seconds_count', { route: '/api/snowflake/get/:key', status_code: '200' }), 121)
+  await server.inject('/no/such/thing')
+  ;({ samples } = await scrape(server))
+  t.equal(valueOf(samples, 'http_request_duration_seconds_count', { route: 'not_found', status_code: '404' }), 1)
+  const sum = valueOf(samples, 'http_request_duration_seconds_sum', { route: '/api/segment/get/:key', status_code: '200' }) as number
+  const count = valueOf(samples, 'http_request_duration_seconds_count', { route: '/api/segment/get/:key', status_code: '200' }) as number
+  t.ok(sum > 0 && sum < count * 0.05, `durations are measured: ${sum} s over ${count} requests, each well under 50 ms in process`)
+  await server.inject('/api/segment/get/order?count=300')
+  ;({ samples } = await scrape(server))
+  t.equal(valueOf(samples, 'leaf_segment_next_ready', { key: 'order' }), 1, 'past 10% used: the next segment is loaded')
+  t.equal(valueOf(samples, 'leaf_segment_db_load_seconds_count', { key: 'order' }), 2)
+  t.ok(valueOf(samples, 'leaf_snowflake_last_heartbeat_timestamp_seconds') as number > Date.now() / 1000 - 60)
+  t.notOk(samples.some((m) => m.labels.route?.includes('key-')), 'raw URLs never become labels')
+})
+
+t.test('promtool accepts the service\'s own metric families', async (t) => {
+  const server = await app()
+  await server.inject('/api/segment/get/order')
+  await server.inject('/api/segment/get/nope')
+  const { text } = await scrape(server)
+  const own = text.split('\n# HELP ').filter((block, i) => i > 0 || block.startsWith('# HELP'))
+    .map((block) => block.startsWith('# HELP') ? block : `# HELP ${block}`)
+    .filter((block) => /^# HELP (leaf_|http_)/.test(block)).join('\n').trimEnd() + '\n'
+  t.match(own, /leaf_ids_issued_total/)
+  const lint = spawnSync('promtool', ['check', 'metrics'], { input: own, encoding: 'utf8' })
+  t.equal(lint.status, 0, `promtool: ${lint.stdout}${lint.stderr}`)
+})
+
+t.test('a load that fails counts on the series that were at 0, and the request answers SEGMENTS_NOT_READY', async (t) => {
+  const dbPath = join(tempDir(), 'leaf.db')
+  const server = await app({ 'leaf.jdbc.url': `sqlite:${seedSqlite(dbPath)}`, 'leaf.admin.token': TOKEN, 'leaf.segment.wait-timeout-ms': 200 })
+  const created = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key: 'broken', step: 1000 } })
+  t.equal(created.statusCode, 201)
+  // A step of 0, set by hand: the store refuses every load of the tag, and it is retried.
+  withSqlite(dbPath, (db) => db.prepare('UPDATE leaf_alloc SET step = 0 WHERE biz_tag = ?').run('broken'))
+  const res = await server.inject('/api/segment/get/broken')
+  t.equal(res.statusCode, 503)
+  t.equal(res.json().error, 'SEGMENTS_NOT_READY')
+  const { samples } = await scrape(server)
+  t.equal(valueOf(samples, 'leaf_id_errors_total', { mode: 'segment', code: 'SEGMENTS_NOT_READY' }), 1)
+  t.ok((valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'broken' }) ?? 0) >= 1, 'the failed loads are counted')
+  t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: 'order' }), 0)
+})
+
+t.test('leaf_zookeeper_in_use tells an instance whose ZooKeeper is down from one without ZooKeeper', async (t) => {
+  const zookeeper = (source: string, address: string) => ({
+    'leaf.snowflake.worker-id.source': source,
+    'leaf.snowflake.zk.address': address,
+    'leaf.snowflake.zk.session-timeout-ms': 2000,
+    'leaf.name': uniqueName(),
+    'leaf.snowflake.ip': '127.0.0.1',
+    'leaf.snowflake.port': 9001,
+  })
+  const gauges = async (server: Awaited<ReturnType<typeof buildApp>>) => {
+    const { samples } = await scrape(server)
+    return { inUse: valueOf(samples, 'leaf_zookeeper_in_use'), connected: valueOf(samples, 'leaf_zookeeper_connected') }
+  }
+  t.same(await gauges(await app()), { inUse: 0, connected: 0 }, 'static source')
+  t.same(await gauges(await app({ 'leaf.snowflake.enable': false })), { inUse: 0, connected: 0 }, 'segment mode only')
+  t.same(await gauges(await app({ 'leaf.snowflake.worker-id.source': 'db-lease' })), { inUse: 0, connected: 0 }, 'db-lease source')
+  t.same(await gauges(await app(zookeeper('zookeeper-lease', TEST_ZK))), { inUse: 1, connected: 1 }, 'zookeeper-lease source')
+
+  const proxy = await zookeeperProxy(t)
+  // Closed here, not at the end of the file: an unconnected ZooKeeper client only closes once it connects.
+  const server = await buildApp(testConfig({
+    'leaf.snowflake.enable': true,
+    'leaf.snowflake.cache.dir': tempDir(),
+    ...zookeeper('zookeeper', `127.0.0.1:${proxy.port}`),
+  }), { logger: silentLogger })
+  const until = async (connected: number) => {
+    let now = await gauges(server)
+    for (let i = 0; now.connected !== connected && i < 100; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      now = await gauges(server)
+    }
+    return now
+  }
+  t.same(await gauges(server), { inUse: 1, connected: 1 }, 'zookeeper source')
+  proxy.block()
+  t.same(await until(0), { inUse: 1, connected: 0 }, 'zookeeper source, ZooKeeper unreachable: the case an alert is for')
+  proxy.unblock()
+  t.same(await until(1), { inUse: 1, connected: 1 }, 'connected again')
+  await server.close()
+})
+
+t.test('/api/cache and /api/db match the generator and the table after known calls', async (t) => {
+  const server = await app()
+  await server.inject('/api/segment/get/order?count=250') // 1..250, past 10%: preload of [2001, 4001)
+  await server.inject('/api/segment/get/order')
+  const cache = (await server.inject('/api/cache')).json()
+  t.same(cache.order, {
+    key: 'order',
+    initOk: true,
+    nextReady: true,
+    pos: 0,
+    value0: '252',
+    max0: '2001',
+    step0: 2000,
+    value1: '2001',
+    max1: '4001',
+    step1: 2000,
+    step: 2000,
+    minStep: 2000,
+    updateTimestamp: cache.order.updateTimestamp,
+    segments: [{ value: '252', max: '2001', step: 2000 }, { value: '2001', max: '4001', step: 2000 }],
+    buffered: 1749 + 2000,
+    rate: cache.order.rate,
+    ratePerMinute: cache.order.ratePerMinute,
+    bufferSeconds: cache.order.bufferSeconds,
+    lastLoadSeconds: cache.order.lastLoadSeconds,
+    failedLoads: 0,
+    ended: false,
+  })
+  t.ok(cache.order.lastLoadSeconds > 0 && cache.order.lastLoadSeconds < 1, `the last load's time: ${cache.order.lastLoadSeconds} s`)
+  t.ok(cache.order.updateTimestamp > Date.now() - 60_000, 'the second load started the step clock')
+  t.match(cache['leaf-segment-test'], { initOk: false, nextReady: false })
+  const db = (await server.inject('/api/db')).json()
+  t.match(db, [{ key: 'order', maxId: '4001', step: 2000, description: 'Orders' }, { key: 'leaf-segment-test', maxId: '1', step: 1000 }])
+  t.match(db[0].updateTime, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
+  const status = (await server.inject('/api/snowflake/status')).json()
+  t.match(status, { workerId: 0, source: 'static', zookeeperConnected: false, paths: { forever: null, temporary: null }, twepoch: 1288834974657 })
+})
+
+t.test('/api/cache gives no bufferSeconds for a tag under 1 ID/s, and leaf_segment_buffer_seconds +Inf: the rule /cache follows', async (t) => {
+  const server = await app()
+  await server.inject('/api/segment/get/order')
+  const generator = server.leaf.segment?.generator as SegmentGenerator
+  const views = generator.views.bind(generator)
+  const viewPage = generator.viewPage.bind(generator)
+  // The rates a quiet tag reaches, which a test cannot wait for: what is left of a burst, and a busy tag.
+  let rate = 61_597 / 2160684850.9
+  const at = (v: ReturnType<typeof views>[number]) => ({ ...v, rate, bufferSeconds: v.buffered / rate })
+  generator.views = () => views().map(at)
+  generator.viewPage = (query) => { const page = viewPage(query); return { ...page, views: page.views.map(at) } }
+  const quiet = (await server.inject('/api/cache')).json().order
+  t.match(quiet, { rate: 0, bufferSeconds: null })
+  t.equal(valueOf((await scrape(server)).samples, 'leaf_segment_buffer_seconds', { key: 'order' }), Infinity, 'the gauge: +Inf, as while idle')
+  rate = 40
+  const busy = (await server.inject('/api/cache')).json().order
+  t.match(busy, { rate: 40, bufferSeconds: Math.round(busy.buffered / 40 * 100) / 100 })
+  t.equal(valueOf((await scrape(server)).samples, 'leaf_segment_buffer_seconds', { key: 'order' }), busy.buffered / 40, 'the gauge: the buffered IDs over the rate')
+})
+
+t.test('/api/cache and /cache show a page of the tags, the busiest first: ?limit=, ?cursor= from the Link header, ?search=; a tag never asked for is a line', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  const names = Array.from({ length: 120 }, (_, i) => `t${String(i).padStart(3, '0')}`)
+  for (const key of names) {
+    t.equal((await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key, step: 1000 } })).statusCode, 201)
+  }
+  // Three tags asked for, one batch each.
+  for (const [key, count] of [['t050', 600], ['t007', 300], ['t099', 5]] as const) {
+    t.equal((await server.inject({ url: `/api/segment/get/${key}?count=${count}`, headers: AUTH })).statusCode, 200)
+  }
+  const get = (url: string) => server.inject({ url, headers: AUTH })
+  const first = await get('/api/cache?limit=4')
+  t.equal(first.statusCode, 200)
+  t.equal(first.headers['x-total-count'], '122', '120 tags made, and the two of the test table')
+  const top = Object.values(first.json() as Record<string, { key: string, rate: number, initOk: boolean }>)
+  t.same(top.slice(0, 3).map((v) => v.key).sort(), ['t007', 't050', 't099'], 'the tags asked for first')
+  t.same(top.slice(0, 3).map((v) => v.rate), top.slice(0, 3).map((v) => v.rate).sort((a, b) => b - a), `by their rates: ${top.map((v) => `${v.key} ${v.rate}`).join(', ')}`)
+  t.match(top[3], { key: 'leaf-segment-test', initOk: false }, 'then the never-loaded, by name')
+  t.equal(first.headers.link, '</api/cache?limit=4&cursor=4>; rel="next"')
+  const seen = new Set<string>()
+  let url: string | undefined = '/api/cache?limit=50'
+  let pages = 0
+  while (url !== undefined) {
+    const res = await get(url)
+    for (const key of Object.keys(res.json())) {
+      t.notOk(seen.has(key), `${key} once`)
+      seen.add(key)
+    }
+    url = /^<([^>]+)>; rel="next"$/.exec(String(res.headers.link ?? ''))?.[1]
+    pages++
+  }
+  t.equal(pages, 3, '122 tags in pages of 50')
+  t.equal(seen.size, 122, 'the walk by Link headers meets every tag once')
+  t.equal(Object.keys((await get('/api/cache')).json()).length, 100, 'a hundred by default')
+  const found = await get('/api/cache?search=T09')
+  t.same(Object.keys(found.json()), ['t099', 't090', 't091', 't092', 't093', 't094', 't095', 't096', 't097', 't098'], 'any case; the one loaded first')
+  t.equal(found.headers['x-total-count'], '10')
+  t.equal(found.headers.link, undefined, 'no next page')
+  for (const bad of ['limit=0', 'limit=1001', 'limit=x', 'cursor=-1', 'cursor=1e3', 'limit=5&limit=6', `search=${'a'.repeat(129)}`]) {
+    const res = await get(`/api/cache?${bad}`)
+    t.equal(res.statusCode, 400, bad)
+    t.match(res.json(), { error: 'BAD_REQUEST', message: /^(limit|cursor|search) / }, bad)
+  }
+
+  const html = (await get('/cache')).body
+  t.match(html, /122 tags · 1–50 shown, the busiest first, tags never asked for last · <a href="\/cache\?cursor=50">next 50 →<\/a>/)
+  t.equal((html.match(/<section class="card tag"/g) ?? []).length, 3, 'a card for each tag asked for')
+  t.equal((html.match(/<li data-key=/g) ?? []).length, 47, 'a line for each of the rest of the page')
+  t.ok(html.indexOf('<li data-key="leaf-segment-test"') > html.lastIndexOf('<section class="card tag"'), 'the lines after the cards')
+  const last = (await get('/cache?cursor=100')).body
+  t.match(last, /1(01)–122 shown/)
+  t.match(last, /<a href="\/cache\?cursor=50">← busier<\/a>/)
+  t.notMatch(last, /next \d+ →/)
+  const search = (await get('/cache?search=%3Cb%3E')).body
+  t.match(search, /0 of 122 tags matching “&lt;b&gt;” · none shown/, 'the search echoed, escaped')
+  t.match(search, /<input type="search" name="search" value="&lt;b&gt;"/)
+  t.equal((await get('/cache?limit=0')).statusCode, 400)
+  const wide = (await get('/cache?limit=100&cursor=20')).body
+  t.match(wide, /21–120 shown/)
+  t.match(wide, /<a href="\/cache\?limit=100">← busier<\/a> · <a href="\/cache\?cursor=120&amp;limit=100">next 2 →<\/a>/, 'the links keep the page size asked for')
+})
+
+t.test('/healthz and /readyz', async (t) => {
+  const server = await app()
+  t.same((await server.inject('/healthz')).json(), { status: 'ok' })
+  const ready = await server.inject('/readyz')
+  t.equal(ready.statusCode, 200)
+  t.same(ready.json(), { status: 'ready', modes: { segment: { ready: true }, snowflake: { ready: true } } })
+  t.equal(valueOf((await scrape(server)).samples, 'leaf_ready'), 1, 'leaf_ready 1 while /readyz is 200')
+})
+
+t.test('/readyz: a database down with nothing buffered is 503, saying which mode and why; leaf_ready 0', async (t) => {
+  const server = await app({ 'leaf.jdbc.url': 'mysql://leaf:leaf@127.0.0.1:1/leaf', 'leaf.jdbc.connect-timeout-ms': 300 })
+  const started = Date.now()
+  const res = await server.inject('/readyz')
+  t.ok(Date.now() - started < 1500, 'answers within the one-second bound')
+  t.equal(res.statusCode, 503)
+  t.same(res.json(), {
+    status: 'not ready',
+    modes: { segment: { ready: false, reason: 'database unreachable: ECONNREFUSED (connection refused); the tag list is not loaded yet' }, snowflake: { ready: true } },
+  })
+  t.notMatch(res.body, /127\.0\.0\.1/, 'the cause\'s code, not the driver\'s message with its address')
+  t.equal(valueOf((await scrape(server)).samples, 'leaf_ready'), 0, 'leaf_ready 0 while /readyz is 503')
+  t.equal((await server.inject('/api/segment/get/order')).json().error, 'NOT_READY')
+  t.equal((await server.inject('/api/db')).json().error, 'STORE_UNAVAILABLE')
+})
+
+t.test('no mode enabled: a warning naming the keys at start, /readyz 503 "no mode enabled", leaf_ready 0', async (t) => {
+  const lines: { level: number, msg: string, keys?: string[] }[] = []
+  const logger = pino({ level: 'info' }, new Writable({
+    write (chunk: Buffer, _encoding, done) {
+      lines.push(JSON.parse(chunk.toString('utf8')) as (typeof lines)[number])
+      done()
+    },
+  }))
+  const server = await buildApp(testConfig(), { logger })
+  t.teardown(() => server.close())
+  const warning = lines.find((l) => l.level === 40 && /no mode enabled/.test(l.msg))
+  t.match(warning, { keys: ['leaf.segment.enable', 'leaf.snowflake.enable'], msg: /leaf\.segment\.enable=true and\/or leaf\.snowflake\.enable=true/ })
+  const res = await server.inject('/readyz')
+  t.equal(res.statusCode, 503)
+  t.same(res.json(), { status: 'not ready', reason: 'no mode enabled', modes: {} })
+  t.equal(valueOf((await scrape(server)).samples, 'leaf_ready'), 0)
+  t.equal((await server.inject('/api/segment/get/order')).json().error, 'MODE_DISABLED')
+})
+
+t.test('the token guards the views: missing, wrong, right', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  for (const url of ['/cache', '/db', '/api/cache', '/api/db', '/api/snowflake/status']) {
+    const missing = await server.inject(url)
+    t.equal(missing.statusCode, 401, `${url} without a token`)
+    t.same(missing.json(), { error: 'UNAUTHORIZED', message: 'This route needs an Authorization: Bearer token.' })
+    t.equal(missing.headers['www-authenticate'], 'Bearer')
+    t.equal((await server.inject({ url, headers: { authorization: `Bearer ${TOKEN}x` } })).statusCode, 401, `${url} wrong token`)
+    t.equal((await server.inject({ url, headers: { authorization: TOKEN } })).statusCode, 401, `${url} not a bearer`)
+    t.equal((await server.inject({ url, headers: AUTH })).statusCode, 200, `${url} right token`)
+  }
+  t.equal((await server.inject('/api/segment/get/order')).statusCode, 200, 'ID routes stay open')
+  t.equal((await server.inject('/metrics')).statusCode, 200, 'metrics stay open')
+})
+
+t.test('without a token the views are open and management does not exist', async (t) => {
+  const server = await app()
+  t.equal((await server.inject('/api/cache')).statusCode, 200)
+  const post = await server.inject({ method: 'POST', url: '/api/segment/tags', payload: { key: 'x', step: 10 } })
+  t.equal(post.statusCode, 404)
+  t.equal(post.json().error, 'NOT_FOUND')
+  t.equal((await server.inject({ method: 'PATCH', url: '/api/segment/tags/order', payload: { step: 10 } })).statusCode, 404)
+})
+
+t.test('tag management: create serves at once, 409, 400s, patch, 404', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  const post = (payload: unknown, headers: Record<string, string> = AUTH) =>
+    server.inject({ method: 'POST', url: '/api/segment/tags', headers, payload: payload as Record<string, unknown> })
+  const created = await post({ key: 'invoice', step: 50, maxId: '9007199254740990', description: 'Invoices' })
+  t.equal(created.statusCode, 201)
+  t.match(created.json(), { key: 'invoice', maxId: '9007199254740990', step: 50, description: 'Invoices', updateTime: String })
+  t.equal((await server.inject('/api/segment/get/invoice?count=3')).body, '9007199254740990\n9007199254740991\n9007199254740992\n', 'serves at once, exact past 2^53')
+  t.equal((await post({ key: 'numeric', step: 5, maxId: 100 })).statusCode, 201, 'maxId as a JSON number')
+  t.equal((await server.inject('/api/segment/get/numeric')).body, '100')
+
+  const exists = await post({ key: 'invoice', step: 10 })
+  t.equal(exists.statusCode, 409)
+  t.equal(exists.json().error, 'KEY_EXISTS')
+
+  const bad: [unknown, string][] = [
+    [{ step: 10 }, 'INVALID_KEY'],
+    [{ key: '', step: 10 }, 'INVALID_KEY'],
+    [{ key: 'k'.repeat(129), step: 10 }, 'INVALID_KEY'],
+    [{ key: 'a' }, 'INVALID_BODY'],
+    [{ key: 'a', step: 0 }, 'INVALID_BODY'],
+    [{ key: 'a', step: 1.5 }, 'INVALID_BODY'],
+    [{ key: 'a', step: 1_000_001 }, 'INVALID_BODY'],
+    [{ key: 'a', step: '10' }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, maxId: -1 }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, maxId: '-1' }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, maxId: 2 ** 53 }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, maxId: '9223372036854775808' }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, maxId: '1e5' }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, description: 5 }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, description: 'd'.repeat(257) }, 'INVALID_BODY'],
+    [{ key: 'a', step: 10, stpe: 1 }, 'INVALID_BODY'],
+    [[1, 2], 'INVALID_BODY'],
+  ]
+  for (const [payload, code] of bad) {
+    const res = await post(payload)
+    t.equal(res.statusCode, 400, `${JSON.stringify(payload).slice(0, 60)} -> 400`)
+    t.equal(res.json().error, code)
+  }
+  const notJson = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: { ...AUTH, 'content-type': 'application/json' }, payload: '{"key":' })
+  t.equal(notJson.statusCode, 400)
+  t.equal(notJson.json().error, 'BAD_REQUEST')
+  for (const type of ['application/xml', 'text/plain']) {
+    const other = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: { ...AUTH, 'content-type': type }, payload: '<x/>' })
+    t.equal(other.statusCode, 415, `${type} -> 415`)
+    t.equal(other.json().error, 'UNSUPPORTED_MEDIA_TYPE')
+  }
+  const huge = await post({ key: 'a', step: 10, description: 'x'.repeat(20_000) })
+  t.equal(huge.statusCode, 413)
+  t.equal(huge.json().error, 'PAYLOAD_TOO_LARGE')
+  t.equal((await post({ key: 'a', step: 10 }, {})).statusCode, 401, 'management needs the token too')
+
+  const before = (await server.inject({ url: '/api/db', headers: AUTH })).json().find((r: { key: string }) => r.key === 'invoice')
+  const patched = await server.inject({ method: 'PATCH', url: '/api/segment/tags/invoice', headers: AUTH, payload: { step: 7, description: null } })
+  t.equal(patched.statusCode, 200)
+  t.match(patched.json(), { key: 'invoice', step: 7, description: null, maxId: before.maxId })
+  t.equal((await server.inject({ method: 'PATCH', url: '/api/segment/tags/nope', headers: AUTH, payload: { step: 7 } })).json().error, 'KEY_NOT_FOUND')
+  t.equal((await server.inject({ method: 'PATCH', url: '/api/segment/tags/invoice', headers: AUTH, payload: {} })).json().error, 'INVALID_BODY')
+  const next = BigInt(batchLines((await server.inject('/api/segment/get/invoice?count=100')).body).at(-1) as string)
+  t.ok(next > 9007199254740992n, 'max_id never moved backwards: IDs go on increasing')
+})
+
+t.test('tag management refuses a maxId and step whose next segment would pass 2^63 - 1, naming the field', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  const post = (payload: Record<string, unknown>) => server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload })
+  const patch = (key: string, payload: Record<string, unknown>) => server.inject({ method: 'PATCH', url: `/api/segment/tags/${key}`, headers: AUTH, payload })
+  const MAX = 2n ** 63n - 1n
+
+  const over = await post({ key: 'end', step: 10, maxId: String(MAX - 9n) })
+  t.equal(over.statusCode, 400)
+  t.same(over.json(), { error: 'INVALID_BODY', message: `maxId: maxId ${MAX - 9n} + step 10 passes 2^63 - 1 (${MAX}): the next segment would pass the largest 64-bit ID.` })
+  t.equal((await post({ key: 'end', step: 1, maxId: String(MAX) })).json().error, 'INVALID_BODY', 'maxId 2^63 - 1 itself: no segment fits')
+  t.equal((await server.inject({ url: '/api/db', headers: AUTH })).json().some((r: { key: string }) => r.key === 'end'), false, 'nothing inserted')
+
+  const fits = await post({ key: 'end', step: 10, maxId: String(MAX - 10n) })
+  t.equal(fits.statusCode, 201, 'maxId + step = 2^63 - 1 fits: the row ends at the largest BIGINT')
+  t.same(batchLines((await server.inject('/api/segment/get/end?count=10')).body).map(BigInt).at(-1), MAX - 1n, 'its last ID is 2^63 - 2')
+
+  t.equal((await post({ key: 'near', step: 5, maxId: String(MAX - 1000n) })).statusCode, 201)
+  const widened = await patch('near', { step: 1001 })
+  t.equal(widened.statusCode, 400)
+  t.same(widened.json(), { error: 'INVALID_BODY', message: `step: maxId ${MAX - 1000n} + step 1001 passes 2^63 - 1 (${MAX}): the next segment would pass the largest 64-bit ID.` }, 'PATCH reads max_id from the row')
+  t.match((await server.inject({ url: '/api/db', headers: AUTH })).json().find((r: { key: string }) => r.key === 'near'), { step: 5 }, 'the step is unchanged')
+  t.equal((await patch('near', { step: 1000 })).statusCode, 200, 'a step that still fits')
+  t.equal((await patch('near', { description: 'only the description' })).statusCode, 200, 'no step: nothing to check')
+  t.equal((await patch('nope', { step: 1000 })).json().error, 'KEY_NOT_FOUND')
+})
+
+t.test('the pages escape tags with <, & and quotes', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  const evil = '<img src=x onerror="alert(1)">&\'"'
+  t.equal((await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key: evil, step: 10, description: '<script>x</script>' } })).statusCode, 201)
+  await server.inject(`/api/segment/get/${encodeURIComponent(evil)}`)
+  for (const url of ['/cache', '/db']) {
+    const res = await server.inject({ url, headers: AUTH })
+    t.equal(res.statusCode, 200)
+    t.match(res.headers['content-type'], /^text\/html/)
+    t.notMatch(res.body, /<img|<script>x/, `${url}: nothing from the data becomes markup`)
+    t.match(res.body, /&lt;img src=x onerror=&quot;alert\(1\)&quot;&gt;&amp;&#39;&quot;/)
+  }
+})

@@ -1,0 +1,202 @@
+import { Writable } from 'node:stream'
+import pino from 'pino'
+import t from 'tap'
+import { buildApp } from '../../src/app.js'
+import { formatLocal } from '../../src/http/decode-routes.js'
+import { tempDir, testConfig } from '../helpers/config.js'
+import { silentLogger } from '../helpers/logger.js'
+import { batchLines } from '../helpers/ids.js'
+
+async function app (values: Record<string, string | number | boolean> = { 'leaf.segment.enable': true }) {
+  const instance = await buildApp(testConfig(values), { logger: silentLogger })
+  t.teardown(() => instance.close())
+  return instance
+}
+
+t.test('GET /api/segment/get/:key answers the ID as plain text', async (t) => {
+  const server = await app()
+  const first = await server.inject('/api/segment/get/order')
+  t.equal(first.statusCode, 200)
+  t.match(first.headers['content-type'], /^text\/plain/)
+  t.equal(first.body, '1')
+  t.equal((await server.inject('/api/segment/get/order')).body, '2')
+  t.equal((await server.inject('/api/segment/get/leaf-segment-test')).body, '1')
+})
+
+t.test('?count=N answers N increasing IDs, one per line', async (t) => {
+  const server = await app()
+  const res = await server.inject('/api/segment/get/order?count=5000')
+  t.equal(res.statusCode, 200)
+  const ids = batchLines(res.body).map(BigInt)
+  t.equal(ids.length, 5000, 'crosses into further segments (step 2000)')
+  t.ok(ids.every((id, i) => i === 0 || id > (ids[i - 1] as bigint)))
+  t.equal(ids[0], 1n)
+})
+
+t.test('a text batch ends with a newline, so every line is an ID; a single ID is the bare decimal', async (t) => {
+  const server = await app({ 'leaf.segment.enable': true, 'leaf.snowflake.enable': true, 'leaf.snowflake.cache.dir': tempDir() })
+  t.equal((await server.inject('/api/segment/get/order')).body, '1', 'single: Leaf\'s contract, no newline')
+  t.equal((await server.inject('/api/segment/get/order?count=3')).body, '2\n3\n4\n')
+  t.equal((await server.inject('/api/segment/get/order?count=1')).body, '5\n', 'a batch of one is a line too')
+  const snowflake = (await server.inject('/api/snowflake/get/k?count=7')).body
+  t.equal(snowflake.match(/\n/g)?.length, 7, 'as wc -l counts: 7 lines for 7 IDs')
+  t.match(snowflake, /^([0-9]+\n){7}$/)
+  t.notMatch((await server.inject('/api/snowflake/get/k')).body, /\n/, 'single snowflake ID: no newline')
+  t.same((await server.inject({ url: '/api/segment/get/order?count=2', headers: { accept: 'application/json' } })).json(), { ids: ['6', '7'] }, 'JSON unchanged')
+})
+
+t.test('Accept: application/json answers {"id"} or {"ids"} with string IDs', async (t) => {
+  const server = await app()
+  const one = await server.inject({ url: '/api/segment/get/order', headers: { accept: 'application/json' } })
+  t.match(one.headers['content-type'], /^application\/json/)
+  t.same(one.json(), { id: '1' })
+  const many = await server.inject({ url: '/api/segment/get/order?count=3', headers: { accept: 'application/json' } })
+  t.same(many.json(), { ids: ['2', '3', '4'] })
+})
+
+t.test('a disabled mode answers 503 MODE_DISABLED, never ID 0', async (t) => {
+  const server = await app({ 'leaf.segment.enable': false })
+  for (const mode of ['segment', 'snowflake']) {
+    const res = await server.inject(`/api/${mode}/get/order`)
+    t.equal(res.statusCode, 503)
+    t.same(res.json(), { error: 'MODE_DISABLED', message: `${mode} mode is disabled on this instance.` })
+  }
+})
+
+t.test('bad input gets its documented status and JSON body, and the server stays up', async (t) => {
+  const server = await app()
+  const cases: [string, number, string][] = [
+    ['/api/segment/get/', 400, 'INVALID_KEY'],
+    [`/api/segment/get/${'k'.repeat(129)}`, 400, 'INVALID_KEY'],
+    [`/api/segment/get/${'k'.repeat(4096)}`, 400, 'INVALID_KEY'],
+    [`/api/segment/get/${'é'.repeat(128)}`, 404, 'KEY_NOT_FOUND'],
+    [`/api/segment/get/${encodeURIComponent('😀'.repeat(128))}`, 404, 'KEY_NOT_FOUND'],
+    [`/api/segment/get/${encodeURIComponent('😀'.repeat(129))}`, 400, 'INVALID_KEY'],
+    ['/api/segment/get/a/b', 404, 'NOT_FOUND'],
+    ['/api/segment/get/a%2Fb', 404, 'KEY_NOT_FOUND'],
+    ['/api/segment/get/%00', 404, 'KEY_NOT_FOUND'],
+    ['/api/segment/get/%zz', 400, 'BAD_REQUEST'],
+    ['/api/segment/get/..', 404, 'NOT_FOUND'], // URL parsing resolves it to /api/segment/
+    [`/api/segment/get/${encodeURIComponent("o' OR '1'='1")}`, 404, 'KEY_NOT_FOUND'],
+    [`/api/segment/get/${encodeURIComponent('order"; DROP TABLE leaf_alloc; --')}`, 404, 'KEY_NOT_FOUND'],
+    ['/api/segment/get/order?count=0', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=-1', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=1.5', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=10001', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=abc', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=1&count=2', 400, 'INVALID_COUNT'],
+    ['/api/segment/get/order?count=99999999999999999999', 400, 'INVALID_COUNT'],
+    ['/no/such/route', 404, 'NOT_FOUND'],
+  ]
+  for (const [url, status, code] of cases) {
+    const res = await server.inject(url)
+    t.equal(res.statusCode, status, `${url.slice(0, 60)} -> ${status}`)
+    t.match(res.headers['content-type'], /^application\/json/)
+    const body = res.json()
+    t.equal(body.error, code, `${url.slice(0, 60)} -> ${code}`)
+    t.type(body.message, 'string')
+    t.notMatch(res.body, /at .*\.(js|ts):\d+/, 'no stack trace')
+  }
+  const post = await server.inject({ method: 'POST', url: '/api/segment/get/order' })
+  t.equal(post.statusCode, 404)
+  t.equal(post.json().error, 'NOT_FOUND')
+  t.equal(batchLines((await server.inject('/api/segment/get/order?count=10000')).body).length, 10000, 'count at the maximum is fine')
+  t.equal((await server.inject('/api/segment/get/order')).statusCode, 200, 'still serving')
+})
+
+t.test('snowflake: the same contract as segment; any valid key', async (t) => {
+  const server = await app({ 'leaf.snowflake.enable': true, 'leaf.snowflake.worker.id': 5, 'leaf.snowflake.cache.dir': tempDir() })
+  const res = await server.inject('/api/snowflake/get/anything')
+  t.equal(res.statusCode, 200)
+  t.match(res.headers['content-type'], /^text\/plain/)
+  t.match(res.body, /^\d{18,19}$/)
+  const json = await server.inject({ url: '/api/snowflake/get/x?count=3', headers: { accept: 'application/json' } })
+  t.equal(json.json().ids.length, 3)
+  t.equal((await server.inject(`/api/snowflake/get/${'k'.repeat(129)}`)).json().error, 'INVALID_KEY')
+  t.equal((await server.inject('/api/snowflake/get/x?count=0')).json().error, 'INVALID_COUNT')
+  t.equal((await server.inject('/api/segment/get/order')).json().error, 'MODE_DISABLED')
+})
+
+t.test('decode routes: Leaf\'s strings in the server\'s zone, and the JSON form', async (t) => {
+  const server = await app({ 'leaf.snowflake.enable': true, 'leaf.snowflake.cache.dir': tempDir() })
+  // Leaf's README example: worker 39, sequence 3448 at 1567733700834.
+  const id = ((1567733700834n - 1288834974657n) << 22n) | (39n << 12n) | 3448n
+  const leaf = await server.inject(`/decodeSnowflakeId?snowflakeId=${id}`)
+  t.equal(leaf.statusCode, 200)
+  t.same(leaf.json(), { timestamp: `1567733700834(${formatLocal(1567733700834)})`, sequenceId: '3448', workerId: '39' })
+  t.match(formatLocal(1567733700834), /^2019-09-0[56] \d\d:\d\d:00\.834$/)
+  const ours = await server.inject(`/api/snowflake/decode/${id}`)
+  t.same(ours.json(), {
+    id: String(id),
+    layout: 'leaf',
+    timestamp: 1567733700834,
+    time: '2019-09-06T01:35:00.834Z',
+    workerId: 39,
+    sequence: 3448,
+    // 1567733700834 - 1288834974657 = 278898726177 ms since twepoch
+    fields: { time: 278898726177, worker: 39, sequence: 3448 },
+  })
+  for (const bad of ['abc', '', '1.5', '9223372036854775808', '99999999999999999999', '0x10']) {
+    const a = await server.inject(`/decodeSnowflakeId?snowflakeId=${encodeURIComponent(bad)}`)
+    t.equal(a.statusCode, 400, `decodeSnowflakeId ${bad || '(empty)'} -> 400`)
+    t.match(a.json(), { error: 'INVALID_ID', errorMsg: String })
+    if (bad !== '') t.equal((await server.inject(`/api/snowflake/decode/${encodeURIComponent(bad)}`)).statusCode, 400)
+  }
+  t.equal((await server.inject('/decodeSnowflakeId')).statusCode, 400, 'missing parameter')
+})
+
+t.test('a decode with no ID names the missing parameter, still as INVALID_ID', async (t) => {
+  const server = await app({ 'leaf.snowflake.enable': true, 'leaf.snowflake.cache.dir': tempDir() })
+  const query = 'snowflakeId is missing: give the ID to decode as ?snowflakeId=N.'
+  const path = 'id is missing: give the ID to decode in the path, /api/snowflake/decode/:id.'
+  for (const [url, message] of [
+    ['/decodeSnowflakeId', query],
+    ['/decodeSnowflakeId?snowflakeId=', query],
+    ['/decodeSnowflakeId?other=1', query],
+    ['/api/snowflake/decode/', path],
+    ['/api/snowflake/decode', path],
+    ['/api/snowflake/decode?snowflakeId=1', path],
+  ] as const) {
+    const a = await server.inject(url)
+    t.equal(a.statusCode, 400, `${url} -> 400`)
+    t.same(a.json(), { error: 'INVALID_ID', message, errorMsg: message }, url)
+  }
+  const bad = (await server.inject('/decodeSnowflakeId?snowflakeId=x')).json()
+  t.same(bad, { error: 'INVALID_ID', message: 'The value is not a decimal 64-bit integer.', errorMsg: 'The value is not a decimal 64-bit integer.' }, 'a value given but not an ID: the table\'s message')
+  t.equal((await server.inject('/api/snowflake/decode/9223372036854775807')).statusCode, 200, 'the largest int64 decodes')
+})
+
+t.test('5xx answers are logged at error once per code per 30 s, not once per request', async (t) => {
+  const lines: { level: number, msg: string, error?: string, url?: string }[] = []
+  const logger = pino({ level: 'info' }, new Writable({
+    write (chunk: Buffer, _encoding, done) {
+      lines.push(JSON.parse(chunk.toString('utf8')) as (typeof lines)[number])
+      done()
+    },
+  }))
+  const server = await buildApp(testConfig({ 'leaf.segment.enable': true }), { logger })
+  t.teardown(() => server.close())
+  for (let i = 0; i < 50; i++) t.equal((await server.inject(`/api/snowflake/get/k${i}`)).statusCode, 503)
+  const errors = lines.filter((l) => l.level === 50)
+  t.equal(errors.length, 1, '50 MODE_DISABLED answers: one error line')
+  t.match(errors[0], { error: 'MODE_DISABLED', url: '/api/snowflake/get/k0', msg: 'snowflake mode is disabled on this instance.' })
+})
+
+t.test('HEAD on an ID route: 405 with Allow: GET, and no ID is used up', async (t) => {
+  const server = await app({ 'leaf.segment.enable': true, 'leaf.snowflake.enable': true, 'leaf.snowflake.cache.dir': tempDir() })
+  for (const url of ['/api/segment/get/order', '/api/segment/get/order?count=5', '/api/snowflake/get/k', '/api/snowflake/get/k?count=5', '/api/segment/get/nope']) {
+    const head = await server.inject({ method: 'HEAD', url })
+    t.equal(head.statusCode, 405, `HEAD ${url}`)
+    t.equal(head.headers.allow, 'GET')
+    t.match(head.headers['content-type'], /^application\/json/)
+    t.equal(head.body, '', 'no body, as HEAD has none')
+  }
+  t.equal((await server.inject('/api/segment/get/order')).body, '1', 'the next GET gives the first ID: the HEADs took none')
+  const metrics = (await server.inject('/metrics')).body
+  t.notMatch(metrics, /leaf_ids_issued_total\{mode="snowflake"/, 'no snowflake ID was issued')
+  t.match(metrics, /http_request_duration_seconds_count\{method="HEAD",route="\/api\/segment\/get\/:key",status_code="405"\} 3/, 'counted under the route pattern')
+  const get = await server.inject({ method: 'GET', url: '/api/segment/get/order', headers: { accept: 'application/json' } })
+  t.same(get.json(), { id: '2' }, 'GET unchanged')
+  t.equal((await server.inject({ method: 'HEAD', url: '/healthz' })).statusCode, 200, 'HEAD elsewhere still answers as GET would')
+})

@@ -1,0 +1,549 @@
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import { parseJdbcUrl } from '../../src/config/jdbc-url.js'
+import { CONFIG_KEYS, envName, type ConfigKey } from '../../src/config/keys.js'
+import { ConfigError, loadConfig, type Config, ForeignKeyError, UnknownKeyError } from '../../src/config/load-config.js'
+import { editDistance, nearestKey } from '../../src/config/unknown-keys.js'
+import { resolveSnowflakeSettings } from '../../src/snowflake/settings.js'
+
+function dirWith (properties?: string): string {
+  const dir = mkdtempSync(join(tmpdir(), 'leaf-config-'))
+  if (properties !== undefined) {
+    writeFileSync(join(dir, 'leaf.properties'), properties)
+  }
+  return dir
+}
+
+t.test('built-in defaults when there is no file', async (t) => {
+  const { config, file } = loadConfig({ cwd: dirWith(), installDir: '/opt/leaf' })
+  t.equal(file, undefined)
+  t.match(config, {
+    server: { host: '0.0.0.0', port: 8080 },
+    batchMax: 10000,
+    segment: { enabled: false, waitTimeoutMs: 3000, refreshIntervalMs: 60000, store: { kind: 'sqlite', path: '/opt/leaf/data/leaf.db', embeddedDefault: true } },
+    snowflake: { enabled: false, zkAddress: '', port: 8080, twepoch: 1288834974657 },
+  })
+})
+
+t.test('Java Leaf\'s leaf.properties works unchanged', async (t) => {
+  const dir = dirWith([
+    'leaf.name=com.sankuai.leaf.opensource.test',
+    'leaf.segment.enable=true',
+    'leaf.jdbc.url=jdbc:mysql://db.local:3307/leaf?useUnicode=true&characterEncoding=utf8',
+    'leaf.jdbc.username=root',
+    'leaf.jdbc.password=secret',
+    '',
+    'leaf.snowflake.enable=false',
+    '#leaf.snowflake.zk.address=',
+    'leaf.snowflake.port=9090',
+  ].join('\n'))
+  const { config } = loadConfig({ argv: ['--config', join(dir, 'leaf.properties')] })
+  t.equal(config.name, 'com.sankuai.leaf.opensource.test')
+  t.equal(config.segment.enabled, true)
+  t.same(config.segment.store, { kind: 'mysql', hosts: [{ host: 'db.local', port: 3307 }], user: 'root', password: 'secret', database: 'leaf' })
+  t.equal(config.snowflake.port, 9090)
+})
+
+t.test('precedence: defaults < file < environment < command line', async (t) => {
+  const dir = dirWith('server.port=1111\nleaf.snowflake.zk.address=zk:2181\nleaf.batch.max=50\nleaf.segment.wait-timeout-ms=700\n')
+  const env = { LEAF_CONFIG: join(dir, 'leaf.properties'), SERVER_PORT: '2222', LEAF_SNOWFLAKE_ZK_ADDRESS: '', LEAF_BATCH_MAX: '60' }
+  const { config } = loadConfig({ env, argv: ['--server.port=3333'] })
+  t.equal(config.server.port, 3333, 'command line beats environment')
+  t.equal(config.batchMax, 60, 'environment beats file')
+  t.equal(config.snowflake.zkAddress, '', 'an empty variable overrides the file with an empty value')
+  t.equal(config.segment.waitTimeoutMs, 700, 'file beats default')
+  t.equal(config.snowflake.port, 3333, 'snowflake port follows server.port when unset')
+})
+
+t.test('the warm-start file: beside the SQLite file, in the install folder\'s data/ with MySQL, none on port 0 or when off', async (t) => {
+  const installDir = '/opt/leaf'
+  const at = (argv: string[]) => loadConfig({ cwd: dirWith(), argv, installDir }).config.segment.stateFile
+  t.equal(at(['--leaf.jdbc.url=sqlite:/srv/leaf/leaf.db', '--server.port=8080']), '/srv/leaf/segment-state-8080.json')
+  t.equal(at(['--server.port=8081']), '/opt/leaf/data/segment-state-8081.json', 'the embedded default: the install folder\'s data/leaf.db')
+  t.equal(at(['--leaf.jdbc.url=mysql://u:p@db:3306/leaf', '--server.port=8080']), '/opt/leaf/data/segment-state-8080.json')
+  t.equal(at(['--server.port=0']), undefined, 'a new port at every start: nothing to warm')
+  t.equal(at(['--server.port=8080', '--leaf.segment.state-file=off']), undefined)
+  t.equal(at(['--server.port=8080', '--leaf.segment.state-file=state/s.json']), '/opt/leaf/state/s.json', 'relative, no file: from the install folder')
+})
+
+t.test('a relative sqlite: path or state file is read from the config file\'s folder, else the install folder; never the working folder', async (t) => {
+  const installDir = '/opt/leaf'
+  const cwd = dirWith()
+  const file = dirWith('leaf.jdbc.url=sqlite:db/leaf.db\nleaf.segment.state-file=state.json\n')
+  const fromFile = loadConfig({ cwd, argv: ['--config', join(file, 'leaf.properties')], installDir })
+  t.same(fromFile.config.segment.store, { kind: 'sqlite', path: join(file, 'db/leaf.db') }, 'named in the file: the file\'s folder')
+  t.equal(fromFile.config.segment.stateFile, join(file, 'state.json'))
+  t.equal(fromFile.relativeTo, file)
+  const fromEnv = loadConfig({ cwd, argv: ['--config', join(file, 'leaf.properties')], env: { LEAF_JDBC_URL: 'sqlite:./other.db' }, installDir })
+  t.same(fromEnv.config.segment.store, { kind: 'sqlite', path: join(file, 'other.db') }, 'from the environment, with a file: the file\'s folder')
+  const noFile = loadConfig({ cwd, argv: ['--leaf.jdbc.url=sqlite:./data/other.db'], installDir })
+  t.same(noFile.config.segment.store, { kind: 'sqlite', path: '/opt/leaf/data/other.db' }, 'no file: the install folder')
+  t.equal(noFile.relativeTo, installDir)
+  const embedded = loadConfig({ cwd, argv: ['--config', join(file, 'leaf.properties'), '--leaf.jdbc.url='], installDir })
+  t.same(embedded.config.segment.store, { kind: 'sqlite', path: '/opt/leaf/data/leaf.db', embeddedDefault: true }, 'the embedded default: always the install folder')
+  t.same(loadConfig({ cwd, argv: ['--leaf.jdbc.url=sqlite:/abs/x.db'], installDir }).config.segment.store, { kind: 'sqlite', path: '/abs/x.db' })
+  t.same(loadConfig({ cwd, argv: ['--leaf.jdbc.url=sqlite::memory:'], installDir }).config.segment.store, { kind: 'sqlite', path: ':memory:' })
+})
+
+t.test('environment names follow Spring Boot: dots and dashes to underscores, upper case', async (t) => {
+  t.equal(envName('leaf.jdbc.url'), 'LEAF_JDBC_URL')
+  t.equal(envName('leaf.segment.wait-timeout-ms'), 'LEAF_SEGMENT_WAIT_TIMEOUT_MS')
+  t.equal(envName('log.level'), 'LOG_LEVEL')
+})
+
+/**
+ * Where each key lands in the Config, with two valid values and what each becomes: `a` is not
+ * the default, `b` differs from `a`. A key added to the table without a line here fails the
+ * type check and the tests below.
+ */
+interface Landing { read: (c: Config) => unknown, a: [string, unknown], b: [string, unknown] }
+
+const mysql = (c: Config) => c.segment.store.kind === 'mysql' ? c.segment.store : undefined
+
+const LANDINGS: Record<ConfigKey, Landing> = {
+  'leaf.name': { read: (c) => c.name, a: ['ids-a', 'ids-a'], b: ['ids-b', 'ids-b'] },
+  'server.host': { read: (c) => c.server.host, a: ['127.0.0.2', '127.0.0.2'], b: ['::1', '::1'] },
+  'server.port': { read: (c) => c.server.port, a: ['8181', 8181], b: ['8282', 8282] },
+  'leaf.instance.name': { read: (c) => c.instanceName, a: ['leaf-a:8080', 'leaf-a:8080'], b: ['leaf-b', 'leaf-b'] },
+  'log.level': { read: (c) => c.logLevel, a: ['debug', 'debug'], b: ['warn', 'warn'] },
+  'leaf.segment.enable': { read: (c) => c.segment.enabled, a: ['true', true], b: ['false', false] },
+  'leaf.jdbc.url': {
+    read: (c) => [mysql(c)?.hosts[0]?.host, mysql(c)?.hosts[0]?.port, mysql(c)?.database],
+    a: ['jdbc:mysql://db-a:3307/leaf_a?useUnicode=true', ['db-a', 3307, 'leaf_a']],
+    b: ['mysql://db-b/leaf_b', ['db-b', 3306, 'leaf_b']],
+  },
+  'leaf.jdbc.username': { read: (c) => mysql(c)?.user, a: ['user-a', 'user-a'], b: ['user-b', 'user-b'] },
+  'leaf.jdbc.password': { read: (c) => mysql(c)?.password, a: ['pw-a', 'pw-a'], b: ['pw-b', 'pw-b'] },
+  'leaf.jdbc.connect-timeout-ms': { read: (c) => c.segment.connectTimeoutMs, a: ['2500', 2500], b: ['3500', 3500] },
+  'leaf.jdbc.pool-size': { read: (c) => c.segment.poolSize, a: ['4', 4], b: ['5', 5] },
+  'leaf.jdbc.query-timeout-ms': { read: (c) => c.segment.queryTimeoutMs, a: ['2500', 2500], b: ['3500', 3500] },
+  'leaf.segment.wait-timeout-ms': { read: (c) => c.segment.waitTimeoutMs, a: ['4000', 4000], b: ['5000', 5000] },
+  'leaf.segment.refresh-interval-ms': { read: (c) => c.segment.refreshIntervalMs, a: ['30000', 30000], b: ['45000', 45000] },
+  'leaf.segment.failover-hold-ms': { read: (c) => c.segment.failoverHoldMs, a: ['7000', 7000], b: ['9000', 9000] },
+  'leaf.segment.buffer-seconds': { read: (c) => c.segment.bufferSeconds, a: ['30', 30], b: ['0', 0] },
+  'leaf.segment.max-buffered-segments': { read: (c) => c.segment.maxBufferedSegments, a: ['2', 2], b: ['16', 16] },
+  'leaf.segment.trusted-stores': { read: (c) => c.segment.trustedStores, a: ['server_id 1', ['server_id 1']], b: ['server_id  2, galera cluster 0f3c-77ab', ['server_id 2', 'galera cluster 0f3c-77ab']] },
+  'leaf.segment.state-file': { read: (c) => c.segment.stateFile, a: ['/var/lib/leaf/state.json', '/var/lib/leaf/state.json'], b: ['off', undefined] },
+  'leaf.batch.max': { read: (c) => c.batchMax, a: ['500', 500], b: ['600', 600] },
+  'leaf.snowflake.enable': { read: (c) => c.snowflake.enabled, a: ['true', true], b: ['false', false] },
+  'leaf.snowflake.zk.address': { read: (c) => c.snowflake.zkAddress, a: ['zk-a:2181', 'zk-a:2181'], b: ['zk-b:2181,zk-c:2181', 'zk-b:2181,zk-c:2181'] },
+  'leaf.snowflake.port': { read: (c) => c.snowflake.port, a: ['9091', 9091], b: ['9092', 9092] },
+  'leaf.snowflake.ip': { read: (c) => c.snowflake.ip, a: ['10.0.0.1', '10.0.0.1'], b: ['10.0.0.2', '10.0.0.2'] },
+  'leaf.snowflake.worker.id': { read: (c) => c.snowflake.workerId, a: ['7', 7], b: ['8', 8] },
+  'leaf.snowflake.worker-id.source': { read: (c) => c.snowflake.workerIdSource, a: ['db-lease', 'db-lease'], b: ['statefulset', 'statefulset'] },
+  'leaf.snowflake.worker-id.min': { read: (c) => c.snowflake.workerIdMin, a: ['5', 5], b: ['6', 6] },
+  'leaf.snowflake.worker-id.max': { read: (c) => c.snowflake.workerIdMax, a: ['900', 900], b: ['800', 800] },
+  'leaf.snowflake.worker-id.hostname': { read: (c) => c.snowflake.hostname, a: ['leaf-3', 'leaf-3'], b: ['leaf-4', 'leaf-4'] },
+  'leaf.snowflake.lease.ttl-ms': { read: (c) => c.snowflake.leaseTtlMs, a: ['20000', 20000], b: ['40000', 40000] },
+  'leaf.snowflake.layout': {
+    read: (c) => c.snowflake.layoutSpec,
+    a: ['uid-generator,time=31s,worker=22,sequence=10', 'uid-generator,time=31s,worker=22,sequence=10'],
+    b: ['time=42ms,worker=12,sequence=9,epoch=1600000000000', 'time=42ms,worker=12,sequence=9,epoch=1600000000000'],
+  },
+  'leaf.snowflake.vesta.version': { read: (c) => c.snowflake.vesta.version, a: ['1', 1], b: ['0', 0] },
+  'leaf.snowflake.vesta.gen-method': { read: (c) => c.snowflake.vesta.genMethod, a: ['1', 1], b: ['3', 3] },
+  'leaf.snowflake.borrow-ahead-ms': { read: (c) => c.snowflake.borrowAheadMs, a: ['5', 5], b: ['7', 7] },
+  'leaf.snowflake.twepoch': { read: (c) => c.snowflake.twepoch, a: ['1500000000000', 1500000000000], b: ['1600000000000', 1600000000000] },
+  'leaf.snowflake.cache.dir': { read: (c) => c.snowflake.cacheDir, a: ['/var/cache/leaf-a', '/var/cache/leaf-a'], b: ['/var/cache/leaf-b', '/var/cache/leaf-b'] },
+  'leaf.snowflake.max-clock-drift-ms': { read: (c) => c.snowflake.maxClockDriftMs, a: ['1000', 1000], b: ['2000', 2000] },
+  'leaf.snowflake.heartbeat-interval-ms': { read: (c) => c.snowflake.heartbeatIntervalMs, a: ['1500', 1500], b: ['2500', 2500] },
+  'leaf.snowflake.zk.connect-timeout-ms': { read: (c) => c.snowflake.zkConnectTimeoutMs, a: ['6000', 6000], b: ['7000', 7000] },
+  'leaf.snowflake.zk.session-timeout-ms': { read: (c) => c.snowflake.zkSessionTimeoutMs, a: ['20000', 20000], b: ['30000', 30000] },
+  'leaf.metrics.max-tag-series': { read: (c) => c.metrics.maxTagSeries, a: ['500', 500], b: ['0', 0] },
+  'leaf.admin.token': { read: (c) => c.adminToken, a: ['tok-a', 'tok-a'], b: ['tok-b', 'tok-b'] },
+}
+
+/** The landing of a key, failing loudly for a key the table above does not know. */
+function landing (key: string): Landing {
+  const found = (LANDINGS as Record<string, Landing | undefined>)[key]
+  if (found === undefined) throw new Error(`${key} is in the key table but not in LANDINGS (test/unit/config.test.ts): say where it lands in the Config`)
+  return found
+}
+
+type Source = 'file' | 'environment' | 'command line'
+
+/** Loads a config with every key set by the given sources, each to the value the picker gives. */
+function loadFrom (sources: Partial<Record<Source, (l: Landing) => [string, unknown]>>): Config {
+  const lines: string[] = []
+  const env: Record<string, string> = {}
+  const argv: string[] = []
+  for (const key of CONFIG_KEYS) {
+    const l = landing(key)
+    if (sources.file !== undefined) lines.push(`${key}=${sources.file(l)[0]}`)
+    if (sources.environment !== undefined) env[envName(key)] = sources.environment(l)[0]
+    if (sources['command line'] !== undefined) argv.push(`--${key}=${sources['command line'](l)[0]}`)
+  }
+  const dir = dirWith(lines.join('\n') + '\n')
+  return loadConfig({ cwd: dir, env, argv: sources.file === undefined ? argv : ['--config', join(dir, 'leaf.properties'), ...argv] }).config
+}
+
+t.test('every key of the table has a landing, and its value `a` is not the default\'s', async (t) => {
+  t.same(Object.keys(LANDINGS).sort(), [...CONFIG_KEYS].sort(), 'LANDINGS lists exactly the keys of the table')
+  const defaults = loadConfig({ cwd: dirWith() }).config
+  for (const key of CONFIG_KEYS) {
+    const l = landing(key)
+    t.notSame(l.a[1], l.read(defaults), `${key}: a is not the default`)
+    t.notSame(l.a[1], l.b[1], `${key}: a and b differ`)
+  }
+})
+
+for (const source of ['file', 'environment', 'command line'] as const) {
+  t.test(`every key set through the ${source} lands in the config`, async (t) => {
+    const config = loadFrom({ [source]: (l: Landing) => l.a })
+    for (const key of CONFIG_KEYS) t.same(landing(key).read(config), landing(key).a[1], key)
+  })
+}
+
+t.test('for every key: environment over file, command line over environment', async (t) => {
+  const envOverFile = loadFrom({ file: (l) => l.a, environment: (l) => l.b })
+  const cliOverEnv = loadFrom({ file: (l) => l.b, environment: (l) => l.b, 'command line': (l) => l.a })
+  const cliOverFile = loadFrom({ file: (l) => l.b, 'command line': (l) => l.a })
+  for (const key of CONFIG_KEYS) {
+    t.same(landing(key).read(envOverFile), landing(key).b[1], `${key}: environment over file`)
+    t.same(landing(key).read(cliOverEnv), landing(key).a[1], `${key}: command line over environment`)
+    t.same(landing(key).read(cliOverFile), landing(key).a[1], `${key}: command line over file`)
+  }
+})
+
+t.test('bad values stop the start, naming the key', async (t) => {
+  const cwd = dirWith()
+  const cases: [Record<string, string>, string[], string, RegExp][] = [
+    [{ SERVER_PORT: 'abc' }, [], 'server.port', /not an integer/],
+    [{}, ['--server.port=70000'], 'server.port', /out of range/],
+    [{ LEAF_JDBC_URL: 'redis://x/y' }, [], 'leaf.jdbc.url', /unknown scheme "redis" \(use jdbc:mysql:\/\/, mysql:\/\/, jdbc:postgresql:\/\/, postgres:\/\/ or sqlite:\)/],
+    [{ LEAF_JDBC_URL: 'postgres://db' }, [], 'leaf.jdbc.url', /must name one database/],
+    [{ LEAF_JDBC_URL: 'jdbc:mysql:loadbalance://h1,h2/leaf' }, [], 'leaf.jdbc.url', /uses the mysql:loadbalance:\/\/ form, which Leaf-TS does not read/],
+    [{}, ['--leaf.segment.trusted-stores=server_id 1,db1:3306'], 'leaf.segment.trusted-stores', /"db1:3306" is not a store identity/],
+    [{ LEAF_SEGMENT_ENABLE: 'yes' }, [], 'leaf.segment.enable', /not true or false/],
+    [{ LEAF_CONFIG: '/nonexistent/leaf.properties' }, [], 'LEAF_CONFIG', /cannot read \/nonexistent\/leaf\.properties \(ENOENT\)/],
+    [{}, ['--config=/nonexistent/leaf.properties'], '--config', /cannot read/],
+    [{ LEAF_CONFIG: '/nonexistent/a.properties' }, ['--config', '/nonexistent/b.properties'], '--config', /b\.properties/],
+    [{}, ['--no.such.key=1'], 'no.such.key', /not a configuration key/],
+    [{}, ['--server.port'], 'server.port', /no value/],
+    [{}, ['stray'], 'command line', /unexpected argument/],
+    [{ LEAF_BATCH_MAX: '0' }, [], 'leaf.batch.max', /out of range/],
+    [{ LOG_LEVEL: 'loud' }, [], 'log.level', /not a pino log level/],
+  ]
+  for (const [env, argv, key, problem] of cases) {
+    const err = t.throws(() => loadConfig({ cwd, env, argv })) as ConfigError
+    t.ok(err instanceof ConfigError, `${key}: a ConfigError`)
+    t.equal(err.key, key)
+    t.match(err.message, problem)
+  }
+})
+
+t.test('the file: --config, then LEAF_CONFIG, then ./config/leaf.properties, then the shipped one', async (t) => {
+  const fileWith = (port: number) => join(dirWith(`server.port=${port}\n`), 'leaf.properties')
+  const cli = fileWith(1001)
+  const env = fileWith(1002)
+  const shipped = fileWith(1004)
+  const cwd = dirWith()
+  mkdirSync(join(cwd, 'config'))
+  writeFileSync(join(cwd, 'config/leaf.properties'), 'server.port=1003\n')
+  const load = (o: { argv?: string[], env?: Record<string, string>, cwd?: string }) => {
+    const { config, file, fileFrom } = loadConfig({ cwd, shippedPath: shipped, ...o })
+    return { port: config.server.port, file, fileFrom }
+  }
+  t.same(load({ argv: ['--config', cli], env: { LEAF_CONFIG: env } }), { port: 1001, file: cli, fileFrom: '--config' }, '--config first')
+  t.same(load({ env: { LEAF_CONFIG: env } }), { port: 1002, file: env, fileFrom: 'LEAF_CONFIG' }, 'then LEAF_CONFIG')
+  t.same(load({}), { port: 1003, file: join(cwd, 'config/leaf.properties'), fileFrom: 'config/leaf.properties' }, 'then ./config/leaf.properties')
+  t.same(load({ cwd: dirWith() }), { port: 1004, file: shipped, fileFrom: 'shipped' }, 'then the shipped file, from a folder without one')
+  t.same(load({ env: { LEAF_CONFIG: '' }, argv: ['--config='] }), { port: 1003, file: join(cwd, 'config/leaf.properties'), fileFrom: 'config/leaf.properties' }, 'empty names count as unset')
+  const none = loadConfig({ cwd: dirWith(), shippedPath: join(dirWith(), 'missing.properties') })
+  t.same([none.file, none.fileFrom, none.config.server.port], [undefined, undefined, 8080], 'no file anywhere: the built-in defaults')
+
+  const unreadable = dirWith()
+  mkdirSync(join(unreadable, 'config/leaf.properties'), { recursive: true })
+  const err = t.throws(() => loadConfig({ cwd: unreadable, shippedPath: shipped })) as ConfigError
+  t.equal(err.key, 'config/leaf.properties', 'a ./config/leaf.properties that cannot be read is an error, not passed over')
+  t.match(err.message, /cannot read .*config\/leaf\.properties \(EISDIR\)/)
+})
+
+// --- Names that are not keys -----------------------------------------------------------
+
+/** The UnknownKeyError or ForeignKeyError a load throws. */
+function refusal (t: Test, options: Parameters<typeof loadConfig>[0], what: string): UnknownKeyError | ForeignKeyError {
+  const err: unknown = t.throws(() => loadConfig(options), what)
+  t.ok(err instanceof UnknownKeyError || err instanceof ForeignKeyError, `${what}: an UnknownKeyError or ForeignKeyError`)
+  t.ok(err instanceof ConfigError, `${what}: a ConfigError, so server.ts exits 1 before anything runs`)
+  return err as UnknownKeyError | ForeignKeyError
+}
+
+t.test('a mistyped key in the file refuses the start, naming the file, the line and the key meant', async (t) => {
+  const text = [
+    '# Java Leaf style',
+    'leaf.name=typos',
+    '',
+    'leaf.snowflake.enable=true',
+    'leaf.snowflake.zk.adress=127.0.0.1:2181',
+    'leaf.segement.enable=true',
+  ].join('\n')
+  const dir = dirWith(text)
+  const path = join(dir, 'leaf.properties')
+  const err = refusal(t, { cwd: dir, argv: ['--config', path] }, 'leaf.snowflake.zk.adress')
+  t.match(err, { code: 'UNKNOWN_KEY', key: 'leaf.snowflake.zk.adress', where: `${path}:5`, suggestion: 'leaf.snowflake.zk.address' }, 'the first in file order')
+  t.equal(err.message, `leaf.snowflake.zk.adress: not a configuration key (${path}:5); did you mean leaf.snowflake.zk.address?`)
+
+  const segement = refusal(t, { cwd: dir, argv: ['--config', join(dirWith('leaf.segement.enable=true\n'), 'leaf.properties')] }, 'leaf.segement.enable')
+  t.match(segement, { code: 'UNKNOWN_KEY', key: 'leaf.segement.enable', suggestion: 'leaf.segment.enable', where: /leaf\.properties:1$/ })
+  t.match(segement.message, /did you mean leaf\.segment\.enable\?$/)
+
+  // Lines as Java counts them: a continued value is one logical line, \r\n and \r end a line.
+  const continued = dirWith('leaf.name=a \\\n  b\r\n! comment\rserver.port=80\n\n  leaf.snowflake.workerId = 3\n')
+  t.match(refusal(t, { cwd: continued, argv: ['--config=leaf.properties'] }, 'continued lines'),
+    { key: 'leaf.snowflake.workerId', where: `${join(continued, 'leaf.properties')}:6`, suggestion: 'leaf.snowflake.worker.id' })
+
+  const far = refusal(t, { cwd: dirWith('leaf.unknown=1\n'), argv: ['--config=leaf.properties'] }, 'leaf.unknown')
+  t.match(far, { code: 'UNKNOWN_KEY', key: 'leaf.unknown', suggestion: undefined, message: /leaf\.unknown: not a configuration key \(.*:1\); remove it \(docs\/configuration\.md lists the keys\)$/ },
+    'in leaf. with no key near: refused all the same')
+  t.match(refusal(t, { cwd: dirWith('server.prot=80\n'), argv: ['--config=leaf.properties'] }, 'server.prot'), { code: 'UNKNOWN_KEY', suggestion: 'server.port' })
+})
+
+t.test('outside leaf. and server., a name a slip from a key is refused; any other is a warning naming its line', async (t) => {
+  t.match(refusal(t, { cwd: dirWith('log.levle=debug\n'), argv: ['--config=leaf.properties'] }, 'log.levle'), { code: 'UNKNOWN_KEY', suggestion: 'log.level' })
+  t.match(refusal(t, { cwd: dirWith('leaf-segment.enable=true\n'), argv: ['--config=leaf.properties'] }, 'leaf-segment.enable'), { suggestion: 'leaf.segment.enable' })
+  const dir = dirWith('server.port=81\nmy.own.setting=1\n')
+  const { config, warnings } = loadConfig({ cwd: dir, argv: ['--config=leaf.properties'] })
+  t.equal(config.server.port, 81)
+  t.same(warnings, [`${join(dir, 'leaf.properties')}:2: unknown key my.own.setting ignored`])
+})
+
+t.test('a mistyped key on the command line or in the environment: the same refusal and suggestion', async (t) => {
+  const cwd = dirWith()
+  t.match(refusal(t, { cwd, argv: ['--leaf.segement.enable=true'] }, 'argv'),
+    { code: 'UNKNOWN_KEY', key: 'leaf.segement.enable', where: 'command line', suggestion: 'leaf.segment.enable', message: /^leaf\.segement\.enable: not a configuration key \(command line\); did you mean leaf\.segment\.enable\?$/ })
+  t.match(refusal(t, { cwd, argv: ['--leaf.snowflake.zk.adress', 'zk:2181'] }, 'argv, two words'), { suggestion: 'leaf.snowflake.zk.address' })
+  t.match(refusal(t, { cwd, argv: ['--nothing-like-a-key=1'] }, 'argv, far from every key'), { code: 'UNKNOWN_KEY', suggestion: undefined })
+
+  const env = refusal(t, { cwd, env: { LEAF_SNOWFLAKE_ZK_ADRESS: '127.0.0.1:2181' } }, 'env')
+  t.match(env, { code: 'UNKNOWN_KEY', key: 'LEAF_SNOWFLAKE_ZK_ADRESS', where: 'environment', suggestion: 'LEAF_SNOWFLAKE_ZK_ADDRESS' })
+  t.equal(env.message, 'LEAF_SNOWFLAKE_ZK_ADRESS: not a configuration key (environment); did you mean LEAF_SNOWFLAKE_ZK_ADDRESS (leaf.snowflake.zk.address)?')
+  t.match(refusal(t, { cwd, env: { LEAF_SEGEMENT_ENABLE: 'true' } }, 'LEAF_SEGEMENT_ENABLE'), { suggestion: 'LEAF_SEGMENT_ENABLE' })
+  t.match(refusal(t, { cwd, env: { LEAF_SNOWFLAKE_ZOOKEEPER: 'zk:2181' } }, 'LEAF_ is Leaf-TS\'s: refused however far'), { code: 'UNKNOWN_KEY' })
+  t.match(refusal(t, { cwd, env: { leaf_jdbc_url: 'sqlite:x.db' } }, 'lower case'), { key: 'leaf_jdbc_url', suggestion: 'LEAF_JDBC_URL' })
+  t.match(refusal(t, { cwd, env: { SERVER_PROT: '80' } }, 'SERVER_PROT'), { suggestion: 'SERVER_PORT' })
+  t.match(refusal(t, { cwd, env: { SERVER_HOTS: '127.0.0.1' } }, 'SERVER_HOTS'), { suggestion: 'SERVER_HOST' })
+  t.match(refusal(t, { cwd, env: { LEAF_PORT: '8080' } }, 'a _PORT that is no service link'), { code: 'UNKNOWN_KEY', key: 'LEAF_PORT' })
+})
+
+t.test('variables that are not keys: the project\'s own, service links, and SERVER_ names of other programs', async (t) => {
+  const env = {
+    LEAF_CONFIG: '',
+    LEAF_PG_BIN: '/usr/lib/postgresql/16/bin',
+    LEAF_TEST_MYSQL_URL: 'mysql://leaf:leaf@127.0.0.1:3306',
+    LEAF_TEST_SOMETHING_NEW: 'x',
+    // Kubernetes, for the Services `leaf` and `leaf-ids` of config/kubernetes/.
+    LEAF_SERVICE_HOST: '10.0.0.7',
+    LEAF_SERVICE_PORT: '8080',
+    LEAF_SERVICE_PORT_HTTP: '8080',
+    LEAF_PORT: 'tcp://10.0.0.7:8080',
+    LEAF_PORT_8080_TCP: 'tcp://10.0.0.7:8080',
+    LEAF_PORT_8080_TCP_PROTO: 'tcp',
+    LEAF_PORT_8080_TCP_PORT: '8080',
+    LEAF_PORT_8080_TCP_ADDR: '10.0.0.7',
+    LEAF_IDS_SERVICE_HOST: '10.0.0.8',
+    LEAF_IDS_PORT: 'tcp://10.0.0.8:80',
+    // CGI and others; Spring Boot's server keys Leaf-TS passes over.
+    SERVER_SOFTWARE: 'Apache',
+    SERVER_NAME: 'ci',
+    SERVER_ADDR: '10.0.0.1',
+    SERVER_PROTOCOL: 'HTTP/1.1',
+    SERVER_HOME: '/srv',
+    SERVER_URL: 'http://x',
+    SERVER_TOMCAT_MAX_THREADS: '200',
+    SERVER_SERVLET_CONTEXT_PATH: '/',
+    HOME: '/root',
+    LEAF: 'x',
+    LEAFY_GREEN: 'x',
+  }
+  const { config } = loadConfig({ cwd: dirWith(), env })
+  t.equal(config.server.port, 8080, 'none of them read')
+  t.equal(config.snowflake.port, 8080)
+})
+
+t.test('Java Leaf\'s and Spring Boot\'s keys Leaf-TS does not use are passed over silently', async (t) => {
+  const dir = dirWith([
+    // leaf-server's leaf.properties, with its worker-id mode keys
+    'leaf.name=com.sankuai.leaf.opensource.test',
+    'leaf.segment.enable=false',
+    'leaf.snowflake.enable=false',
+    'leaf.snowflake.mode=zk',
+    'leaf.snowflake.local.workIdMap={"10.1.46.33:8080":1}',
+    // leaf-server's application.properties, and Spring Boot keys such a file may add
+    'spring.freemarker.cache=false',
+    'spring.freemarker.request-context-attribute=request',
+    'server.port=8091',
+    'server.tomcat.max-threads=400',
+    'server.servlet.context-path=/',
+    'server.ssl.enabled=false',
+    'server.compression.enabled=true',
+    'logging.level.root=info',
+    'management.endpoints.web.exposure.include=health',
+  ].join('\n'))
+  const { config, warnings } = loadConfig({ cwd: dir, argv: ['--config=leaf.properties', '--server.tomcat.accept-count=100'], env: { SERVER_TOMCAT_MAX_THREADS: '400' } })
+  t.equal(config.server.port, 8091)
+  t.same(warnings, [], 'not even a warning')
+})
+
+t.test('Java Leaf\'s and Spring Boot\'s keys whose meaning Leaf-TS would lose are refused with the fix', async (t) => {
+  const cases: [string, RegExp][] = [
+    ['leaf.snowflake.mode=local', /^leaf\.snowflake\.mode: "local", a Java Leaf worker-id mode Leaf-TS does not read \(.*:1\); remove it and set leaf\.snowflake\.worker-id\.source/],
+    ['leaf.snowflake.mode=mysql', /"mysql", a Java Leaf worker-id mode/],
+    ['server.address=127.0.0.1', /^server\.address: Spring Boot's listen address, which Leaf-TS does not read .*; set server\.host instead$/],
+    ['server.servlet.context-path=/leaf', /path prefix; Leaf-TS serves its routes at the root/],
+    ['server.context-path=/leaf', /path prefix/],
+    ['server.ssl.key-store=keystore.p12', /plain HTTP \(.*\); remove it and end TLS in a proxy/],
+  ]
+  for (const [line, message] of cases) {
+    const err = refusal(t, { cwd: dirWith(`${line}\n`), argv: ['--config=leaf.properties'] }, line)
+    t.match(err, { code: 'UNSUPPORTED_KEY', key: line.split('=')[0], message }, line)
+  }
+  t.match(refusal(t, { cwd: dirWith(), env: { SERVER_ADDRESS: '127.0.0.1' } }, 'SERVER_ADDRESS'), { code: 'UNSUPPORTED_KEY', where: 'environment' })
+  t.match(refusal(t, { cwd: dirWith(), argv: ['--leaf.snowflake.mode=local'] }, '--leaf.snowflake.mode=local'), { code: 'UNSUPPORTED_KEY', where: 'command line' })
+})
+
+t.test('snowflake on the static worker id with neither a source nor a worker id given: a warning that a fleet needs a source', async (t) => {
+  const warned = (options: Parameters<typeof loadConfig>[0]) => loadConfig({ cwd: dirWith(), ...options }).warnings.filter((w) => /a fleet needs a worker-id source/.test(w))
+  const fleet = warned({ argv: ['--leaf.snowflake.enable=true'] })
+  t.equal(fleet.length, 1)
+  t.match(fleet[0], /static worker id 0, since neither leaf\.snowflake\.worker-id\.source, leaf\.snowflake\.zk\.address nor leaf\.snowflake\.worker\.id is set: every instance started so issues the same IDs/)
+  t.same(warned({ argv: ['--leaf.snowflake.enable=true', '--leaf.snowflake.worker-id.source=static'] }), [], 'the static source chosen')
+  t.equal(warned({ argv: ['--leaf.snowflake.enable=true'], env: { LEAF_SNOWFLAKE_WORKER_ID_SOURCE: '' } }).length, 1, 'an empty source is the default, not a choice')
+  t.same(warned({ argv: ['--leaf.snowflake.enable=true'], env: { LEAF_SNOWFLAKE_WORKER_ID: '0' } }), [], 'a worker id given, 0 included')
+  t.same(warned({ argv: ['--config=leaf.properties'], cwd: dirWith('leaf.snowflake.enable=true\nleaf.snowflake.worker.id=4\n') }), [], 'a worker id given in the file')
+  t.same(warned({ argv: ['--leaf.snowflake.enable=true', '--leaf.snowflake.zk.address=127.0.0.1:2181'] }), [], 'ZooKeeper')
+  t.same(warned({ argv: ['--leaf.snowflake.enable=true', '--leaf.snowflake.worker-id.source=statefulset'] }), [], 'another source')
+  t.same(warned({}), [], 'snowflake mode off')
+})
+
+t.test('edit distance: insertions, deletions, substitutions and swaps of neighbours count 1', async (t) => {
+  t.equal(editDistance('leaf.segement.enable', 'leaf.segment.enable'), 1)
+  t.equal(editDistance('leaf.snowflake.zk.adress', 'leaf.snowflake.zk.address'), 1)
+  t.equal(editDistance('SERVER_PROT', 'SERVER_PORT'), 1, 'a swap')
+  t.equal(editDistance('abc', 'abc'), 0)
+  t.equal(editDistance('', 'abc'), 3)
+  t.equal(editDistance('kitten', 'sitting'), 3)
+  t.equal(nearestKey('leaf.snowflake.zookeeper.address'), 'leaf.snowflake.zk.address')
+  t.equal(nearestKey('something.else.entirely'), undefined)
+})
+
+t.test('JDBC URLs in every accepted form', async (t) => {
+  t.same(parseJdbcUrl('', '', ''), { kind: 'sqlite', path: './data/leaf.db', embeddedDefault: true })
+  t.same(parseJdbcUrl('sqlite:/tmp/x.db', '', ''), { kind: 'sqlite', path: '/tmp/x.db' })
+  t.same(parseJdbcUrl('jdbc:mysql://localhost:3306/leaf?useUnicode=true&characterEncoding=utf8', 'u', 'p'),
+    { kind: 'mysql', hosts: [{ host: 'localhost', port: 3306 }], user: 'u', password: 'p', database: 'leaf' })
+  t.same(parseJdbcUrl('jdbc:mysql://db/leaf', 'u', 'p'), { kind: 'mysql', hosts: [{ host: 'db', port: 3306 }], user: 'u', password: 'p', database: 'leaf' })
+  t.same(parseJdbcUrl('mysql://me:p%40ss@127.0.0.1:3307/ids', 'u', 'p'),
+    { kind: 'mysql', hosts: [{ host: '127.0.0.1', port: 3307 }], user: 'me', password: 'p@ss', database: 'ids' })
+  t.same(parseJdbcUrl('jdbc:mysql://h:1/d?user=a&password=b', '', ''), { kind: 'mysql', hosts: [{ host: 'h', port: 1 }], user: 'a', password: 'b', database: 'd' })
+  t.throws(() => parseJdbcUrl('sqlite:', '', ''), /needs a file path/)
+  t.throws(() => parseJdbcUrl('mysql://host', '', ''), /must name one database/)
+  t.throws(() => parseJdbcUrl('redis://x', '', ''), /unknown scheme "redis"/)
+  t.throws(() => parseJdbcUrl('mysql://leaf:50%off@db/leaf', '', ''), { name: 'ConfigError', message: /malformed percent-encoding in its password/ })
+  // Connector/J's failover list, in either form; each host with its own port or 3306.
+  t.same(parseJdbcUrl('jdbc:mysql://h1:3307,h2,[::1]:3308/leaf?useUnicode=true&characterEncoding=utf8', 'u', 'p'),
+    { kind: 'mysql', hosts: [{ host: 'h1', port: 3307 }, { host: 'h2', port: 3306 }, { host: '::1', port: 3308 }], user: 'u', password: 'p', database: 'leaf' })
+  t.same(parseJdbcUrl('mysql://me:p%40ss,x@a:1,b:2/ids', '', ''),
+    { kind: 'mysql', hosts: [{ host: 'a', port: 1 }, { host: 'b', port: 2 }], user: 'me', password: 'p@ss,x', database: 'ids' }, 'a comma in the password is not a host')
+  t.throws(() => parseJdbcUrl('mysql://a,,b/leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: host "" is not a host or host:port' })
+  t.throws(() => parseJdbcUrl('jdbc:mysql://a:3306,b:x/leaf', '', ''), { message: 'leaf.jdbc.url: host "b:x" is not a host or host:port' })
+  t.throws(() => parseJdbcUrl('mysql://a,b:0/leaf', '', ''), { message: 'leaf.jdbc.url: host "b:0" has port 0' })
+  t.throws(() => parseJdbcUrl('mysql://a,b:70000/leaf', '', ''), { message: 'leaf.jdbc.url: host "b:70000" is not a host or host:port' })
+  t.throws(() => parseJdbcUrl('mysql:///leaf', '', ''), { message: 'leaf.jdbc.url: has no host' })
+  // A password with an unencoded '/' ends the host list inside it: the error names no part of it.
+  t.throws(() => parseJdbcUrl('mysql://leaf:s3cr/et@db/leaf', '', ''), { message: 'leaf.jdbc.url: has a host list that cannot be read: a user or password with \'/\', \'?\' or \'#\' must be percent-encoded' })
+  t.match(parseJdbcUrl('jdbc:mysql://db/leaf?user=leaf@server', '', ''), { hosts: [{ host: 'db' }], user: 'leaf@server' }, 'an \'@\' in a query parameter is no credential')
+})
+
+t.test('Connector/J and MariaDB Connector/J host-list forms: read, or refused in one line naming the form', async (t) => {
+  const two = [{ host: 'h1', port: 3306 }, { host: 'h2', port: 3307 }]
+  t.same(parseJdbcUrl('jdbc:mysql:replication://h1,h2:3307/leaf', 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf', replication: true },
+    'replication: the source first, written alone')
+  t.same(parseJdbcUrl('jdbc:mariadb:replication://h1,h2:3307/leaf', 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf', replication: true })
+  for (const form of ['jdbc:mariadb:sequential', 'jdbc:mariadb:failover', 'jdbc:mariadb', 'jdbc:mysql']) {
+    t.same(parseJdbcUrl(`${form}://h1,h2:3307/leaf`, 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf' }, `${form}: a failover list`)
+  }
+  for (const [url, form] of [
+    ['jdbc:mysql:loadbalance://h1,h2/leaf', 'mysql:loadbalance'],
+    ['jdbc:mariadb:loadbalance://h1,h2/leaf', 'mariadb:loadbalance'],
+    ['jdbc:mariadb:aurora://cluster/leaf', 'mariadb:aurora'],
+    ['jdbc:mysql:srv://_mysql._tcp.example/leaf', 'mysql:srv'],
+    ['jdbc:mysql:fabric://h/leaf', 'mysql:fabric'],
+  ] as const) {
+    const err = t.throws(() => parseJdbcUrl(url, '', '')) as Error
+    t.equal(err.name, 'ConfigError', url)
+    t.match(err.message, new RegExp(`^leaf\\.jdbc\\.url: uses the ${form}:// form, which Leaf-TS does not read: `), url)
+    t.notMatch(err.message, /unknown scheme|\n/, url)
+  }
+  t.match((t.throws(() => parseJdbcUrl('jdbc:mysql:loadbalance://h1,h2/leaf', '', '')) as Error).message, /split brain by design/)
+})
+
+t.test('PostgreSQL URLs: Java\'s jdbc:postgresql:// with the user and password keys, and libpq\'s postgres:// and postgresql://', async (t) => {
+  t.same(parseJdbcUrl('jdbc:postgresql://db.local:5433/leaf?ssl=false&ApplicationName=x', 'u', 'p'),
+    { kind: 'postgres', host: 'db.local', port: 5433, user: 'u', password: 'p', database: 'leaf' })
+  t.same(parseJdbcUrl('jdbc:postgresql://db/leaf', 'u', 'p'), { kind: 'postgres', host: 'db', port: 5432, user: 'u', password: 'p', database: 'leaf' }, 'port 5432 by default')
+  t.same(parseJdbcUrl('jdbc:postgresql://db/leaf?user=a&password=b', 'u', 'p'), { kind: 'postgres', host: 'db', port: 5432, user: 'a', password: 'b', database: 'leaf' }, 'PgJDBC\'s user and password parameters')
+  t.same(parseJdbcUrl('postgres://me:p%40ss@127.0.0.1:25432/ids', 'u', 'p'), { kind: 'postgres', host: '127.0.0.1', port: 25432, user: 'me', password: 'p@ss', database: 'ids' })
+  t.same(parseJdbcUrl('postgresql://me@[::1]/ids', '', 'pw'), { kind: 'postgres', host: '::1', port: 5432, user: 'me', password: 'pw', database: 'ids' })
+  t.throws(() => parseJdbcUrl('postgres://a,b/leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: names several PostgreSQL hosts: give one (a proxy or virtual IP in front of a failover pair)' })
+  t.throws(() => parseJdbcUrl('jdbc:postgresql://db:0/leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: host "db:0" has port 0' })
+  t.throws(() => parseJdbcUrl('postgresql:///leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: has no host' })
+  t.throws(() => parseJdbcUrl('postgres://db/', '', ''), { name: 'ConfigError', message: /must name one database/ })
+  t.throws(() => parseJdbcUrl('postgres://leaf:50%off@db/leaf', '', ''), { name: 'ConfigError', message: /malformed percent-encoding in its password/ })
+  t.throws(() => parseJdbcUrl('jdbc:postgres://db/leaf', '', ''), { name: 'ConfigError', message: /unknown scheme "jdbc"/ }, 'PgJDBC spells it postgresql')
+})
+
+t.test('string values are kept as Java\'s Properties reads them: an escaped trailing space stays', async (t) => {
+  const dir = dirWith([
+    'leaf.jdbc.url=jdbc:mysql://db/leaf',
+    'leaf.jdbc.username=\\ leaf',
+    'leaf.jdbc.password=pass\\ ',
+    'leaf.admin.token=  tok\\tx',
+    'server.port = 81  ',
+    'leaf.segment.enable = true ',
+    'log.level = debug ',
+  ].join('\n'))
+  const { config } = loadConfig({ argv: ['--config', join(dir, 'leaf.properties')] })
+  t.match(config.segment.store, { kind: 'mysql', user: ' leaf', password: 'pass ' })
+  t.equal(config.adminToken, 'tok\tx', 'leading separator space dropped, escaped characters kept')
+  t.equal(config.server.port, 81, 'numbers still read leniently')
+  t.equal(config.segment.enabled, true, 'booleans still read leniently')
+  t.equal(config.logLevel, 'debug', 'the log level is one of a set: read leniently')
+  const fromEnv = loadConfig({ cwd: dirWith(), env: { LEAF_JDBC_URL: 'jdbc:mysql://db/leaf', LEAF_JDBC_PASSWORD: ' p ' }, argv: ['--leaf.jdbc.username=u '] })
+  t.match(fromEnv.config.segment.store, { user: 'u ', password: ' p ' }, 'environment and command line values kept as given')
+  t.throws(() => loadConfig({ cwd: dirWith(), argv: ['--leaf.admin.token=tok '] }), { name: 'ConfigError', message: /leaf.admin.token: starts or ends with white space/ },
+    'a token no header can carry is refused')
+  const named = loadConfig({ cwd: dirWith(), env: { LEAF_NAME: 'leaf ', LEAF_SNOWFLAKE_ZK_ADDRESS: ' 127.0.0.1:2181' } }).config
+  t.same([named.name, named.snowflake.zkAddress], ['leaf', '127.0.0.1:2181'], 'names and addresses trimmed: a stray space must not move the instance to another ZooKeeper tree')
+})
+
+t.test('layout: a preset or a spec, one clear error naming the key when bad; the worker-id range follows its worker bits', async (t) => {
+  const raw = loadConfig({ cwd: dirWith(), argv: ['--leaf.snowflake.layout= js-safe'] }).config.snowflake
+  t.same([raw.layoutSpec, raw.workerIdMax], ['js-safe', undefined], 'the loader keeps the spec and the max as given')
+  // As server.ts: loaded, then the snowflake section resolved (snowflake/settings.ts).
+  const load = (...argv: string[]) => resolveSnowflakeSettings(loadConfig({ cwd: dirWith(), argv }).config.snowflake)
+  const leaf = load()
+  t.equal(leaf.layout.name, 'leaf')
+  t.equal(leaf.workerIdMax, 1023, 'the leaf layout: worker ids up to 1023')
+  t.equal(leaf.layout.epoch, 1288834974657, 'with twepoch')
+  t.equal(load('--leaf.snowflake.twepoch=1500000000000').layout.epoch, 1500000000000, 'twepoch moves the leaf layout\'s epoch')
+  const js = load('--leaf.snowflake.layout=js-safe')
+  t.equal(js.workerIdMax, 255, 'js-safe: worker ids up to 255 by default')
+  t.equal(load('--leaf.snowflake.layout=uid-generator,time=31s,worker=22,sequence=10').workerIdMax, 4194303, '22 worker bits')
+  t.equal(load('--leaf.snowflake.layout=vesta-max-peak', '--leaf.snowflake.vesta.version=1').layout.fixedBits < 0n, true, 'Vesta version 1 sets the top bit')
+  const bad: [string[], RegExp][] = [
+    [['--leaf.snowflake.layout=leaf2'], /leaf\.snowflake\.layout: "leaf2" is neither a preset/],
+    [['--leaf.snowflake.layout=time=41ms,worker=12,sequence=12'], /leaf\.snowflake\.layout: the fields take 65 bits, more than the 63/],
+    [['--leaf.snowflake.layout=uid-generator'], /leaf\.snowflake\.layout: the 28-bit time field in seconds .* ran out on 2024/],
+    [['--leaf.snowflake.layout=js-safe,epoch=2999-01-01T00:00:00Z'], /leaf\.snowflake\.layout: the epoch 2999-01-01T00:00:00.000Z lies in the future/],
+    [['--leaf.snowflake.layout=js-safe', '--leaf.snowflake.worker-id.max=256'], /leaf\.snowflake\.worker-id\.max: 256 is above 255, the largest worker id of the js-safe layout's 8 worker bits/],
+    [['--leaf.snowflake.layout=js-safe', '--leaf.snowflake.worker-id.min=300'], /leaf\.snowflake\.worker-id\.min: 300 is above 255/],
+    [['--leaf.snowflake.layout=js-safe', '--leaf.snowflake.worker.id=256'], /leaf\.snowflake\.worker\.id: 256 is above 255/],
+    [['--leaf.snowflake.worker-id.source=disposable'], /leaf\.snowflake\.worker-id\.source: disposable .* at least 16 worker bits/],
+  ]
+  for (const [argv, message] of bad) t.throws(() => load(...argv), { name: 'ConfigError', message }, argv.join(' '))
+  t.equal(load('--leaf.snowflake.layout=uid-generator,time=31s,worker=22,sequence=10', '--leaf.snowflake.worker-id.source=disposable').workerIdSource, 'disposable',
+    'disposable with 22 worker bits')
+})
