@@ -39,10 +39,18 @@ export function runInfo (): RunInfo {
   }
 }
 
-/** The files of MEASURED_PATHS that differ between `commit` and the working tree; throws when git does not know `commit`. */
-export function measuredChangesSince (commit: string): string[] {
-  const out = execFileSync('git', ['diff', '--name-only', commit, '--', ...MEASURED_PATHS], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim()
-  return out === '' ? [] : out.split('\n')
+/**
+ * A line that is only a comment: `//` or a line of a block comment. A change whose every line is
+ * one (git diff -I) leaves the measured code as it was, so it does not make the figures stale.
+ */
+export const COMMENT_LINE = String.raw`^\s*(//|/\*|\*)`
+
+/** The files of MEASURED_PATHS whose code differs between `commit` and the working tree of `cwd`; throws when git does not know `commit`. */
+export function measuredChangesSince (commit: string, cwd = ROOT): string[] {
+  // --numstat, not --name-only: with -I, only --numstat and --stat leave out files whose every changed line was ignored.
+  const args = ['diff', '--numstat', '--no-renames', `-I${COMMENT_LINE}`, commit, '--', ...MEASURED_PATHS]
+  const out = execFileSync('git', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim()
+  return out === '' ? [] : out.split('\n').map((line) => line.split('\t')[2] as string)
 }
 
 /** Why figures from `info` do not describe the code checked out now, or undefined when they do. */
