@@ -42,6 +42,9 @@ export function runInfo (): RunInfo {
 /**
  * A line that is only a comment: `//` or a line of a block comment. A change whose every line is
  * one (git diff -I) leaves the measured code as it was, so it does not make the figures stale.
+ * (A line of code that starts with `*` or `//` would pass for one: a multiplication carried to
+ * the next line, which the lint rules forbid (the operator ends the line), or a line of a
+ * multi-line template literal, which this rule does not see.)
  */
 export const COMMENT_LINE = String.raw`^\s*(//|/\*|\*)`
 

@@ -24,7 +24,7 @@ export async function until (what: () => boolean | Promise<boolean>, ms: number,
 /**
  * Fake timers, Date and performance.now for the rest of `t` (uninstalled at its end), starting
  * at `now`. setImmediate and process.nextTick stay real: promise callbacks and I/O callbacks run
- * as they would. The clock moves only when the test moves it (`tick`, `outcome`, `settled`);
+ * as they would. The clock moves only when the test moves it (`clock.tickAsync`, `outcome`, `settled`);
  * with `auto`, it also jumps to the next timer whenever everything else is idle, as though the
  * process slept until then: for tests of code that waits on timers at many places in one call.
  */
