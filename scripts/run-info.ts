@@ -39,14 +39,14 @@ export function runInfo (): RunInfo {
   }
 }
 
-/**
- * A line that is only a comment: `//` or a line of a block comment. A change whose every line is
- * one (git diff -I) leaves the measured code as it was, so it does not make the figures stale.
- * (A line of code that starts with `*` or `//` would pass for one: a multiplication carried to
- * the next line, which the lint rules forbid (the operator ends the line), or a line of a
- * multi-line template literal, which this rule does not see.)
- */
-export const COMMENT_LINE = String.raw`^\s*(//|/\*|\*)`
+// A line that is only a comment or blank: `//`, a block comment's opening, a line of one
+// (`* ...`), its closing, or nothing. A change whose every line is one (git diff -I) leaves the
+// measured code as it was, so it does not make the figures stale. What this rule cannot see:
+// code commented out by adding a block comment's opening and closing lines around it, and a
+// line of a multi-line template literal that starts like a comment.
+// (No alternative may match an empty line start: git matches against a line and its newline,
+// after which an empty pattern matches any line; a blank line is matched by its own whitespace.)
+export const COMMENT_LINE = String.raw`^[[:space:]]*(//|/\*|\*[ /]|\*$)|^[[:space:]]+$`
 
 /** The files of MEASURED_PATHS whose code differs between `commit` and the working tree of `cwd`; throws when git does not know `commit`. */
 export function measuredChangesSince (commit: string, cwd = ROOT): string[] {
@@ -56,15 +56,20 @@ export function measuredChangesSince (commit: string, cwd = ROOT): string[] {
   return out === '' ? [] : out.split('\n').map((line) => line.split('\t')[2] as string)
 }
 
-/** Why figures from `info` do not describe the code checked out now, or undefined when they do. */
+function knownCommit (commit: string): boolean {
+  try {
+    execFileSync('git', ['rev-parse', '--verify', '--quiet', `${commit}^{tree}`], { cwd: ROOT, stdio: 'ignore' })
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Why figures from `info` do not describe the code checked out now, or undefined when they do (git's own failures throw). */
 export function staleFigures (info: Pick<RunInfo, 'commit' | 'dirty'>): string | undefined {
   if (info.dirty) return `the figures were taken with uncommitted changes to the code they measure (commit ${info.commit})`
-  let files: string[]
-  try {
-    files = measuredChangesSince(info.commit)
-  } catch {
-    return `${info.commit}, the commit the figures came from, is not in this repository: rerun them`
-  }
+  if (!knownCommit(info.commit)) return `${info.commit}, the commit the figures came from, is not in this repository: rerun them`
+  const files = measuredChangesSince(info.commit)
   if (files.length === 0) return undefined
   return `${files.slice(0, 5).join(', ')}${files.length > 5 ? ` and ${files.length - 5} more` : ''} changed since ${info.commit}, the commit the figures came from: rerun them`
 }

@@ -24,7 +24,7 @@ t.test('every LEAF_ or SERVER_ variable the repository\'s scripts, tests and dep
     for (const m of readFileSync(join(ROOT, file), 'utf8').matchAll(pattern)) read.add(m[1] as string)
   }
   t.ok(read.has('LEAF_TEST_MYSQL_URL') && read.has('LEAF_PG_BIN') && read.has('LEAF_JDBC_URL'), `found them (${[...read].sort().join(', ')})`)
-  // (A key's variable is read as the key: its values are tested above.)
+  // (A key's variable is read as the key: its values are tested in test/unit/config.test.ts.)
   for (const name of read) t.doesNotThrow(() => checkEnvironment({ [name]: 'any value' }), name)
 })
 

@@ -13,7 +13,15 @@ const git = (...args: string[]) => execFileSync('git', args, { cwd: ROOT, encodi
 /** git's empty tree: what came before the first commit. */
 const EMPTY_TREE = '4b825dc642cb6eb9a060e54bf8d69288fbee4904'
 /** What came before the last commit that changed `path`. */
-const beforeLastChange = (path: string) => git('rev-list', '--parents', '-n', '1', git('log', '-1', '--format=%H', '--', path)).split(' ')[1] ?? EMPTY_TREE
+const beforeLastCommit = (path: string) => git('rev-list', '--parents', '-n', '1', git('log', '-1', '--format=%H', '--', path)).split(' ')[1] ?? EMPTY_TREE
+/** What came before the last commit that changed `path`'s code (not only its comments). */
+function beforeLastChange (path: string): string {
+  for (const commit of git('log', '-n', '50', '--format=%H', '--', path).split('\n')) {
+    const parent = git('rev-list', '--parents', '-n', '1', commit).split(' ')[1] ?? EMPTY_TREE
+    if (measuredChangesSince(parent).includes(path) || parent === EMPTY_TREE) return parent
+  }
+  throw new Error(`${path}: no change to its code in its last 50 commits`)
+}
 
 t.test('a change to any measured path since the figures\' commit makes them stale; the results files do not', async (t) => {
   for (const path of ['src/app.ts', 'client/src/index.ts', 'bench/run.ts', 'test/fault/harness.ts', 'package-lock.json', 'tsconfig.json']) {
@@ -23,7 +31,7 @@ t.test('a change to any measured path since the figures\' commit makes them stal
     t.match(staleFigures({ commit: before, dirty: false }), /changed since .*: rerun them$/)
   }
   for (const path of ['bench/results/latest.json', 'test/fault/results/latest.json', 'docs/performance.md']) {
-    t.notOk(measuredChangesSince(beforeLastChange(path)).includes(path), `${path} is not measured code`)
+    t.notOk(measuredChangesSince(beforeLastCommit(path)).includes(path), `${path} is not measured code`)
   }
   t.match(staleFigures({ commit: 'c0ffee', dirty: false }), /not in this repository/)
   t.match(staleFigures({ commit: git('rev-parse', 'HEAD'), dirty: true }), /uncommitted changes/)
@@ -45,4 +53,8 @@ t.test('a change of comment lines alone leaves the figures current; a change of 
   t.same(measuredChangesSince(commit, repo), ['src/a.ts'], 'the code changed: stale')
   file(['// checked by test/a.test.ts', '/**', ' * A block comment', ' */', 'export const a = 1 // and a comment after code'])
   t.same(measuredChangesSince(commit, repo), ['src/a.ts'], 'a line of code with a comment after it: stale')
+  file(['// checked by test/a.test.ts', '', '/**', ' * A block comment', ' */', 'export const a = 1'])
+  t.same(measuredChangesSince(commit, repo), [], 'a blank line added: current')
+  file(['// checked by test/a.test.ts', '/**', ' * A block comment', ' */', 'export const a = 1', 'export class G { *ids () { yield 1 } }', '*ids'])
+  t.same(measuredChangesSince(commit, repo), ['src/a.ts'], 'a line of code starting with *: stale')
 })

@@ -37,8 +37,10 @@ export class FakeStore implements SegmentStore {
     return fn()
   }
 
+  /** The rows as they are when it is asked (a SELECT reads then), answered after `delayMs`. */
   getAllTags (): Promise<TagRow[]> {
-    return this.answer(() => [...this.rows].map(([key, row]) => ({ key, maxId: row.maxId })))
+    const rows = [...this.rows].map(([key, row]) => ({ key, maxId: row.maxId }))
+    return this.answer(() => rows)
   }
 
   allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined> {

@@ -24,9 +24,11 @@ export async function until (what: () => boolean | Promise<boolean>, ms: number,
 /**
  * Fake timers, Date and performance.now for the rest of `t` (uninstalled at its end), starting
  * at `now`. setImmediate and process.nextTick stay real: promise callbacks and I/O callbacks run
- * as they would. The clock moves only when the test moves it (`clock.tickAsync`, `outcome`, `settled`);
- * with `auto`, it also jumps to the next timer whenever everything else is idle, as though the
- * process slept until then: for tests of code that waits on timers at many places in one call.
+ * as they would. The clock moves only when the test moves it (`clock.tickAsync`, `outcome`, `settled`).
+ * With `auto`, it also runs the next timer after every turn of the real event loop (fake-timers'
+ * `nextAsync` mode), as though the process slept until then: for tests of code that waits on
+ * timers at many places in one call. Under `auto` no real asynchronous I/O may be awaited: a turn
+ * spent waiting for it moves the fake clock too, so a lease's TTL would lapse while a file is read.
  */
 export function fakeTime (t: Test, { now = 1_700_000_000_000, auto = false } = {}): FakeClock {
   const clock = FakeTimers.install({

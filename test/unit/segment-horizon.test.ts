@@ -7,7 +7,7 @@ import { type FakeClock, fakeTime, outcome, settled } from '../helpers/time.js'
 
 // The buffer horizon (leaf.segment.buffer-seconds), the segment cap, the give-back at a
 // graceful stop and the end of the ID space, against an in-memory store and a monotonic
-// clock the test moves; rates are sampled every 5 ms of real time, of that clock.
+// clock the test moves; rates are sampled every 5 ms of fake time, of that clock.
 
 function setup (store: FakeStore, options: Partial<SegmentGeneratorOptions> = {}) {
   const mono = { now: 1_000_000 }
