@@ -88,11 +88,14 @@ export const SCENARIOS: Scenario[] = [
  * first, then the others, longest first, each to the lane with the least time so far, by the
  * times of the run published on 364b6ca: about 281 s per lane. The whole suite used 63% of the
  * two cores that way (533 CPU-s in 423 s, all 34 passing), and took 422.7 s against 572.7 s in
- * two lanes on the same code and machine the same hour.
+ * two lanes on the same code and machine the same hour. Scenario 23 runs alone after them: its
+ * check that the load never paused more than 500 ms (so that "every request refused" covers the
+ * whole window) failed once beside the three lanes (a pause of 884 ms), never alone.
  */
 export const STAGES: number[][][] = [
   [[12]],
-  [[9, 20, 29, 31, 33, 4, 30, 8, 26, 22, 18], [17, 10, 19, 16, 11, 25, 5, 14, 32, 3, 1], [24, 34, 27, 28, 2, 21, 15, 13, 23, 6, 7]],
+  [[9, 20, 29, 31, 33, 4, 30, 8, 26, 22, 18], [17, 10, 19, 16, 11, 25, 5, 14, 32, 3, 1], [24, 34, 27, 28, 2, 21, 15, 13, 6, 7]],
+  [[23]],
 ]
 
 const staged = STAGES.flat(2).sort((a, b) => a - b)

@@ -11,12 +11,30 @@ import { silentLogger } from '../helpers/logger.js'
 import { freePort } from '../helpers/ports.js'
 import { TEST_PG_HOST, TEST_PG_PORT, createTestPgDatabase } from '../helpers/postgres.js'
 import { PgReplicaPair } from '../helpers/postgres-replica.js'
+import { sleep } from '../helpers/time.js'
 
 // What only the PostgreSQL store and its pool do (the cases every store shares are in
 // stores.test.ts): unknown outcomes marked, unsent calls marked, the hand-over off without rights,
 // the identity a promotion changes at once.
 
 const POOL = { connectTimeoutMs: 1000, poolSize: 2, queryTimeoutMs: 300 }
+
+t.test('a connection the server ends between two statements of a transaction fails the next one, not the process', async (t) => {
+  // Fault scenario 32 caught it on a CI run: the postmaster killed while a connection was
+  // checked out between statements; its FATAL arrived as an 'error' event nobody listened to,
+  // and the server closed itself ("closing after an error").
+  const db = await createTestPgDatabase()
+  const runner = createPostgresRunner({ ...parseJdbcUrl(db.url, '', '') as { host: string, port: number, user: string, password: string, database: string }, ...POOL })
+  t.teardown(async () => { await runner.close(); await db.drop() })
+  const err = await runner.transaction(async (q) => {
+    const pid = (await q('SELECT pg_backend_pid() AS pid')).rows[0].pid as number
+    await db.query('SELECT pg_terminate_backend($1)', [pid])
+    await sleep(300) // its FATAL arrives while the connection is checked out and idle
+    await q('SELECT 1')
+  }).then(() => undefined, (e: unknown) => e)
+  t.ok(err instanceof Error, `the statement after it fails: ${String(err)}`)
+  t.same((await runner.query<{ n: number }>('SELECT 1 AS n')).rows, [{ n: 1 }], 'the next call on a fresh connection')
+})
 
 t.test('a query past the query timeout may still run: its error says so; the pool goes on', async (t) => {
   const db = await createTestPgDatabase()

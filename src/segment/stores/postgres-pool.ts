@@ -97,6 +97,9 @@ function unanswered (err: unknown, sent: boolean): unknown {
   return err
 }
 
+/** For a checked-out connection's 'error' event: the statement that meets the broken connection reports it. */
+function ignoreError (): void {}
+
 export function createPostgresRunner (options: PostgresOptions): PostgresRunner {
   const pool = new pg.Pool({
     host: options.host,
@@ -137,24 +140,45 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
     return server
   }
 
-  async function withClient<T> (fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  /**
+   * A connection of the pool, checked out. The pool listens for errors on its idle connections
+   * only: one checked out whose server ends it between two statements (a postmaster killed, the
+   * `FATAL 57P01` it sends) emits 'error', which without a listener ends the process. The
+   * listener drops it: the statement in flight, or the next one, fails with it instead.
+   */
+  async function checkOut (): Promise<pg.PoolClient> {
     let client: pg.PoolClient
     try {
       client = await pool.connect()
     } catch (err) {
       throw unanswered(err, false)
     }
+    client.on('error', ignoreError)
+    return client
+  }
+
+  function checkIn (client: pg.PoolClient, err?: unknown): void {
+    client.off('error', ignoreError)
+    if (err === undefined) {
+      client.release()
+      return
+    }
+    client.release(err as Error)
+    // On a dead path the FIN of a graceful end would linger: tear the socket down.
+    ;(client as unknown as { connection?: { stream?: Socket } }).connection?.stream?.destroy()
+  }
+
+  async function withClient<T> (fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    const client = await checkOut()
     let sent = false
     try {
       if (!saysWho.has(client)) await identifyOn(client)
       sent = true
       const result = await fn(client)
-      client.release()
+      checkIn(client)
       return result
     } catch (err) {
-      client.release(err as Error)
-      // On a dead path the FIN of a graceful end would linger: tear the socket down.
-      ;(client as unknown as { connection?: { stream?: Socket } }).connection?.stream?.destroy()
+      checkIn(client, err)
       throw unanswered(err, sent)
     }
   }
@@ -181,13 +205,13 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
       })
     },
     async identify () {
-      const client = await pool.connect().catch((err: unknown) => { throw unanswered(err, false) })
+      const client = await checkOut()
       try {
         const server = await identifyOn(client)
-        client.release()
+        checkIn(client)
         return server
       } catch (err) {
-        client.release(err as Error)
+        checkIn(client, err)
         throw err
       }
     },
