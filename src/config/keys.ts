@@ -32,6 +32,13 @@ const headerValue: Parser<string> = (raw, key) => {
   return v
 }
 
+// `digest:user:password`, ZooKeeper's digest scheme (the only one a client can send by itself).
+const zkAuth: Parser<string> = (raw, key) => {
+  if (raw === '') return raw
+  if (!/^digest:[^:]+:.+$/s.test(raw)) throw new ConfigError(key, 'is not digest:user:password (ZooKeeper\'s digest scheme)')
+  return raw
+}
+
 const bool: Parser<boolean> = (raw, key) => {
   const v = raw.trim().toLowerCase()
   if (v === 'true') return true
@@ -107,6 +114,7 @@ export const KEYS = {
   'leaf.jdbc.url': key('', text, '`jdbc:mysql://host:3306/db?...`, `mysql://user:pass@host:3306/db`, `jdbc:postgresql://host:5432/db`, `postgres://user:pass@host:5432/db` (or `postgresql://`) or `sqlite:PATH`; several MySQL hosts (`jdbc:mysql://h1:3306,h2:3306/db`) fail over in order (docs/production.md); empty: the embedded SQLite store, `data/leaf.db` in the install folder; a relative `sqlite:` path is read from the config file\'s folder (docs/configuration.md#paths).'),
   'leaf.jdbc.username': key('', secret, 'Database user (when the URL carries none).'),
   'leaf.jdbc.password': key('', secret, 'Database password (when the URL carries none); never logged.'),
+  'leaf.jdbc.password-file': key('', text, 'A file holding the database password (a Kubernetes or Docker secret): its content without the final newline; instead of `leaf.jdbc.password`.'),
   'leaf.jdbc.connect-timeout-ms': key('2000', int(100, 60_000), 'How long opening one MySQL or PostgreSQL connection may take.'),
   'leaf.jdbc.pool-size': key('10', int(1, 1000), 'MySQL or PostgreSQL connection pool size.'),
   'leaf.jdbc.query-timeout-ms': key('2000', int(100, 60_000), 'How long one MySQL or PostgreSQL query may go unanswered before its connection is taken for dead and closed.'),
@@ -138,11 +146,16 @@ export const KEYS = {
   'leaf.snowflake.max-clock-drift-ms': key('5000', int(0, 3_600_000), 'A new instance refuses to start when its clock differs from its live peers\' average by more than this; a lease claimant waits at most this long for the previous holder\'s last millisecond.'),
   'leaf.snowflake.heartbeat-interval-ms': key('3000', int(100, 600_000), 'How often the worker node\'s timestamp is refreshed in ZooKeeper, or the worker-id lease renewed.'),
   'leaf.snowflake.zk.connect-timeout-ms': key('5000', int(100, 600_000), 'How long the start waits for ZooKeeper before using the cached worker id.'),
+  'leaf.snowflake.zk.auth': key('', zkAuth, 'ZooKeeper authentication, `digest:user:password`: sent on every session, and the nodes Leaf-TS creates get an ACL that only this identity may read and write (Java Leaf instances cannot read them: leave it off in a mixed fleet); empty: none, open ACLs as Java Leaf. Never logged.'),
+  'leaf.snowflake.zk.auth-file': key('', text, 'A file holding `leaf.snowflake.zk.auth`\'s value, without its final newline.'),
   'leaf.snowflake.zk.session-timeout-ms': key('10000', int(1000, 600_000), 'ZooKeeper session timeout.'),
 
   'leaf.metrics.max-tag-series': key('100', int(0, 1_000_000), 'Most segment tags with series of their own in `/metrics`; past it, idle tags are summed under `key="_other"` (see Monitoring); 0: every tag under `_other`.'),
 
   'leaf.admin.token': key('', token, 'Bearer token that protects the admin views and enables tag management; empty: views open, management off.'),
+  'leaf.admin.token-file': key('', text, 'A file holding `leaf.admin.token`, without its final newline.'),
+  'leaf.admin.view-token': key('', token, 'A read-only token: opens the views (`/cache`, `/db`, their JSON) but not tag management; set alone, it guards the views and management stays off.'),
+  'leaf.admin.view-token-file': key('', text, 'A file holding `leaf.admin.view-token`, without its final newline.'),
 } as const
 
 export type ConfigKey = keyof typeof KEYS

@@ -25,6 +25,8 @@ export interface Config {
   logLevel: string
   batchMax: number
   adminToken: string
+  /** leaf.admin.view-token: opens the views, not tag management; empty: none. */
+  adminViewToken: string
   metrics: {
     /** leaf.metrics.max-tag-series: src/metrics/tag-series.ts. */
     maxTagSeries: number
@@ -53,6 +55,8 @@ export interface Config {
 export interface SnowflakeConfig {
   enabled: boolean
   zkAddress: string
+  /** leaf.snowflake.zk.auth: `digest:user:password`, or empty for none. */
+  zkAuth: string
   ip: string
   port: number
   workerId: number
@@ -129,15 +133,59 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
   }
   Object.assign(raw, cli.values)
 
-  const parsed = {} as Record<ConfigKey, unknown>
-  for (const k of CONFIG_KEYS) parsed[k] = KEYS[k].parse(raw[k], k)
   const bases = { relative: file === undefined ? installDir : dirname(file.path), install: installDir }
+  const fromFile = readSecretFiles(raw, bases.relative)
+  const parsed = {} as Record<ConfigKey, unknown>
+  for (const k of CONFIG_KEYS) {
+    try {
+      parsed[k] = KEYS[k].parse(raw[k], k)
+    } catch (err) {
+      // A value read from a file is named by the key that named the file.
+      const fileKey = fromFile.get(k)
+      if (fileKey === undefined || !(err instanceof ConfigError)) throw err
+      throw new ConfigError(fileKey, `the file's content: ${err.message.slice(k.length + 2)}`)
+    }
+  }
   const config = toConfig(parsed as ParsedConfig, bases)
   checkWorkerIdSource(config.snowflake)
   // An empty value is the default, not a choice.
   const given = (k: ConfigKey) => [file?.values[k], env[envName(k)], cli.values[k]].some((v) => v !== undefined && v.trim() !== '')
   warnings.push(...staticWorkerIdWarning(config.snowflake, given))
   return { config, file: file?.path, fileFrom: file?.from, warnings, relativeTo: bases.relative }
+}
+
+/** The keys whose value may come from a file (a Kubernetes or Docker secret), by their file key. */
+export const SECRET_FILE_KEYS = {
+  'leaf.jdbc.password-file': 'leaf.jdbc.password',
+  'leaf.admin.token-file': 'leaf.admin.token',
+  'leaf.admin.view-token-file': 'leaf.admin.view-token',
+  'leaf.snowflake.zk.auth-file': 'leaf.snowflake.zk.auth',
+} as const satisfies Partial<Record<ConfigKey, ConfigKey>>
+
+/**
+ * Puts each secret file's content (without its final newline) in `raw` under the key it stands
+ * for; a relative path is read from `relativeTo`. Returns the keys so filled, by their file key.
+ * An unreadable or empty file, or a file beside a value given for the key itself, is refused.
+ */
+function readSecretFiles (raw: RawConfig, relativeTo: string): Map<ConfigKey, ConfigKey> {
+  const filled = new Map<ConfigKey, ConfigKey>()
+  for (const [fileKey, key] of Object.entries(SECRET_FILE_KEYS) as [keyof typeof SECRET_FILE_KEYS, ConfigKey][]) {
+    const given = raw[fileKey].trim()
+    if (given === '') continue
+    if (raw[key] !== '') throw new ConfigError(fileKey, `is set, and so is ${key}: give the secret one way`)
+    const path = resolve(relativeTo, given)
+    let content: string
+    try {
+      content = readFileSync(path, 'utf8')
+    } catch (err) {
+      throw new ConfigError(fileKey, `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'}): give a file this process may read`)
+    }
+    content = content.replace(/\r?\n$/, '')
+    if (content === '') throw new ConfigError(fileKey, `${path} is empty: write the secret in it, or unset ${fileKey}`)
+    raw[key] = content
+    filled.set(key, fileKey)
+  }
+  return filled
 }
 
 /**
@@ -189,6 +237,7 @@ function toConfig (p: ParsedConfig, bases: PathBases): Config {
     logLevel: p['log.level'],
     batchMax: p['leaf.batch.max'],
     adminToken: p['leaf.admin.token'],
+    adminViewToken: p['leaf.admin.view-token'],
     metrics: { maxTagSeries: p['leaf.metrics.max-tag-series'] },
     segment: {
       enabled: p['leaf.segment.enable'],
@@ -207,6 +256,7 @@ function toConfig (p: ParsedConfig, bases: PathBases): Config {
     snowflake: {
       enabled: p['leaf.snowflake.enable'],
       zkAddress: p['leaf.snowflake.zk.address'],
+      zkAuth: p['leaf.snowflake.zk.auth'],
       ip: p['leaf.snowflake.ip'],
       port: p['leaf.snowflake.port'] ?? p['server.port'],
       workerId: p['leaf.snowflake.worker.id'],
