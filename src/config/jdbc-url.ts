@@ -1,4 +1,7 @@
+import { isIP } from 'node:net'
+import { resolveDatabaseTls, type DatabaseTls, type TlsKeys } from './database-tls.js'
 import { ConfigError } from './keys.js'
+import { readUrlParameters } from './url-parameters.js'
 
 /** One MySQL server of leaf.jdbc.url. */
 export interface MysqlHost { host: string, port: number }
@@ -14,9 +17,21 @@ export type StoreConfig =
    * `replication` (Connector/J's `jdbc:mysql:replication://`): the first host is the source and
    * the only one written; the others are replicas, which must answer read-only.
    */
-  | { kind: 'mysql', hosts: MysqlHost[], user: string, password: string, database: string, replication?: true }
+  | { kind: 'mysql', hosts: MysqlHost[], user: string, password: string, database: string, replication?: true } & NetworkedOptions
   /** One PostgreSQL server (stores/postgres-store.ts). */
-  | { kind: 'postgres', host: string, port: number, user: string, password: string, database: string }
+  | { kind: 'postgres', host: string, port: number, user: string, password: string, database: string, applicationName?: string } & NetworkedOptions
+
+/** What a MySQL or PostgreSQL URL says besides where: TLS, and the timeouts its parameters set (url-parameters.ts). */
+export interface NetworkedOptions {
+  /** Always set by parseJdbcUrl; undefined (a config built by hand, in tests): plain text. */
+  tls?: DatabaseTls
+  /** connectTimeout / socketTimeout of the URL, which win over leaf.jdbc.connect-timeout-ms and query-timeout-ms. */
+  urlTimeouts?: { connectMs?: number, queryMs?: number }
+}
+
+/** Where the TLS files come from besides the URL: the leaf.jdbc.ssl.* keys, relative paths read from `relativeTo`. */
+export interface TlsSources { keys?: TlsKeys, relativeTo?: string }
+const NO_TLS_KEYS: TlsKeys = { ca: '', cert: '', key: '' }
 
 const DEFAULT_PORTS = { mysql: 3306, postgres: 5432 } as const
 
@@ -32,7 +47,7 @@ const URL_KEY = 'leaf.jdbc.url'
  * (`jdbc:postgresql://host:5432/leaf`) and libpq's (`postgres://user:pass@host:5432/leaf`,
  * `postgresql://...`), and `sqlite:PATH`; empty means the embedded store.
  */
-export function parseJdbcUrl (url: string, username: string, password: string): StoreConfig {
+export function parseJdbcUrl (url: string, username: string, password: string, tlsSources: TlsSources = {}): StoreConfig {
   const value = url.trim()
   if (value === '') return { kind: 'sqlite', path: DEFAULT_SQLITE_PATH, embeddedDefault: true }
   if (value.startsWith('sqlite:')) {
@@ -41,7 +56,7 @@ export function parseJdbcUrl (url: string, username: string, password: string): 
     return { kind: 'sqlite', path }
   }
   const form = /^(?:jdbc:)?(mysql|mariadb):([a-z][a-z0-9+.-]*):\/\//i.exec(value)
-  if (form !== null) return parseMysqlForm(value, form[1] as string, (form[2] as string).toLowerCase(), username, password)
+  if (form !== null) return parseMysqlForm(value, (form[1] as string).toLowerCase(), (form[2] as string).toLowerCase(), username, password, tlsSources)
   const kind = /^(jdbc:)?(mysql|mariadb):\/\//.test(value)
     ? 'mysql'
     : /^(jdbc:postgresql|postgres|postgresql):\/\//.test(value) ? 'postgres' : undefined
@@ -86,11 +101,23 @@ export function parseJdbcUrl (url: string, username: string, password: string): 
   // JDBC URLs may carry the credentials as query parameters; the URL wins over the keys.
   const user = decode(parsed.username, 'user') || parsed.searchParams.get('user') || username
   const pass = decode(parsed.password, 'password') || parsed.searchParams.get('password') || password
-  if (kind === 'mysql') return { kind, hosts, user, password: pass, database }
+  const params = readUrlParameters(kind === 'postgres' ? 'postgres' : /^(jdbc:)?mariadb:/i.test(value) ? 'mariadb' : 'mysql', parsed.searchParams)
+  const networked: NetworkedOptions = { tls: resolveDatabaseTls(params, tlsSources.keys ?? NO_TLS_KEYS, tlsSources.relativeTo ?? process.cwd()) }
+  if (params.connectTimeoutMs !== undefined || params.queryTimeoutMs !== undefined) {
+    networked.urlTimeouts = { ...(params.connectTimeoutMs === undefined ? {} : { connectMs: params.connectTimeoutMs }), ...(params.queryTimeoutMs === undefined ? {} : { queryMs: params.queryTimeoutMs }) }
+  }
+  if (kind === 'mysql') {
+    // mysql2 checks the certificate of a host given as an IP address against the name
+    // `localhost` (Node's fallback when no server name is set), which a certificate for
+    // another server may hold: refused rather than a check that is not one.
+    const ip = networked.tls?.mode === 'verify-full' ? hosts.find((h) => isIP(h.host) !== 0) : undefined
+    if (ip !== undefined) throw new ConfigError(URL_KEY, `host ${ip.host}: TLS mode verify-full (${networked.tls?.modeFrom ?? ''}) checks the certificate against the host's name, and Leaf-TS's MySQL driver cannot check an IP address: give the host by the DNS name its certificate holds, or use sslMode=VERIFY_CA`)
+    return { kind, hosts, user, password: pass, database, ...networked }
+  }
   const [host, ...others] = hosts
   // node-postgres connects to one server; a failover list is the job of a proxy or a virtual IP.
   if (host === undefined || others.length > 0) throw new ConfigError(URL_KEY, 'names several PostgreSQL hosts: give one (a proxy or virtual IP in front of a failover pair)')
-  return { kind, host: host.host, port: host.port, user, password: pass, database }
+  return { kind, host: host.host, port: host.port, user, password: pass, database, ...networked, ...(params.applicationName === undefined ? {} : { applicationName: params.applicationName }) }
 }
 
 /**
@@ -112,11 +139,11 @@ const REFUSED_FORMS: Record<string, string> = {
  * plain failover list; `replication` names the source first and its replicas after it; the
  * rest are refused in one line naming the form.
  */
-function parseMysqlForm (value: string, driver: string, form: string, username: string, password: string): StoreConfig {
+function parseMysqlForm (value: string, driver: string, form: string, username: string, password: string, tlsSources: TlsSources): StoreConfig {
   const rest = value.slice(value.indexOf('://'))
-  if (form === 'sequential' || form === 'failover') return parseJdbcUrl(`jdbc:mysql${rest}`, username, password)
+  if (form === 'sequential' || form === 'failover') return parseJdbcUrl(`jdbc:${driver}${rest}`, username, password, tlsSources)
   if (form === 'replication') {
-    const store = parseJdbcUrl(`jdbc:mysql${rest}`, username, password)
+    const store = parseJdbcUrl(`jdbc:${driver}${rest}`, username, password, tlsSources)
     return store.kind === 'mysql' ? { ...store, replication: true } : store
   }
   const why = REFUSED_FORMS[form] ?? 'Leaf-TS reads jdbc:mysql://h1,h2/leaf (a failover list, also jdbc:mariadb:sequential:// and failover://) and jdbc:mysql:replication://source,replica/leaf'

@@ -71,6 +71,8 @@ export interface InstanceView {
   ratesAgeMs: number | undefined
   /** Where the segment store is (never a password); undefined without segment mode. */
   store: string | undefined
+  /** The store's TLS mode and its latest session's cipher (modes/segment-mode.ts storeTls); undefined for SQLite. */
+  storeTls?: string
   /** The max_id guard: the store it last saw, the failovers it caught. */
   failover?: GuardView
   /** A MySQL host list's last census (segment/host-fence.ts). */
@@ -193,7 +195,7 @@ function instancePanel (i: InstanceView, snowflake: LeaseStatus | undefined): st
     `${i.readiness.ready ? '<span class="badge ok">ready</span>' : '<span class="badge bad">not ready</span>'}</div><dl>
 <dt>uptime</dt><dd>${escapeHtml(duration(i.uptimeSeconds))} (Node ${escapeHtml(i.node)})</dd>
 <dt>database</dt><dd>${i.store === undefined ? 'segment mode off' : escapeHtml(i.store)}</dd>
-${i.failover === undefined ? '' : `<dt>store failovers</dt><dd data-failovers>${failoverLine(i.failover)}</dd>`}${i.hosts === undefined ? '' : `<dt>store hosts</dt><dd data-hosts>${hostsLine(i.hosts)}</dd>`}
+${i.storeTls === undefined ? '' : `<dt>database TLS</dt><dd data-tls>${escapeHtml(i.storeTls)}</dd>\n`}${i.failover === undefined ? '' : `<dt>store failovers</dt><dd data-failovers>${failoverLine(i.failover)}</dd>`}${i.hosts === undefined ? '' : `<dt>store hosts</dt><dd data-hosts>${hostsLine(i.hosts)}</dd>`}
 <dt>ZooKeeper</dt><dd>${zk}</dd>
 ${i.readiness.reason === undefined ? '' : `<dt>readiness</dt><dd>${escapeHtml(i.readiness.reason)}</dd>`}${modes}
 <dt>errors since start</dt><dd data-errors>${errorList}</dd></dl></section>`

@@ -9,6 +9,7 @@ import { createMaxIdGuard, type MaxIdGuard, type MaxIdGuardOptions, type Regress
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
 import { canLoseWrites, type SegmentStore } from '../segment/store.js'
 import { createStore, describeStore, type StoreHooks } from '../segment/stores/create-store.js'
+import { describeTls, tlsRefusal } from '../segment/stores/tls-options.js'
 import { readWarmState, stateFolderProblem, writeWarmState, type WarmState } from '../segment/warm-state.js'
 import { withTimeout } from '../timers.js'
 
@@ -166,7 +167,11 @@ export async function startSegmentMode (
     onGiveBack: extra.onGiveBack,
   })
   const ready = await generator.init()
-  logger.info({ store: where, ready, bufferSeconds: segment.bufferSeconds, stateFile: stateFile ?? '(none)' }, 'segment mode enabled')
+  const tls = storeTls(segment.store, store)
+  logger.info({ store: where, ...(tls === undefined ? {} : { tls }), ready, bufferSeconds: segment.bufferSeconds, stateFile: stateFile ?? '(none)' }, 'segment mode enabled')
+  if (segment.store.kind !== 'sqlite' && segment.store.tls?.mode === 'prefer' && store.tlsSession?.()?.cipher === null) {
+    logger.warn({ store: where, tls }, 'segment store in plain text: TLS is preferred, and the server offers none (the password and IDs cross the network readable); set sslMode=REQUIRED or stronger in leaf.jdbc.url once the server has TLS')
+  }
   if (warm !== undefined && warm.tags.length > 0) warmStart(generator, warm.tags, ready, logger)
   return {
     store,
@@ -297,9 +302,16 @@ function warmStart (generator: SegmentGenerator, tags: string[], ready: boolean,
   }, (err: unknown) => logger.warn({ err }, 'warm start failed'))
 }
 
+/** The store's TLS mode and its latest session's protocol and cipher, for logs and /cache; undefined for SQLite. */
+export function storeTls (config: StoreConfig, store: SegmentStore): string | undefined {
+  return config.kind === 'sqlite' || config.tls === undefined ? undefined : describeTls(config.tls, store.tlsSession?.())
+}
+
 /** A StartRefused for a permanent error: where, the code, the driver's message and what to do. */
 export function storeRefusal (where: string, err: unknown, store: StoreConfig): StartRefused | undefined {
   const sqlite = store.kind === 'sqlite'
+  const tls = sqlite ? undefined : tlsRefusal(err, store.tls)
+  if (tls !== undefined) return new StartRefused(`segment store ${where}: ${tls}`)
   if (!isPermanentStoreError(err, { sqlite })) return undefined
   const known = driverError(err)
   if (known === undefined) return undefined

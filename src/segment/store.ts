@@ -112,6 +112,8 @@ export interface SegmentStore {
   hosts? (): Promise<HostState[]>
   /** The host statements go to now (`host:port`), where the store has a list of them. */
   hostInUse? (): string
+  /** MySQL and PostgreSQL: the TLS of the latest session, as the server reports it (undefined before the first). */
+  tlsSession? (): TlsSession | undefined
   /** Checks the connection and the table; rejects with the cause. */
   ping (): Promise<void>
   close (): Promise<void>
@@ -164,4 +166,11 @@ export class IdSpaceEnded extends Error {
     super(`max_id of "${key}" would pass 2^63 - 1`)
     this.name = 'IdSpaceEnded'
   }
+}
+
+/** What one database session uses: TLS with its protocol and cipher, or plain text (stores/tls-options.ts). */
+export interface TlsSession {
+  /** `TLSv1.3`, ...; null: plain text. */
+  version: string | null
+  cipher: string | null
 }

@@ -1,9 +1,10 @@
-import mysql from 'mysql2/promise'
+import type mysql from 'mysql2/promise'
 import { describeCause } from '../../driver-errors.js'
 import { withTimeout } from '../../timers.js'
 import type { HostState } from '../store.js'
 import type { ServerOptions } from './mysql-pool.js'
 import { IDENTITY_SQL, identityOf, storeIdOf } from './server-identity.js'
+import { openMysqlConnection } from './tls-options.js'
 
 // What every host of leaf.jdbc.url answers now: writable, read-only or unknown. The host list
 // fails over by itself (mysql-hosts.ts), and a crashed primary comes back with the read_only
@@ -21,7 +22,7 @@ import { IDENTITY_SQL, identityOf, storeIdOf } from './server-identity.js'
 
 const SWITCHES_SQL = "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('super_read_only', 'innodb_read_only')"
 
-type CensusOptions = Pick<ServerOptions, 'host' | 'port' | 'user' | 'password' | 'database' | 'connectTimeoutMs' | 'queryTimeoutMs'>
+type CensusOptions = Pick<ServerOptions, 'host' | 'port' | 'user' | 'password' | 'database' | 'connectTimeoutMs' | 'queryTimeoutMs' | 'tls'>
 
 /** `host:port` as the URL names it. */
 export function hostName (h: { host: string, port: number }): string {
@@ -34,7 +35,7 @@ export async function readHost (options: CensusOptions): Promise<HostState> {
   const boundMs = options.connectTimeoutMs + options.queryTimeoutMs
   let conn: mysql.Connection | undefined
   const read = (async () => {
-    conn = await mysql.createConnection({
+    conn = await openMysqlConnection({
       host: options.host,
       port: options.port,
       user: options.user,
@@ -44,7 +45,7 @@ export async function readHost (options: CensusOptions): Promise<HostState> {
       multipleStatements: true,
       supportBigNumbers: true,
       bigNumberStrings: true,
-    })
+    }, options.tls)
     const [results] = await conn.query({ sql: `${IDENTITY_SQL}; ${SWITCHES_SQL}`, timeout: options.queryTimeoutMs }) as unknown as [unknown[]]
     return results
   })()

@@ -1,5 +1,7 @@
-import mysql from 'mysql2/promise'
+import type mysql from 'mysql2/promise'
+import type { DatabaseTls } from '../../config/database-tls.js'
 import { compareServers, IDENTITY_SQL, identityOf, type ServerIdentity } from './server-identity.js'
+import { openMysqlConnection } from './tls-options.js'
 
 // The end of a statement that got no answer (mysql-pool.ts says why it is needed): its server
 // thread killed from a connection of its own, once that connection is seen to reach the same
@@ -13,6 +15,8 @@ export interface KillOptions {
   password: string
   /** Bounds the whole kill, its connection's opening included. */
   queryTimeoutMs: number
+  /** The store's TLS: the kill's connection uses it too. */
+  tls?: DatabaseTls
 }
 
 /** MySQL's ER_NO_SUCH_THREAD: the thread had ended already. */
@@ -32,9 +36,9 @@ export async function killThread (options: KillOptions, threadId: number, identi
     if (identity === undefined) return 'unsent'
     if (identity === null) return 'the server it ran on did not say who it is'
     try {
-      conn = await mysql.createConnection({
+      conn = await openMysqlConnection({
         host: options.host, port: options.port, user: options.user, password: options.password, connectTimeout: queryTimeoutMs, multipleStatements: true,
-      })
+      }, options.tls)
       const [results] = await conn.query({ sql: IDENTITY_SQL, timeout: queryTimeoutMs }) as unknown as [unknown[]]
       const now = identityOf(results)
       if (now === undefined) return 'the server did not say who it is'

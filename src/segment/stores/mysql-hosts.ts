@@ -160,6 +160,7 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
     // With a gate, the host it last let statements go to: `current` may name one whose move it
     // refused (an old primary back writable), which a restart must not start at.
     hostInUse: () => name(gate === undefined ? current : passed),
+    tlsSession: () => (runners[gate === undefined ? current : passed] as MysqlRunner).tlsSession(),
     async run<T> (sql: string | readonly Statement[], values?: unknown[]) {
       return (await query<T>(sql, values)).result
     },

@@ -1,9 +1,11 @@
 import type { Socket } from 'node:net'
 import mysql, { type PoolConnection } from 'mysql2/promise'
+import type { DatabaseTls } from '../../config/database-tls.js'
 import type { MysqlHost } from '../../config/jdbc-url.js'
 import type { UnansweredError } from '../../driver-errors.js'
 import { killThread } from './kill-thread.js'
 import { IDENTITY_SQL, identityOf, storeIdOf, type ServerIdentity } from './server-identity.js'
+import { mayFallBack, mysqlSsl, noteDeclined, mysqlTlsSession, MYSQL_TLS_SQL, type TlsSession } from './tls-options.js'
 
 // One mysql2 pool, to one server, with the bounds mysql2 lacks: a query timeout that takes its connection for
 // dead, a bounded wait for a free connection, and a close that never rejects. The segment
@@ -34,6 +36,8 @@ export interface ServerOptions extends MysqlHost {
   poolSize: number
   /** How long one query may go unanswered before its connection is taken for dead. */
   queryTimeoutMs: number
+  /** TLS (tls-options.ts); none: plain text. */
+  tls?: DatabaseTls
   /** How long a call waits for a pool connection; default: connect timeout + query timeout. */
   acquireTimeoutMs?: number
   /**
@@ -64,21 +68,6 @@ interface CoreConnection {
 
 export function createServerRunner (options: ServerOptions): MysqlRunner {
   const { queryTimeoutMs, acquireTimeoutMs = options.connectTimeoutMs + options.queryTimeoutMs } = options
-  const pool = mysql.createPool({
-    host: options.host,
-    port: options.port,
-    user: options.user,
-    password: options.password,
-    database: options.database,
-    connectionLimit: options.poolSize,
-    connectTimeout: options.connectTimeoutMs, // mysql2's default of 10 s outlasts the request wait
-    supportBigNumbers: true, // BIGINT as exact decimal strings, never a rounded number
-    bigNumberStrings: true,
-    multipleStatements: true, // values still go through placeholders
-    timezone: 'Z',
-    enableKeepAlive: true,
-  })
-
   // Connections resting in the pool. A query that times out most likely lost its path to the
   // server without a FIN or RST, and the connections opened over the same path are as dead,
   // but each would take a query timeout of its own to show it (the kernel gives up on them
@@ -89,14 +78,53 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
    * did not say). run() sends that round trip before the connection's first statement.
    */
   const identities = new WeakMap<object, ServerIdentity | null>()
-  pool.on('connection', (conn) => {
-    const core = conn as unknown as CoreConnection
-    const forget = () => idle.delete(core)
-    core.once('end', forget)
-    core.on('error', forget)
-  })
-  pool.on('release', (conn) => idle.add(conn as unknown as CoreConnection))
-  pool.on('acquire', (conn) => idle.delete(conn as unknown as CoreConnection))
+  /** The TLS of the latest connection set up (undefined: none yet). */
+  let session: TlsSession | undefined
+
+  function openPool (ssl: mysql.SslOptions | undefined): mysql.Pool {
+    const opened = mysql.createPool({
+      host: options.host,
+      port: options.port,
+      user: options.user,
+      password: options.password,
+      database: options.database,
+      connectionLimit: options.poolSize,
+      connectTimeout: options.connectTimeoutMs, // mysql2's default of 10 s outlasts the request wait
+      supportBigNumbers: true, // BIGINT as exact decimal strings, never a rounded number
+      bigNumberStrings: true,
+      multipleStatements: true, // values still go through placeholders
+      timezone: 'Z',
+      enableKeepAlive: true,
+      ...(ssl === undefined ? {} : { ssl }),
+    })
+    opened.on('connection', (conn) => {
+      const core = conn as unknown as CoreConnection
+      const forget = () => idle.delete(core)
+      core.once('end', forget)
+      core.on('error', forget)
+    })
+    opened.on('release', (conn) => idle.add(conn as unknown as CoreConnection))
+    opened.on('acquire', (conn) => idle.delete(conn as unknown as CoreConnection))
+    return opened
+  }
+  let pool = openPool(mysqlSsl(options.tls))
+  /** TLS preferred and the server offers none: the pool was opened again in plain text. */
+  let plain = options.tls === undefined || options.tls.mode === 'disable'
+
+  /** A pool connection; under `prefer`, in plain text from the first server that says it has no TLS. */
+  async function getConnection (): Promise<PoolConnection> {
+    try {
+      return await pool.getConnection()
+    } catch (err) {
+      if (plain || !mayFallBack(options.tls, err)) throw err
+      plain = true
+      noteDeclined(options)
+      const tlsPool = pool
+      pool = openPool(undefined)
+      tlsPool.end().catch(() => {})
+      return await pool.getConnection()
+    }
+  }
 
   /**
    * A pool connection within the acquire timeout. mysql2's pool has no such bound: a caller
@@ -110,7 +138,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
         expired = true
         reject(new Error(`no MySQL connection free within ${acquireTimeoutMs} ms`))
       }, acquireTimeoutMs)
-      pool.getConnection().then((conn) => {
+      getConnection().then((conn) => {
         if (expired) return conn.release()
         clearTimeout(timer)
         resolve(conn)
@@ -236,8 +264,9 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
   async function setUp (conn: PoolConnection): Promise<void> {
     let identity: ServerIdentity | null
     try {
-      const [setup] = await conn.query({ sql: `${SESSION_ZONE}; ${IDENTITY_SQL}`, timeout: queryTimeoutMs }) as unknown as [unknown[]]
-      identity = identityOf(setup.slice(1)) ?? null
+      const [setup] = await conn.query({ sql: `${SESSION_ZONE}; ${IDENTITY_SQL}; ${MYSQL_TLS_SQL}`, timeout: queryTimeoutMs }) as unknown as [unknown[]]
+      identity = identityOf(setup.slice(1, 3)) ?? null
+      session = mysqlTlsSession(setup[3])
     } catch (err) {
       // A server that answers the identity part with an error (a proxy without SHOW GLOBAL
       // STATUS, say): the time zone alone, and no kills on this connection.
@@ -263,6 +292,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     async identify () {
       return (await execute(undefined, [], true)).server
     },
+    tlsSession: () => session,
     async run<T> (sql: string | readonly Statement[], values?: unknown[]) {
       return (await query<T>(sql, values)).result
     },
@@ -295,6 +325,8 @@ export interface MysqlRunner {
    * say who it is).
    */
   identify (): Promise<ServerIdentity | null>
+  /** The TLS of the latest connection set up, as the server reports it; undefined before the first. */
+  tlsSession (): TlsSession | undefined
   close (): Promise<void>
 }
 

@@ -110,7 +110,7 @@ function toRow (r: RowDataPacket): LeafAllocRow {
 }
 
 export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
-  const { run, query, identify, close, hosts, hostInUse } = createMysqlRunner(options)
+  const { run, query, identify, close, hosts, hostInUse, tlsSession } = createMysqlRunner(options)
   const { onRetry, random = Math.random } = options
   /** Set once leaf_alloc_parked turned out missing and not creatable: no hand-over. */
   let noParkedTable = false
@@ -236,6 +236,7 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
     },
     hosts,
     hostInUse,
+    tlsSession,
     close,
   }
 }

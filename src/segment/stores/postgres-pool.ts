@@ -1,6 +1,8 @@
 import pg from 'pg'
 import type { Socket } from 'node:net'
+import type { DatabaseTls } from '../../config/database-tls.js'
 import type { UnansweredError } from '../../driver-errors.js'
+import { mayFallBack, pgSsl, pgTlsSession, PG_TLS_COLUMNS, type PgTlsRow, type TlsSession } from './tls-options.js'
 
 // One node-postgres pool to one PostgreSQL server, with the bounds the segment store, the
 // db-lease pool and the disposable source need (as mysql-pool.ts gives MySQL):
@@ -25,6 +27,10 @@ export interface PostgresOptions {
   connectTimeoutMs: number
   poolSize: number
   queryTimeoutMs: number
+  /** TLS (tls-options.ts); none: plain text. */
+  tls?: DatabaseTls
+  /** application_name of the sessions (the URL's ApplicationName); default: leaf-ts. */
+  applicationName?: string
 }
 
 /**
@@ -45,6 +51,8 @@ export interface PostgresRunner {
   transaction<T> (fn: (q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>) => Promise<T>): Promise<T>
   /** The server a connection of the pool reaches now, read afresh (null: it did not say). */
   identify (): Promise<PgServer | null>
+  /** The TLS of the latest connection opened, as the server reports it (pg_stat_ssl); undefined before the first. */
+  tlsSession (): TlsSession | undefined
   close (): Promise<void>
 }
 
@@ -72,7 +80,7 @@ const types = {
 // has no current WAL position: its timeline column is null.
 const IDENTITY_COLUMNS = '(SELECT system_identifier::text FROM pg_control_system()) AS leaf_system, ' +
   'CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END AS leaf_wal'
-const IDENTITY_SQL = `SELECT ${IDENTITY_COLUMNS}, pg_is_in_recovery() AS standby`
+const IDENTITY_SQL = `SELECT ${IDENTITY_COLUMNS}, pg_is_in_recovery() AS standby, ${PG_TLS_COLUMNS}`
 
 interface IdentityRow { leaf_system?: unknown, leaf_wal?: unknown }
 
@@ -101,33 +109,58 @@ function unanswered (err: unknown, sent: boolean): unknown {
 function ignoreError (): void {}
 
 export function createPostgresRunner (options: PostgresOptions): PostgresRunner {
-  const pool = new pg.Pool({
-    host: options.host,
-    port: options.port,
-    user: options.user,
-    password: options.password,
-    database: options.database,
-    max: options.poolSize,
-    connectionTimeoutMillis: options.connectTimeoutMs,
-    query_timeout: options.queryTimeoutMs,
-    statement_timeout: options.queryTimeoutMs,
-    idle_in_transaction_session_timeout: options.connectTimeoutMs + 2 * options.queryTimeoutMs,
-    options: '-c TimeZone=UTC',
-    keepAlive: true,
-    types,
-  })
-  // A pooled connection that breaks while idle (the server restarted) is reported here; the
-  // pool drops it, and the next call opens a fresh one. Without a listener it would end the process.
-  pool.on('error', () => {})
+  function openPool (ssl: ReturnType<typeof pgSsl>): pg.Pool {
+    const opened = new pg.Pool({
+      host: options.host,
+      port: options.port,
+      user: options.user,
+      password: options.password,
+      database: options.database,
+      max: options.poolSize,
+      connectionTimeoutMillis: options.connectTimeoutMs,
+      query_timeout: options.queryTimeoutMs,
+      statement_timeout: options.queryTimeoutMs,
+      idle_in_transaction_session_timeout: options.connectTimeoutMs + 2 * options.queryTimeoutMs,
+      options: '-c TimeZone=UTC',
+      application_name: options.applicationName ?? 'leaf-ts',
+      keepAlive: true,
+      types,
+      ssl,
+    })
+    // A pooled connection that breaks while idle (the server restarted) is reported here; the
+    // pool drops it, and the next call opens a fresh one. Without a listener it would end the process.
+    opened.on('error', () => {})
+    return opened
+  }
+  let pool = openPool(pgSsl(options.tls))
+  /** TLS preferred and the server offers none: the pool was opened again in plain text. */
+  let plain = options.tls === undefined || options.tls.mode === 'disable'
   /** Per connection, once: whether its server says who it is (IDENTITY_COLUMNS run there). */
   const saysWho = new WeakMap<pg.PoolClient, boolean>()
+  /** The TLS of the latest connection identified. */
+  let session: TlsSession | undefined
+
+  /** A pool connection; under `prefer`, in plain text from the first server that says it has no TLS. */
+  async function connect (): Promise<pg.PoolClient> {
+    try {
+      return await pool.connect()
+    } catch (err) {
+      if (plain || !mayFallBack(options.tls, err)) throw err
+      plain = true
+      const tlsPool = pool
+      pool = openPool(false)
+      tlsPool.end().catch(() => {})
+      return await pool.connect()
+    }
+  }
 
   /** The server `client` reaches now; a standby refused (PG_READ_ONLY); null when it will not say. */
   async function identifyOn (client: pg.PoolClient): Promise<PgServer | null> {
     let server: PgServer | null = null
     try {
-      const { rows } = await client.query<IdentityRow & { standby: boolean }>(IDENTITY_SQL)
+      const { rows } = await client.query<IdentityRow & { standby: boolean } & PgTlsRow>(IDENTITY_SQL)
       const row = rows[0]
+      session = pgTlsSession(row)
       if (row?.standby === true) {
         throw Object.assign(new Error(`${options.host}:${options.port} is a standby (pg_is_in_recovery()): nothing is written through it`), { code: PG_READ_ONLY, severity: 'ERROR' })
       }
@@ -149,7 +182,7 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
   async function checkOut (): Promise<pg.PoolClient> {
     let client: pg.PoolClient
     try {
-      client = await pool.connect()
+      client = await connect()
     } catch (err) {
       throw unanswered(err, false)
     }
@@ -215,6 +248,7 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
         throw err
       }
     },
+    tlsSession: () => session,
     async close () {
       // A connection that already died makes end() reject; at close that loses nothing.
       await pool.end().catch(() => {})

@@ -60,7 +60,7 @@ export function describePgTopology (standbys: number, synchronousNames: string):
 }
 
 export function createPostgresStore (options: PostgresOptions): SegmentStore {
-  const { query, returning, transaction, identify, close } = createPostgresRunner(options)
+  const { query, returning, transaction, identify, close, tlsSession } = createPostgresRunner(options)
   /** Set once leaf_alloc_parked turned out missing and not creatable: no hand-over. */
   let noParkedTable = false
 
@@ -94,6 +94,7 @@ export function createPostgresStore (options: PostgresOptions): SegmentStore {
   }
 
   return {
+    tlsSession,
     async getAllTags () {
       const { rows } = await query<{ biz_tag: string, max_id: string }>('SELECT biz_tag, max_id FROM leaf_alloc')
       return rows.map((r) => ({ key: r.biz_tag, maxId: BigInt(r.max_id) }))

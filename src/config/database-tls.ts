@@ -1,0 +1,103 @@
+import { readFileSync } from 'node:fs'
+import { resolve } from 'node:path'
+import { createSecureContext } from 'node:tls'
+import { ConfigError } from './keys.js'
+import type { FileParameter, TlsMode, UrlParameters } from './url-parameters.js'
+
+/** The TLS a MySQL or PostgreSQL connection uses: the mode and the PEM contents it needs. */
+export interface DatabaseTls {
+  mode: TlsMode
+  /** What chose the mode, for the start line and /cache: a URL parameter, `leaf.jdbc.ssl.ca`, or `default`. */
+  modeFrom: string
+  /** Certificates the server's chain must end in; none: Node's public roots. */
+  ca?: string
+  /** A client certificate and its key, for servers that ask for one (REQUIRE X509, `clientcert=verify-full`). */
+  cert?: string
+  key?: string
+  passphrase?: string
+}
+
+/** The PEM files the keys name (paths as given). */
+export interface TlsKeys { ca: string, cert: string, key: string }
+
+/**
+ * With no mode in the URL: `prefer`, as Connector/J 8 and libpq (TLS whenever the server offers
+ * it, so that a Java fleet's sessions stay encrypted when its instances are swapped); but a CA
+ * given says the server is to be checked: `verify-full`.
+ */
+const DEFAULT_MODE: TlsMode = 'prefer'
+
+/**
+ * The TLS of a store from its URL's parameters and the leaf.jdbc.ssl.* keys, with each PEM file
+ * read (a relative path from `relativeTo`) and checked. Throws a ConfigError naming the key or
+ * parameter and the fix.
+ */
+export function resolveDatabaseTls (params: UrlParameters, keys: TlsKeys, relativeTo: string): DatabaseTls {
+  const pick = (what: 'ca' | 'cert' | 'key', key: string): FileParameter | undefined => {
+    const fromUrl = params[what]
+    const fromKey = keys[what].trim()
+    if (fromUrl !== undefined && fromKey !== '') throw new ConfigError(key, `is set, and so is the URL's ${fromUrl.from}: give the file one way`)
+    return fromUrl ?? (fromKey === '' ? undefined : { path: fromKey, from: key })
+  }
+  const ca = pick('ca', 'leaf.jdbc.ssl.ca')
+  const cert = pick('cert', 'leaf.jdbc.ssl.cert')
+  const key = pick('key', 'leaf.jdbc.ssl.key')
+  if ((cert === undefined) !== (key === undefined)) {
+    const given = (cert ?? key) as FileParameter
+    throw new ConfigError(nameOf(given), 'a client certificate needs its key and a key its certificate: give both (leaf.jdbc.ssl.cert and leaf.jdbc.ssl.key)')
+  }
+  let mode = params.tlsMode ?? (ca === undefined ? DEFAULT_MODE : 'verify-full')
+  let modeFrom = params.tlsModeFrom ?? (ca === undefined ? 'default' : `${ca.from} (a CA given)`)
+  const files = [ca, cert, key].filter((f) => f !== undefined)
+  if (mode === 'disable' && files.length > 0) {
+    throw new ConfigError(nameOf(files[0] as FileParameter), `is set, but ${modeFrom} turns TLS off: remove one of the two`)
+  }
+  if (mode === 'prefer' && ca !== undefined) {
+    throw new ConfigError(nameOf(ca), `a CA with ${modeFrom} would still connect in plain text to a server without TLS: use sslMode=VERIFY_IDENTITY (or VERIFY_CA, sslmode=verify-full or verify-ca)`)
+  }
+  // libpq's rule: require with a CA checks the chain.
+  if (mode === 'require' && ca !== undefined) {
+    mode = 'verify-ca'
+    modeFrom = `${modeFrom} with a CA (${ca.from})`
+  }
+  const tls: DatabaseTls = { mode, modeFrom }
+  if (ca !== undefined) tls.ca = readPem(ca, relativeTo, 'CERTIFICATE')
+  if (cert !== undefined) tls.cert = readPem(cert, relativeTo, 'CERTIFICATE')
+  if (key !== undefined) tls.key = readPem(key, relativeTo, 'PRIVATE KEY')
+  if (params.keyPassphrase !== undefined) tls.passphrase = params.keyPassphrase
+  if (files.length > 0) {
+    try {
+      createSecureContext({ ca: tls.ca, cert: tls.cert, key: tls.key, passphrase: tls.passphrase })
+    } catch (err) {
+      const which = cert ?? ca ?? key
+      // Node's message names the problem (a key that does not match its certificate, a
+      // passphrase that does not open the key): never a secret.
+      throw new ConfigError(nameOf(which as FileParameter), `the PEM files do not make a TLS context (${(err as Error).message}): give the CA, the client certificate and its own key, unencrypted or with sslpassword`)
+    }
+  }
+  return tls
+}
+
+/** `leaf.jdbc.ssl.ca`, or `leaf.jdbc.url` for a URL parameter (the error then names the parameter). */
+function nameOf (f: FileParameter): string {
+  return f.from.startsWith('leaf.') ? f.from : `leaf.jdbc.url: parameter ${f.from}`
+}
+
+/** The file's text when it holds a PEM block of the kind asked for. */
+function readPem (f: FileParameter, relativeTo: string, kind: 'CERTIFICATE' | 'PRIVATE KEY'): string {
+  const path = resolve(relativeTo, f.path)
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (err) {
+    throw new ConfigError(nameOf(f), `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'}): give a PEM file this process may read`)
+  }
+  const block = kind === 'CERTIFICATE' ? /-----BEGIN (TRUSTED )?CERTIFICATE-----/ : /-----BEGIN ((RSA|EC|ENCRYPTED) )?PRIVATE KEY-----/
+  if (!block.test(text)) {
+    const fix = kind === 'CERTIFICATE'
+      ? 'convert a DER certificate with `openssl x509 -inform DER -in FILE -out FILE.pem`'
+      : 'convert a DER key (PgJDBC\'s .pk8) with `openssl pkcs8 -inform DER -in FILE -out FILE.pem`'
+    throw new ConfigError(nameOf(f), `${path} holds no PEM ${kind === 'CERTIFICATE' ? 'certificate' : 'private key'} (no -----BEGIN ${kind}----- line): ${fix}`)
+  }
+  return text
+}
