@@ -454,9 +454,13 @@ t.test('recordZookeeperLayout: a record that vanishes right after beating our cr
   const client = new Proxy(zkc, {
     get (target, prop) {
       if (prop === 'create') {
-        return (p: string, data: Buffer, mode: number, cb: (err: Error | zookeeper.Exception | null, path: string) => void) => {
-          if (p !== path) return target.create(p, data, mode, cb)
-          const ours = () => new Promise<[Error | null, string]>((resolve) => target.create(p, data, mode, (err, created) => resolve([err as Error | null, created])))
+        // (data, ACL and mode are optional, in any order: what comes is passed on, the callback last.)
+        type Callback = (err: Error | zookeeper.Exception | null, path: string) => void
+        const create = target.create.bind(target) as (p: string, ...rest: unknown[]) => void
+        return (p: string, ...rest: unknown[]) => {
+          const cb = rest.pop() as Callback
+          if (p !== path) return create(p, ...rest, cb)
+          const ours = () => new Promise<[Error | null, string]>((resolve) => create(p, ...rest, ((err, created) => resolve([err as Error | null, created])) satisfies Callback))
           zk.create(rival, path, LEAF_SIGNATURE, CreateMode.PERSISTENT)
             .then(ours)
             .then(async ([err, created]) => {

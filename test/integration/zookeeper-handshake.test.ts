@@ -9,7 +9,7 @@ t.test('a handshake that is never answered is ended after the session timeout an
   const proxy = await zookeeperProxy(t)
   proxy.stall(2)
   const started = performance.now()
-  const client = createZookeeper(`127.0.0.1:${proxy.port}`, 1000)
+  const client = createZookeeper(`127.0.0.1:${proxy.port}`, 1000, '')
   t.teardown(() => closeZookeeper(client))
   t.ok(await waitConnected(client, 10_000), 'connected through the third connection')
   const tookMs = performance.now() - started

@@ -9,7 +9,7 @@ import { recordZookeeperLayout } from './layout-record.js'
 import type { WorkerLeaseOptions } from './lease-options.js'
 import type { LeaseSource, LeaseStatus, WorkerLease } from './source.js'
 import { nodeData, takeEphemeral, type ZkPaths } from './zookeeper-registration.js'
-import { closeZookeeper, createZookeeper, isConnected, isNoNode, sessionIdOf, zk, type Client } from './zookeeper.js'
+import { authFailedRefusal, authRefusal, closeZookeeper, createZookeeper, isConnected, isNoNode, sessionIdOf, zk, type Client } from './zookeeper.js'
 
 // The lease of the static, statefulset and zookeeper sources: a heartbeat writes the cache file
 // and, with ZooKeeper, Java Leaf's two nodes; IDs may be issued up to one heartbeat past the
@@ -132,7 +132,11 @@ export class HeartbeatLease implements WorkerLease {
       // The library ends an expired session itself; its ephemeral node is gone with it.
       this.o.logger.warn('ZooKeeper session expired: reconnecting with a new session')
       this.setConnected(false)
-      this.attach(createZookeeper(this.o.zkAddress, this.o.zkSessionTimeoutMs), undefined)
+      this.attach(createZookeeper(this.o.zkAddress, this.o.zkSessionTimeoutMs, this.o.zkAuth ?? ''), undefined)
+    })
+    // The library stops for good: the ephemeral node goes with the session, unseen.
+    client.on('authenticationFailed', () => {
+      if (this.client === client && !this.closed) this.setUnavailable(authFailedRefusal().message)
     })
   }
 
@@ -169,7 +173,9 @@ export class HeartbeatLease implements WorkerLease {
       if (this.source === 'cache') this.source = 'zookeeper'
       this.setUnavailable(undefined)
       await zk.setData(client, paths.own, data)
-    } catch (err) {
+    } catch (caught) {
+      // A tree this identity may not read (leaf.snowflake.zk.auth) cannot confirm the worker id either.
+      const err = authRefusal(client, caught, `/snowflake/${this.o.name}`)
       if (err instanceof LeaseRefused) this.setUnavailable(err.message)
       else this.throttle.warn('zookeeper-registration', err, 'ZooKeeper registration failed: retried at the next heartbeat')
     } finally {

@@ -13,6 +13,8 @@ export interface WorkerLeaseOptions {
   name: string
   /** Empty: no ZooKeeper, `staticWorkerId` is the worker id. */
   zkAddress: string
+  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none (zookeeper.ts). */
+  zkAuth?: string
   /** Empty: the first non-loopback IPv4 address. */
   ip: string
   port: number
@@ -54,6 +56,7 @@ export function leaseOptions (config: ResolvedConfig, logger: Logger, clock: () 
     maxClockDriftMs: s.maxClockDriftMs,
     zkConnectTimeoutMs: s.zkConnectTimeoutMs,
     zkSessionTimeoutMs: s.zkSessionTimeoutMs,
+    zkAuth: s.zkAuth,
     clock,
     logger,
     layout: s.layout,

@@ -62,8 +62,10 @@ export abstract class LeaseClaims extends LeaseRenewal {
     // standing still that long), the store's own slack, and a margin for the last poll.
     const deadline = this.monotonic() + this.ttl + (this.o.pool.expirySlackMs ?? 0) + fenceMarginMs(this.ttl) + EXHAUSTED_POLL_MS
     while (true) {
-      // A store that fails (a lock wait, a lost connection) is tried again until the deadline.
+      // A store that fails (a lock wait, a lost connection) is tried again until the deadline;
+      // one that refuses (ZooKeeper's NO_AUTH) refuses the start at once.
       const soonest = await this.claimOnce().catch((err: Error) => {
+        if (err instanceof LeaseRefused) throw err
         this.storeError = err
         this.throttle.warn('claim', err, 'worker-id claim failed: trying again', { pool: this.o.pool.where })
         return 0

@@ -26,7 +26,7 @@ export function recyclableSource (kind: RecyclableSource, config: ResolvedConfig
     async acquire () {
       const pool: LeaseStore = kind === 'db-lease'
         ? await createDbLeaseStore({ store: config.segment.store, pool: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: config.segment.connectTimeoutMs, queryTimeoutMs: config.segment.queryTimeoutMs, layout: s.layout })
-        : await createZookeeperLeaseStore({ address: s.zkAddress, name: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: s.zkConnectTimeoutMs, logger, layout: s.layout })
+        : await createZookeeperLeaseStore({ address: s.zkAddress, name: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: s.zkConnectTimeoutMs, auth: s.zkAuth, logger, layout: s.layout })
       return await acquireRecyclableLease({
         source: kind,
         pool,

@@ -4,7 +4,8 @@ import { recordZookeeperLayout } from './layout-record.js'
 import { withTimeout } from '../../timers.js'
 import type { Claimed, LeaseStore, PoolSlot } from './lease-store.js'
 import {
-  CreateMode, EXPIRY_MARGIN_MS, closeZookeeper, createZookeeper, isConnected, isNoNode, isNodeExists, ownerOf, sessionIdOf, waitConnected, zk, type Client,
+  CreateMode, EXPIRY_MARGIN_MS, aclOf, authRefusal, closeZookeeper, createZookeeper, isConnected, isNoNode, isNodeExists, ownerOf, sessionIdOf, waitConnected, zk,
+  type Client,
 } from './zookeeper.js'
 import { LeaseRefused } from '../../errors.js'
 
@@ -29,6 +30,8 @@ export interface ZookeeperLeaseStoreOptions {
   /** The session timeout asked for; ZooKeeper may grant another within its bounds. */
   ttlMs: number
   connectTimeoutMs: number
+  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none (zookeeper.ts). */
+  auth?: string
   logger: Logger
   /** Recorded by the tree's first instance; another layout refuses to start (layout-record.ts). */
   layout: Layout
@@ -50,7 +53,8 @@ function parseIssued (data: Buffer | undefined): Issued {
 }
 
 export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions): Promise<LeaseStore> {
-  const base = `/snowflake/${o.name}/lease`
+  const tree = `/snowflake/${o.name}`
+  const base = `${tree}/lease`
   const holders = `${base}/holders`
   const issued = `${base}/issued`
   /** One call to ZooKeeper may take this long: a silent connection never answers at all. */
@@ -67,7 +71,7 @@ export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions):
   const tails = new WeakMap<Client, Promise<unknown>>()
 
   function connect (): Client {
-    const c = createZookeeper(o.address, o.ttlMs)
+    const c = createZookeeper(o.address, o.ttlMs, o.auth ?? '')
     c.on('connected', () => {
       if (c.getSessionTimeout() > 0) granted = c.getSessionTimeout()
     })
@@ -84,9 +88,18 @@ export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions):
     return granted
   }
 
-  /** One ZooKeeper call, bounded: it fails when the connection is down or silent. */
+  /**
+   * One ZooKeeper call, bounded: it fails when the connection is down or silent. A node this
+   * identity may not use fails as the refusal naming leaf.snowflake.zk.auth (LeaseRefused), so
+   * that a start stops at once: an id whose issued/<id> it cannot read is never taken.
+   */
   async function call<T> (c: Client, what: Promise<T>): Promise<T> {
-    const value = await withTimeout(what, callTimeoutMs, `ZooKeeper did not answer within ${callTimeoutMs} ms`)
+    let value: T
+    try {
+      value = await withTimeout(what, callTimeoutMs, `ZooKeeper did not answer within ${callTimeoutMs} ms`)
+    } catch (err) {
+      throw authRefusal(c, err, tree)
+    }
     answeredAt = performance.now()
     return value
   }
@@ -108,7 +121,8 @@ export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions):
    */
   async function current (): Promise<Client> {
     const c = client
-    if (!isConnected(c)) throw new Error(`not connected to ZooKeeper at ${o.address}`)
+    // (A client whose authentication ZooKeeper refused never connects again: that refusal.)
+    if (!isConnected(c)) throw authRefusal(c, new Error(`not connected to ZooKeeper at ${o.address}`), tree)
     const silentMs = performance.now() - answeredAt
     if (closed || silentMs <= ttlMs()) return c
     if (await call(c, zk.getWithStat(c, base)).then(() => true, () => false)) return c
@@ -141,7 +155,7 @@ export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions):
   } catch (err) {
     closed = true
     await closeZookeeper(client)
-    throw err
+    throw authRefusal(client, err, tree)
   }
 
   /** Our holder node of `workerId`, with its version, or undefined when the id is not ours. */
@@ -163,7 +177,7 @@ export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions):
         const node = await call(c, zk.getWithStat(c, `${issued}/${workerId}`))
         const data = Buffer.from(JSON.stringify(next(parseIssued(node?.data))))
         const t = c.transaction().check(`${holders}/${workerId}`, holderVersion)
-        if (node === undefined) t.create(`${issued}/${workerId}`, data, CreateMode.PERSISTENT)
+        if (node === undefined) t.create(`${issued}/${workerId}`, data, aclOf(c), CreateMode.PERSISTENT)
         else t.setData(`${issued}/${workerId}`, data, node.stat.version)
         if (thenRemove) t.remove(`${holders}/${workerId}`, holderVersion)
         else t.setData(`${holders}/${workerId}`, Buffer.from(JSON.stringify({ owner, at: Date.now() })), holderVersion)

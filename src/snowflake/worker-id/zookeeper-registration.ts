@@ -5,7 +5,7 @@ import { leafLayout } from '../layout.js'
 import { DEFAULT_TWEPOCH, MAX_WORKER_ID } from '../leaf-ids.js'
 import { recordZookeeperLayout } from './layout-record.js'
 import { refuseIfAhead, type WorkerLeaseOptions } from './lease-options.js'
-import { CreateMode, EXPIRY_MARGIN_MS, isNodeExists, sessionIdOf, zk, type Client } from './zookeeper.js'
+import { CreateMode, EXPIRY_MARGIN_MS, isNoNode, isNodeExists, sessionIdOf, zk, type Client } from './zookeeper.js'
 
 // Java Leaf's ZooKeeper registration, with its exact paths and JSON: /snowflake/<name>/forever/
 // <ip:port>-<sequence> (the worker id, for ever) and /snowflake/<name>/temporary/<ip:port> (an
@@ -103,7 +103,12 @@ async function checkPeerClocks (client: Client, o: WorkerLeaseOptions, paths: Zk
   const peers = (await zk.getChildren(client, dir)).filter((p) => p !== paths.address)
   const times: number[] = []
   for (const peer of peers) {
-    const t = parseTimestamp(await zk.getData(client, `${dir}/${peer}`).catch(() => undefined))
+    // A peer that stopped meanwhile has no clock to compare; one this identity may not read
+    // (NO_AUTH) refuses the start, rather than leave its clock unchecked.
+    const t = parseTimestamp(await zk.getData(client, `${dir}/${peer}`).catch((err: unknown) => {
+      if (isNoNode(err)) return undefined
+      throw err
+    }))
     if (t !== undefined) times.push(t)
   }
   if (times.length === 0) return

@@ -10,7 +10,7 @@ import { firstNonLoopbackIPv4 } from './local-ip.js'
 import type { WorkerIdSource, WorkerLease } from './source.js'
 import { acquireStaticLease, refuseOutOfRange } from './static-source.js'
 import { register, zkPaths, type ZkPaths } from './zookeeper-registration.js'
-import { EXPIRY_MARGIN_MS, closeZookeeper, createZookeeper, sessionIdOf, waitConnected, type Client } from './zookeeper.js'
+import { EXPIRY_MARGIN_MS, authRefusal, closeZookeeper, createZookeeper, sessionIdOf, waitConnected, type Client } from './zookeeper.js'
 
 // The zookeeper source: Java Leaf's registration (zookeeper-registration.ts), or its cache file
 // when ZooKeeper cannot be reached at start, kept by a HeartbeatLease.
@@ -54,7 +54,7 @@ export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<Worker
 
   // One client for the lease's life: it retries by itself, and is never closed before it has
   // connected (zookeeper.ts says why).
-  const client = createZookeeper(o.zkAddress, o.zkSessionTimeoutMs)
+  const client = createZookeeper(o.zkAddress, o.zkSessionTimeoutMs, o.zkAuth ?? '')
   if (!await waitConnected(client, o.zkConnectTimeoutMs)) {
     try {
       return fromCache(o, cacheDir, cached, paths, now, `ZooKeeper at ${o.zkAddress} did not answer within ${o.zkConnectTimeoutMs} ms`, client)
@@ -79,7 +79,8 @@ export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<Worker
     return lease
   } catch (err) {
     await closeZookeeper(client)
-    throw err
+    // A tree of another identity refuses at its first node: no worker id is read or made.
+    throw authRefusal(client, err, `/snowflake/${o.name}`)
   }
 }
 

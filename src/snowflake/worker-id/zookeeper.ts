@@ -1,5 +1,6 @@
 import type { Socket } from 'node:net'
-import zookeeper, { type Client } from 'node-zookeeper-client'
+import zookeeper, { type ACL, type Client } from 'node-zookeeper-client'
+import { LeaseRefused } from '../../errors.js'
 
 // Promise wrappers over node-zookeeper-client's callbacks, and its traps handled in one
 // place: a client retries its connection forever by itself, node data must be a Buffer,
@@ -17,12 +18,85 @@ export const { CreateMode } = zookeeper
  */
 export const EXPIRY_MARGIN_MS = 2000
 
-/** A client that keeps trying to connect, in the background, until it does or is closed. */
-export function createZookeeper (connectString: string, sessionTimeoutMs: number): Client {
+/** Java Leaf's ACL, and ours without leaf.snowflake.zk.auth: anyone may do anything. */
+const OPEN_ACL: ACL[] = [new zookeeper.ACL(zookeeper.Permission.ALL, new zookeeper.Id('world', 'anyone'))]
+
+/**
+ * With leaf.snowflake.zk.auth: every right to the session's authenticated identity alone. The
+ * `auth` scheme has ZooKeeper store the identity the session authenticated as (`digest`,
+ * `user:base64(sha1(user:password))`) rather than one the client computes: the server hashes
+ * with its own algorithm (`zookeeper.DigestAuthenticationProvider.digestAlg`, SHA-1 unless
+ * configured otherwise), so the ACL names the creating identity on any server. A session that
+ * is not authenticated creates nothing with it (INVALID_ACL).
+ */
+const CREATOR_ACL: ACL[] = [new zookeeper.ACL(zookeeper.Permission.ALL, new zookeeper.Id('auth', ''))]
+
+/** What a client authenticates as (leaf.snowflake.zk.auth), for its nodes' ACL and its refusals. */
+interface Identity {
+  /** The user of `digest:user:password`, or undefined without authentication. */
+  user: string | undefined
+  acl: ACL[]
+  /** ZooKeeper refused the authentication: the client has stopped for good. */
+  authFailed: boolean
+}
+
+const identities = new WeakMap<Client, Identity>()
+
+/**
+ * A client that keeps trying to connect, in the background, until it does or is closed. `auth`
+ * is leaf.snowflake.zk.auth (`digest:user:password`; empty: none): sent on every connection
+ * before any request, and every node the client creates (zk.create, zk.mkdirp, aclOf) is then
+ * its identity's alone.
+ */
+export function createZookeeper (connectString: string, sessionTimeoutMs: number, auth: string): Client {
   const client = zookeeper.createClient(connectString, { sessionTimeout: sessionTimeoutMs, spinDelay: 500, retries: 1 })
   guardHandshake(client, sessionTimeoutMs)
+  const identity: Identity = { user: undefined, acl: OPEN_ACL, authFailed: false }
+  if (auth !== '') {
+    const scheme = auth.slice(0, auth.indexOf(':'))
+    const credentials = auth.slice(scheme.length + 1)
+    identity.user = credentials.slice(0, Math.max(0, credentials.indexOf(':')))
+    identity.acl = CREATOR_ACL
+    // Before connect(): the library keeps it and sends it on every connection, a reconnect's
+    // included (ZooKeeper forgets it with the connection, not with the session).
+    client.addAuthInfo(scheme, Buffer.from(credentials))
+    authFirst(client)
+    client.once('authenticationFailed', () => { identity.authFailed = true })
+  }
+  identities.set(client, identity)
   client.connect()
   return client
+}
+
+/** The ACL of every node `client` creates: open, or its identity's alone (createZookeeper). */
+export function aclOf (client: Client): ACL[] {
+  return identities.get(client)?.acl ?? OPEN_ACL
+}
+
+/** The opcode of an authentication packet in ZooKeeper's protocol (ZooDefs.OpCode.auth). */
+const AUTH_OPCODE = 100
+
+interface Packet { request: { header: { type: number } | null } }
+interface ConnectionInternals { onSocketConnected: () => void, packetQueue?: { queue: Packet[] } }
+
+/**
+ * node-zookeeper-client queues its authentication packets on each new connection behind the
+ * requests that waited for it, so those run unauthenticated (NO_AUTH) on a reconnect. ZooKeeper's
+ * own Java client sends them first; so does this one, by moving them to the front once the
+ * library has queued them. The queue is the library's `connectionManager.packetQueue.queue`,
+ * which its typings do not show; test/integration/zookeeper-auth.test.ts fails if that shape goes.
+ */
+function authFirst (client: Client): void {
+  const manager = (client as unknown as { connectionManager?: ConnectionInternals }).connectionManager
+  const onSocketConnected = manager?.onSocketConnected
+  if (manager === undefined || typeof onSocketConnected !== 'function') return
+  manager.onSocketConnected = function (this: ConnectionInternals) {
+    onSocketConnected.call(this)
+    const packets = this.packetQueue
+    if (!Array.isArray(packets?.queue)) return
+    const auth = packets.queue.filter((p) => p.request.header?.type === AUTH_OPCODE)
+    packets.queue = [...auth, ...packets.queue.filter((p) => !auth.includes(p))]
+  }
 }
 
 /** Clients closeZookeeper has closed: their handshake guard stops. */
@@ -81,8 +155,8 @@ export function waitConnected (client: Client, timeoutMs: number): Promise<boole
 }
 
 /** Connects, or rejects after `timeoutMs`; a client that connects later is closed then. */
-export async function connectZookeeper (connectString: string, sessionTimeoutMs: number, timeoutMs: number): Promise<Client> {
-  const client = createZookeeper(connectString, sessionTimeoutMs)
+export async function connectZookeeper (connectString: string, sessionTimeoutMs: number, timeoutMs: number, auth = ''): Promise<Client> {
+  const client = createZookeeper(connectString, sessionTimeoutMs, auth)
   if (await waitConnected(client, timeoutMs)) return client
   closeZookeeper(client)
   throw new Error(`ZooKeeper at ${connectString} did not answer within ${timeoutMs} ms`)
@@ -132,8 +206,51 @@ export function isNodeExists (err: unknown): boolean {
   return hasCode(err, zookeeper.Exception.NODE_EXISTS)
 }
 
+/** ZooKeeper refused the authentication (AUTH_FAILED): the client has stopped for good. */
+export function authFailedRefusal (): LeaseRefused {
+  return new LeaseRefused('ZooKeeper refused the authentication of leaf.snowflake.zk.auth (AUTH_FAILED): ' +
+    'give it as digest:user:password, to a ZooKeeper server that accepts the digest scheme')
+}
+
+/**
+ * ZooKeeper refused `client` a node of `tree` (NO_AUTH: the node's ACL names another identity)
+ * or its authentication (AUTH_FAILED): the refusal of the start, in one line naming
+ * leaf.snowflake.zk.auth and the fix. Any other error is returned as it is. The line names the
+ * user, never the password.
+ */
+export function authRefusal (client: Client, err: unknown, tree: string): unknown {
+  const identity = identities.get(client)
+  // A client whose authentication failed has stopped: its later calls fail as a lost connection.
+  if (identity?.authFailed === true || hasCode(err, zookeeper.Exception.AUTH_FAILED)) return authFailedRefusal()
+  if (!hasCode(err, zookeeper.Exception.NO_AUTH)) return err
+  const user = identity?.user
+  return new LeaseRefused(user === undefined
+    ? `ZooKeeper refused access to ${tree} (NO_AUTH): its nodes are readable only by the identity that created them, and leaf.snowflake.zk.auth is not set: ` +
+      'set leaf.snowflake.zk.auth (or leaf.snowflake.zk.auth-file) to the digest:user:password of the instances that created them'
+    : `ZooKeeper refused access to ${tree} (NO_AUTH) to user "${user}" of leaf.snowflake.zk.auth: its nodes belong to another identity (another user, or another password): ` +
+      'set leaf.snowflake.zk.auth to the digest:user:password of the instances that created them, or give this fleet a leaf.name of its own')
+}
+
 export const zk = {
-  mkdirp: (c: Client, path: string) => call<string>((cb) => c.mkdirp(path, cb)),
+  /**
+   * Creates each missing node of `path`, as the library's mkdirp does, with the client's ACL;
+   * but the first one (`/snowflake`) keeps the open ACL: every leaf.name's tree, Java Leaf's
+   * included, lives under it, so one fleet's identity must not keep another from creating its
+   * own. It holds no data, and ZooKeeper deletes no node that has children.
+   */
+  async mkdirp (c: Client, path: string): Promise<string> {
+    let at = ''
+    for (const part of path.split('/').slice(1)) {
+      const acl = at === '' ? OPEN_ACL : aclOf(c)
+      at += `/${part}`
+      try {
+        await call<string>((cb) => c.create(at, acl, CreateMode.PERSISTENT, cb))
+      } catch (err) {
+        if (!isNodeExists(err)) throw err
+      }
+    }
+    return at
+  },
   getChildren: (c: Client, path: string) => call<string[]>((cb) => c.getChildren(path, cb)),
   getData: (c: Client, path: string) => call<Buffer | undefined>((cb) => c.getData(path, cb)),
   /** The node's data and the session that owns it (hex, as sessionIdOf), or undefined when there is none. */
@@ -153,7 +270,7 @@ export const zk = {
   /** Runs a multi-operation transaction: all of its operations, or none. */
   commit: (t: zookeeper.Transaction) => call<unknown>((cb) => t.commit(cb)),
   setData: (c: Client, path: string, data: string) => call<unknown>((cb) => c.setData(path, Buffer.from(data), cb)),
-  create: (c: Client, path: string, data: string, mode: number) => call<string>((cb) => c.create(path, Buffer.from(data), mode, cb)),
+  create: (c: Client, path: string, data: string, mode: number) => call<string>((cb) => c.create(path, Buffer.from(data), aclOf(c), mode, cb)),
   remove: (c: Client, path: string) => call<void>((cb) => c.remove(path, (err) => cb(err, undefined))),
   /** Removes a node that may not exist. */
   async removeIfExists (c: Client, path: string): Promise<void> {
