@@ -3,29 +3,95 @@ import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify
 import { LeafError } from '../errors.js'
 import { sendError } from './errors.js'
 
+/** The admin tokens of the configuration; an empty one is not set. */
+export interface AdminTokens {
+  /** leaf.admin.token: opens every admin route. */
+  admin: string
+  /** leaf.admin.view-token: opens the views, never tag management. */
+  view: string
+}
+
+/** What a route needs: a view (either token) or tag management (the admin token). */
+export type Access = 'view' | 'manage'
+
+const REALM = 'leaf-ts'
+
+/**
+ * The challenges of a 401, each its own header line: browsers read one challenge per line,
+ * and show their login prompt for Basic (they pass over Bearer). charset="UTF-8" (RFC 7617
+ * 2.1) has them send a password beyond ASCII as UTF-8 rather than Latin-1.
+ */
+export const CHALLENGES = [`Basic realm="${REALM}", charset="UTF-8"`, `Bearer realm="${REALM}"`]
+
 function digest (value: string): Buffer {
   return createHash('sha256').update(value).digest()
 }
 
 // RFC 7235: `credentials = auth-scheme 1*SP token68`, the scheme case-insensitive.
-const BEARER = /^bearer +/i
+const SCHEME = /^(basic|bearer) +/i
+// RFC 7617's token68 as browsers and curl send it: standard base64, padded.
+const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/
+const UTF8 = new TextDecoder('utf-8', { fatal: true })
 
-/** The credentials of an `Authorization: Bearer ...` header, as sent; undefined for any other. */
-function bearerCredentials (header: string | undefined): string | undefined {
-  const scheme = header === undefined ? null : BEARER.exec(header)
-  return scheme === null ? undefined : (header as string).slice(scheme[0].length)
+/**
+ * The secret an Authorization header presents: a Bearer token as sent, or the password of
+ * Basic credentials (the user name is not looked at). Undefined for no header, another scheme,
+ * or Basic credentials that are not base64 of UTF-8 `user:password`.
+ */
+export function presentedSecret (header: string | undefined): string | undefined {
+  const scheme = header === undefined ? null : SCHEME.exec(header)
+  if (scheme === null) return undefined
+  const credentials = (header as string).slice(scheme[0].length)
+  return scheme[1]?.toLowerCase() === 'bearer' ? credentials : basicPassword(credentials)
+}
+
+function basicPassword (token68: string): string | undefined {
+  // Buffer.from skips what is not base64, so the text is checked first.
+  if (token68.length % 4 !== 0 || !BASE64.test(token68)) return undefined
+  let pair: string
+  try {
+    pair = UTF8.decode(Buffer.from(token68, 'base64'))
+  } catch {
+    return undefined
+  }
+  // RFC 7617: the user-id holds no colon; the password is everything after the first one.
+  const colon = pair.indexOf(':')
+  return colon === -1 ? undefined : pair.slice(colon + 1)
 }
 
 /**
- * An onRequest hook that lets a request through only with `Authorization: Bearer <token>`.
- * Both sides are hashed first so the comparison takes the same time whatever the lengths.
+ * An onRequest hook that lets a request through with a token that gives `access`, presented as
+ * `Authorization: Bearer <token>` or as the password of Basic credentials (a browser's own login
+ * prompt). No token or a wrong one: 401 with both challenges; the view token on tag management:
+ * 403 FORBIDDEN. Both sides are hashed first, so the comparisons take the same time whatever the
+ * lengths, and both are made whichever matches.
  */
-export function requireBearer (token: string): onRequestHookHandler {
-  const expected = digest(token)
-  return function checkBearer (request: FastifyRequest, reply: FastifyReply, done: () => void) {
-    const given = bearerCredentials(request.headers.authorization)
-    if (given !== undefined && timingSafeEqual(digest(given), expected)) return done()
-    reply.header('www-authenticate', 'Bearer')
+export function requireToken (tokens: AdminTokens, access: Access): onRequestHookHandler {
+  const admin = tokens.admin === '' ? undefined : digest(tokens.admin)
+  const view = tokens.view === '' ? undefined : digest(tokens.view)
+  if (admin === undefined && (view === undefined || access === 'manage')) throw new Error(`no token can give ${access} access`)
+  return function checkToken (request: FastifyRequest, reply: FastifyReply, done: () => void) {
+    const secret = presentedSecret(request.headers.authorization)
+    if (secret !== undefined) {
+      const given = digest(secret)
+      const isAdmin = admin !== undefined && timingSafeEqual(given, admin)
+      const isView = view !== undefined && timingSafeEqual(given, view)
+      if (isAdmin || (isView && access === 'view')) return done()
+      if (isView) {
+        sendError(reply, new LeafError('FORBIDDEN'))
+        return
+      }
+    }
+    reply.header('www-authenticate', CHALLENGES)
     sendError(reply, new LeafError('UNAUTHORIZED'))
   }
+}
+
+/** The start log's line on which admin routes are guarded, and by what; it names the keys, never a token. */
+export function describeGuards (tokens: AdminTokens): string {
+  const views = '/cache, /db and the /api views'
+  if (tokens.admin === '' && tokens.view === '') return `leaf.admin.token and leaf.admin.view-token are not set: ${views} are open, tag management is off`
+  if (tokens.view === '') return `leaf.admin.token is set: ${views} need it, tag management is on`
+  if (tokens.admin === '') return `leaf.admin.view-token is set, leaf.admin.token is not: ${views} need the view token, tag management is off`
+  return `leaf.admin.token and leaf.admin.view-token are set: ${views} need either, tag management is on for leaf.admin.token alone`
 }

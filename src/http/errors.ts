@@ -8,6 +8,7 @@ import type { Logger } from '../logger.js'
 const CODE_BY_STATUS: Record<number, ErrorCode> = {
   400: 'BAD_REQUEST',
   401: 'UNAUTHORIZED',
+  403: 'FORBIDDEN',
   404: 'NOT_FOUND',
   413: 'PAYLOAD_TOO_LARGE',
   431: 'HEADERS_TOO_LARGE',
@@ -60,27 +61,50 @@ export function frameworkErrors (err: FastifyError, _request: FastifyRequest, re
   sendError(reply, new LeafError(CODE_BY_STATUS[status] ?? 'BAD_REQUEST', status === 400 ? 'The URL is malformed.' : undefined))
 }
 
+/** Node's errors for a request that never reaches a route; any other of its parser's (HPE_) is 400 BAD_REQUEST. */
+const CLIENT_ERRORS: Record<string, ErrorCode> = {
+  HPE_HEADER_OVERFLOW: 'HEADERS_TOO_LARGE',
+  // server.headers-timeout-ms or server.request-timeout-ms passed (http/bound-server.ts).
+  ERR_HTTP_REQUEST_TIMEOUT: 'REQUEST_TIMEOUT',
+}
+
 /**
- * Requests Node's parser rejects (malformed, or a header block over its limit) never reach a
- * route: answer them on the socket in the same JSON shape, then close it.
+ * Requests Node's parser rejects (malformed, a header block over its limit) or gives up on (a
+ * timeout) never reach a route: answer them on the socket in the same JSON shape, then close it.
+ * A socket's own error, or a TLS one (a handshake that failed or timed out: HTTPS emits them
+ * here too), has no HTTP to answer in: the connection is closed.
  */
 export function clientErrorHandler (err: NodeJS.ErrnoException, socket: Duplex): void {
-  if (err.code === 'ECONNRESET' || !socket.writable) {
+  const code = err.code ?? ''
+  const answer = CLIENT_ERRORS[code] ?? (code.startsWith('HPE_') ? 'BAD_REQUEST' : undefined)
+  if (answer === undefined || !socket.writable) {
     socket.destroy()
     return
   }
-  writeRaw(socket, new LeafError(err.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : 'BAD_REQUEST'))
+  writeRaw(socket, new LeafError(answer))
 }
 
 /** CONNECT requests bypass the router (Node emits them apart): no such route. */
 export function answerConnect (_request: IncomingMessage, socket: Duplex): void {
   writeRaw(socket, new LeafError('NOT_FOUND', 'CONNECT is not supported.'))
+  // Node has let go of the socket: read (and drop) what the client still sends while it lingers.
+  socket.resume()
 }
+
+/**
+ * How long a connection answered by writeRaw is kept for the client to read the answer and
+ * close, as Apache httpd's lingering close (2 s). Closing at once with request bytes still unread
+ * makes the kernel reset the connection, which can lose the answer; waiting for the client
+ * would let one that never closes (a slow-headers client) hold the connection for good.
+ */
+const LINGER_MS = 2_000
 
 function writeRaw (socket: Duplex, err: LeafError): void {
   const body = JSON.stringify({ error: err.code, message: err.message })
   socket.end(`HTTP/1.1 ${err.statusCode} ${STATUS_CODES[err.statusCode] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\n` +
     `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+  const linger = setTimeout(() => socket.destroy(), LINGER_MS).unref()
+  socket.once('close', () => clearTimeout(linger))
 }
 
 function truncate (s: string): string {

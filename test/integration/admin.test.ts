@@ -311,19 +311,108 @@ t.test('no mode enabled: a warning naming the keys at start, /readyz 503 "no mod
   t.equal((await server.inject('/api/segment/get/order')).json().error, 'MODE_DISABLED')
 })
 
+const VIEWS = ['/cache', '/db', '/api/cache', '/api/db', '/api/snowflake/status']
+// Separate challenges, one header line each: a browser prompts for the Basic one.
+const CHALLENGES = ['Basic realm="leaf-ts", charset="UTF-8"', 'Bearer realm="leaf-ts"']
+const basic = (user: string, password: string) => ({ authorization: `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}` })
+
 t.test('the token guards the views: missing, wrong, right', async (t) => {
   const server = await app({ 'leaf.admin.token': TOKEN })
-  for (const url of ['/cache', '/db', '/api/cache', '/api/db', '/api/snowflake/status']) {
+  for (const url of VIEWS) {
     const missing = await server.inject(url)
     t.equal(missing.statusCode, 401, `${url} without a token`)
-    t.same(missing.json(), { error: 'UNAUTHORIZED', message: 'This route needs an Authorization: Bearer token.' })
-    t.equal(missing.headers['www-authenticate'], 'Bearer')
+    t.same(missing.json(), { error: 'UNAUTHORIZED', message: 'This route needs a token: Authorization: Bearer <token>, or Basic with the token as the password.' })
+    t.same(missing.headers['www-authenticate'], CHALLENGES)
     t.equal((await server.inject({ url, headers: { authorization: `Bearer ${TOKEN}x` } })).statusCode, 401, `${url} wrong token`)
     t.equal((await server.inject({ url, headers: { authorization: TOKEN } })).statusCode, 401, `${url} not a bearer`)
     t.equal((await server.inject({ url, headers: AUTH })).statusCode, 200, `${url} right token`)
   }
   t.equal((await server.inject('/api/segment/get/order')).statusCode, 200, 'ID routes stay open')
   t.equal((await server.inject('/metrics')).statusCode, 200, 'metrics stay open')
+})
+
+t.test('HTTP Basic, as a browser\'s login prompt sends it: the token as the password, any user name', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  for (const url of VIEWS) {
+    for (const user of ['admin', '', 'someone else']) {
+      t.equal((await server.inject({ url, headers: basic(user, TOKEN) })).statusCode, 200, `${url} Basic as "${user}"`)
+    }
+    t.equal((await server.inject({ url, headers: AUTH })).statusCode, 200, `${url} Bearer still`)
+    const wrong = await server.inject({ url, headers: basic('admin', `${TOKEN}x`) })
+    t.equal(wrong.statusCode, 401, `${url} Basic, wrong password`)
+    t.equal(wrong.json().error, 'UNAUTHORIZED')
+    t.same(wrong.headers['www-authenticate'], CHALLENGES, 'the browser asks again')
+    t.equal((await server.inject({ url, headers: basic(TOKEN, 'x') })).statusCode, 401, `${url} the token as the user name is not the password`)
+    for (const authorization of ['Basic', 'Basic %%%%', 'Basic Zm9v', `Basic ${Buffer.from(`admin${TOKEN}`).toString('base64')}`, 'Basic /w==', `Basic ${Buffer.from(`a:${TOKEN}`).toString('base64')}x`]) {
+      const malformed = await server.inject({ url, headers: { authorization } })
+      t.equal(malformed.statusCode, 401, `${url} malformed: ${authorization.slice(0, 40)}`)
+      t.equal(malformed.json().error, 'UNAUTHORIZED', 'in the JSON shape, no stack')
+      t.same(malformed.headers['www-authenticate'], CHALLENGES)
+    }
+  }
+  const created = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: basic('admin', TOKEN), payload: { key: 'by-basic', step: 10 } })
+  t.equal(created.statusCode, 201, 'tag management takes Basic too')
+  t.equal((await server.inject({ method: 'POST', url: '/api/segment/tags', headers: basic('admin', 'nope'), payload: { key: 'x', step: 10 } })).statusCode, 401)
+})
+
+t.test('the view token opens the views, never tag management (403 FORBIDDEN); the admin token opens both', async (t) => {
+  const VIEW = 'viewer-token-8910'
+  const server = await app({ 'leaf.admin.token': TOKEN, 'leaf.admin.view-token': VIEW })
+  for (const url of VIEWS) {
+    t.equal((await server.inject({ url, headers: { authorization: `Bearer ${VIEW}` } })).statusCode, 200, `${url} view token, Bearer`)
+    t.equal((await server.inject({ url, headers: basic('viewer', VIEW) })).statusCode, 200, `${url} view token, Basic`)
+    t.equal((await server.inject({ url, headers: AUTH })).statusCode, 200, `${url} admin token`)
+    t.equal((await server.inject(url)).statusCode, 401, `${url} no token`)
+  }
+  const forbidden = { error: 'FORBIDDEN', message: 'The view token opens the views only: tag management needs leaf.admin.token.' }
+  for (const headers of [{ authorization: `Bearer ${VIEW}` }, basic('viewer', VIEW)]) {
+    const post = await server.inject({ method: 'POST', url: '/api/segment/tags', headers, payload: { key: 'viewed', step: 10 } })
+    t.equal(post.statusCode, 403, `POST with the view token (${headers.authorization.split(' ')[0]})`)
+    t.same(post.json(), forbidden)
+    t.equal(post.headers['www-authenticate'], undefined, 'a 403 asks for no other login')
+    const patch = await server.inject({ method: 'PATCH', url: '/api/segment/tags/order', headers, payload: { step: 7 } })
+    t.equal(patch.statusCode, 403, 'PATCH with the view token')
+    t.same(patch.json(), forbidden)
+  }
+  const rows = (await server.inject({ url: '/api/db', headers: AUTH })).json() as { key: string, step: number }[]
+  t.notOk(rows.some((r) => r.key === 'viewed'), 'nothing created')
+  t.match(rows.find((r) => r.key === 'order'), { step: 2000 }, 'nothing changed')
+  t.equal((await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key: 'managed', step: 10 } })).statusCode, 201, 'the admin token creates')
+  t.equal((await server.inject({ method: 'PATCH', url: '/api/segment/tags/managed', headers: AUTH, payload: { step: 7 } })).statusCode, 200, 'and changes')
+  t.equal((await server.inject({ method: 'POST', url: '/api/segment/tags', payload: { key: 'x', step: 10 } })).statusCode, 401, 'no token: 401')
+})
+
+t.test('the view token set alone guards the views; tag management does not exist', async (t) => {
+  const VIEW = 'viewer-token-8910'
+  const server = await app({ 'leaf.admin.view-token': VIEW })
+  for (const url of VIEWS) {
+    t.equal((await server.inject(url)).statusCode, 401, `${url} no token`)
+    t.equal((await server.inject({ url, headers: basic('viewer', VIEW) })).statusCode, 200, `${url} view token`)
+  }
+  const post = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: basic('viewer', VIEW), payload: { key: 'x', step: 10 } })
+  t.equal(post.statusCode, 404)
+  t.equal(post.json().error, 'NOT_FOUND')
+})
+
+t.test('the start log says which guards are on, and never a token', async (t) => {
+  const VIEW = 'viewer-token-8910'
+  const started = async (values: Record<string, string>) => {
+    const lines: string[] = []
+    const logger = pino({ level: 'info' }, new Writable({
+      write (chunk: Buffer, _encoding, done) {
+        lines.push(chunk.toString('utf8'))
+        done()
+      },
+    }))
+    const server = await buildApp(testConfig({ 'leaf.segment.enable': true, ...values }), { logger })
+    await server.close()
+    t.notOk(lines.some((l) => l.includes(TOKEN) || l.includes(VIEW)), 'no token in the log')
+    return lines.map((l) => (JSON.parse(l) as { msg: string }).msg).filter((m) => m.startsWith('leaf.admin.'))
+  }
+  t.same(await started({}), ['leaf.admin.token and leaf.admin.view-token are not set: /cache, /db and the /api views are open, tag management is off'])
+  t.same(await started({ 'leaf.admin.token': TOKEN }), ['leaf.admin.token is set: /cache, /db and the /api views need it, tag management is on'])
+  t.same(await started({ 'leaf.admin.view-token': VIEW }), ['leaf.admin.view-token is set, leaf.admin.token is not: /cache, /db and the /api views need the view token, tag management is off'])
+  t.same(await started({ 'leaf.admin.token': TOKEN, 'leaf.admin.view-token': VIEW }), ['leaf.admin.token and leaf.admin.view-token are set: /cache, /db and the /api views need either, tag management is on for leaf.admin.token alone'])
 })
 
 t.test('without a token the views are open and management does not exist', async (t) => {
