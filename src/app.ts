@@ -1,12 +1,14 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerFactoryHandler } from 'fastify'
 import { registerAdminRoutes } from './http/admin-routes.js'
-import { HTTP_SERVER_OPTIONS, type BoundServer } from './http/bound-server.js'
+import { describeGuards } from './http/auth.js'
+import { createServiceServer, type BoundServer } from './http/bound-server.js'
 import { registerDecodeRoutes } from './http/decode-routes.js'
 import { answerConnect, clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/errors.js'
 import { registerHealthRoutes } from './http/health-routes.js'
 import { registerIdRoute } from './http/id-routes.js'
 import { instanceNamer } from './http/instance-name.js'
 import { createObserver, timeRoutes } from './http/timing.js'
+import { createLogThrottle } from './log-throttle.js'
 import type { Logger } from './logger.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
 import { startSegmentMode, type SegmentMode } from './modes/segment-mode.js'
@@ -19,7 +21,7 @@ export interface AppOptions {
   clock?: () => number
   /**
    * The socket server.ts bound before anything else (http/bound-server.ts): the app serves on
-   * it once ready, and closes it. Without one (tests), Fastify makes its own, for inject() or listen().
+   * it once ready, and closes it. Without one (tests), the app makes its own alike, for inject() or listen().
    */
   server?: BoundServer
 }
@@ -44,22 +46,30 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
   const debug = logger.level === 'debug' || logger.level === 'trace'
   let handler: FastifyServerFactoryHandler | undefined
   const app = Fastify({
-    ...(bound === undefined ? {} : { serverFactory: (h: FastifyServerFactoryHandler) => { handler = h; return bound.server } }),
+    // One server either way (http/bound-server.ts): the bound one, or one made the same way,
+    // with the same timeouts and connection bound (Fastify's own has no request timeout or bound).
+    serverFactory: (h: FastifyServerFactoryHandler) => {
+      if (bound === undefined) return createServiceServer(config.server, h)
+      handler = h
+      return bound.server
+    },
     // No logger inside Fastify: with one, it builds a child logger and response listeners for
     // every request, which cost more than the rest of an ID request's JavaScript. The service
     // logs through its own pino instance, handed to whatever logs.
     logger: false,
     frameworkErrors,
     clientErrorHandler,
-    // Node itself answers an HTTP/1.1 request without Host with a bare 400; let it reach the
-    // routes instead (an ID service has no use for Host), so every answer has the JSON shape.
-    http: HTTP_SERVER_OPTIONS,
     routerOptions: {
       // Keys of any length must reach validation (400 INVALID_KEY), not fall through to a 404.
       maxParamLength: 16 * 1024,
     },
   })
   app.server.on('connect', answerConnect)
+  const dropped = createLogThrottle(logger)
+  app.server.on('drop', (peer?: { remoteAddress?: string }) => {
+    dropped.warn('server.max-connections', undefined, `connection refused: server.max-connections (${config.server.maxConnections}) are open; raise it if these are clients, not a flood`,
+      { remoteAddress: peer?.remoteAddress })
+  })
   // On close, requests in flight finish, but their keep-alive connections would hold the
   // server open until the clients hang up: close each one as soon as it goes idle.
   let drain: NodeJS.Timeout | undefined
@@ -117,8 +127,9 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
     reply.type(metrics.registry.contentType)
     return metrics.scrape()
   })
-  registerAdminRoutes(app, config.adminToken, logger)
-  if (config.adminToken === '') logger.info('leaf.admin.token is not set: /cache, /db and /api views are open, tag management is off')
+  const tokens = { admin: config.adminToken, view: config.adminViewToken }
+  registerAdminRoutes(app, tokens, logger)
+  logger.info(describeGuards(tokens))
   started = true
   return app
 }

@@ -43,7 +43,7 @@ logger.info({ file: file ?? '(none: built-in defaults)', from: fileFrom ?? null,
 // serves: until then the socket answers 503 NOT_READY.
 let bound: BoundServer
 try {
-  bound = await bindPort(config.server.host, config.server.port)
+  bound = await bindPort(config.server)
 } catch (err) {
   if (err instanceof StartRefused) logger.fatal(`start refused: ${err.message}`)
   else logger.fatal({ err }, 'start failed')
@@ -54,9 +54,10 @@ let app
 try {
   app = await buildApp(config, { logger, server: bound })
   await app.ready()
+  const scheme = config.server.tls === undefined ? 'http' : 'https'
   for (const a of app.addresses()) {
     if (typeof a === 'string') continue
-    logger.info(`Server listening at http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`)
+    logger.info(`Server listening at ${scheme}://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`)
   }
 } catch (err) {
   if (err instanceof StartRefused) logger.fatal(`start refused: ${err.message}`)

@@ -1,7 +1,7 @@
-import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { createSecureContext } from 'node:tls'
 import { ConfigError } from './keys.js'
+import { readPemFile } from './pem-file.js'
 import type { FileParameter, TlsMode, UrlParameters } from './url-parameters.js'
 
 /** The TLS a MySQL or PostgreSQL connection uses: the mode and the PEM contents it needs. */
@@ -61,9 +61,9 @@ export function resolveDatabaseTls (params: UrlParameters, keys: TlsKeys, relati
     modeFrom = `${modeFrom} with a CA (${ca.from})`
   }
   const tls: DatabaseTls = { mode, modeFrom }
-  if (ca !== undefined) tls.ca = readPem(ca, relativeTo, 'CERTIFICATE')
-  if (cert !== undefined) tls.cert = readPem(cert, relativeTo, 'CERTIFICATE')
-  if (key !== undefined) tls.key = readPem(key, relativeTo, 'PRIVATE KEY')
+  if (ca !== undefined) tls.ca = readPemFile(nameOf(ca), resolve(relativeTo, ca.path), 'certificate')
+  if (cert !== undefined) tls.cert = readPemFile(nameOf(cert), resolve(relativeTo, cert.path), 'certificate')
+  if (key !== undefined) tls.key = readPemFile(nameOf(key), resolve(relativeTo, key.path), 'private key')
   if (params.keyPassphrase !== undefined) tls.passphrase = params.keyPassphrase
   if (files.length > 0) {
     try {
@@ -81,23 +81,4 @@ export function resolveDatabaseTls (params: UrlParameters, keys: TlsKeys, relati
 /** `leaf.jdbc.ssl.ca`, or `leaf.jdbc.url` for a URL parameter (the error then names the parameter). */
 function nameOf (f: FileParameter): string {
   return f.from.startsWith('leaf.') ? f.from : `leaf.jdbc.url: parameter ${f.from}`
-}
-
-/** The file's text when it holds a PEM block of the kind asked for. */
-function readPem (f: FileParameter, relativeTo: string, kind: 'CERTIFICATE' | 'PRIVATE KEY'): string {
-  const path = resolve(relativeTo, f.path)
-  let text: string
-  try {
-    text = readFileSync(path, 'utf8')
-  } catch (err) {
-    throw new ConfigError(nameOf(f), `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'}): give a PEM file this process may read`)
-  }
-  const block = kind === 'CERTIFICATE' ? /-----BEGIN (TRUSTED )?CERTIFICATE-----/ : /-----BEGIN ((RSA|EC|ENCRYPTED) )?PRIVATE KEY-----/
-  if (!block.test(text)) {
-    const fix = kind === 'CERTIFICATE'
-      ? 'convert a DER certificate with `openssl x509 -inform DER -in FILE -out FILE.pem`'
-      : 'convert a DER key (PgJDBC\'s .pk8) with `openssl pkcs8 -inform DER -in FILE -out FILE.pem`'
-    throw new ConfigError(nameOf(f), `${path} holds no PEM ${kind === 'CERTIFICATE' ? 'certificate' : 'private key'} (no -----BEGIN ${kind}----- line): ${fix}`)
-  }
-  return text
 }

@@ -107,6 +107,13 @@ export const KEYS = {
   'leaf.name': key('leaf', text, 'Service name; part of the ZooKeeper paths and of the worker-id cache path.'),
   'server.host': key('0.0.0.0', text, 'Address the HTTP server listens on.'),
   'server.port': key('8080', port, 'HTTP port.'),
+  'server.headers-timeout-ms': key('10000', int(0, 3_600_000), 'How long a connection may take to send a request\'s line and headers, from its first byte (or from its start): then it is answered 408 `REQUEST_TIMEOUT` and closed, so that a client sending them a byte at a time cannot hold it. Node\'s default is 60 s, for slow links; an ID request\'s headers come in one packet. 0: none.'),
+  'server.request-timeout-ms': key('30000', int(0, 3_600_000), 'How long receiving a whole request (headers and body) may take; then 408 `REQUEST_TIMEOUT` and closed. At least `server.headers-timeout-ms` (Node\'s rule); 0: none.'),
+  'server.keep-alive-timeout-ms': key('72000', int(1, 3_600_000), 'How long an idle keep-alive connection is kept between requests. Fastify\'s default, longer than the idle timeouts of load balancers (AWS ALB and nginx 60 s), so that they close first: a server closing a connection the balancer is sending on is a 502.'),
+  'server.idle-timeout-ms': key('60000', int(0, 3_600_000), 'How long a connection may pass no byte either way while a request is open (before its headers, while its answer waits, while a client that stopped reading holds it): then it is closed without an answer. Keep it above `leaf.segment.wait-timeout-ms`; between requests `server.keep-alive-timeout-ms` applies. 0: none.'),
+  'server.max-connections': key('8192', int(0, 10_000_000), 'Most connections open at once; a connection past it is closed as soon as it is accepted (a warning is logged). Tomcat\'s default, so Java Leaf\'s; keep it below the open-file limit, which the store and ZooKeeper need too. 0: no bound.'),
+  'server.tls.cert': key('', text, 'PEM file of the HTTP server\'s certificate (chain): with `server.tls.key`, the server speaks HTTPS; a relative path is read from the config file\'s folder.'),
+  'server.tls.key': key('', text, 'PEM file of the private key of `server.tls.cert` (unencrypted).'),
   'leaf.instance.name': key('', headerValue, 'The name this instance gives in the `Leaf-Instance` header of every ID answer, by which clients keep IDs from going back (docs/operations.md); unique per running instance and the same across its restarts; empty: `<host name>:<listening port>`.'),
   'log.level': key('info', logLevel, 'pino log level (also `LOG_LEVEL`).'),
 
@@ -115,6 +122,9 @@ export const KEYS = {
   'leaf.jdbc.username': key('', secret, 'Database user (when the URL carries none).'),
   'leaf.jdbc.password': key('', secret, 'Database password (when the URL carries none); never logged.'),
   'leaf.jdbc.password-file': key('', text, 'A file holding the database password (a Kubernetes or Docker secret): its content without the final newline; instead of `leaf.jdbc.password`.'),
+  'leaf.jdbc.ssl.ca': key('', text, 'PEM file of the CA (or CAs) the database server\'s certificate must chain to, e.g. the RDS or Cloud SQL bundle; with no TLS mode in the URL it makes the mode `VERIFY_IDENTITY` (see TLS); a relative path is read from the config file\'s folder.'),
+  'leaf.jdbc.ssl.cert': key('', text, 'PEM file of a client certificate, for servers that ask for one (`REQUIRE X509`, `clientcert=verify-full`); with `leaf.jdbc.ssl.key`.'),
+  'leaf.jdbc.ssl.key': key('', text, 'PEM file of the client certificate\'s private key (unencrypted, or opened by the URL\'s `sslpassword`).'),
   'leaf.jdbc.connect-timeout-ms': key('2000', int(100, 60_000), 'How long opening one MySQL or PostgreSQL connection may take.'),
   'leaf.jdbc.pool-size': key('10', int(1, 1000), 'MySQL or PostgreSQL connection pool size.'),
   'leaf.jdbc.query-timeout-ms': key('2000', int(100, 60_000), 'How long one MySQL or PostgreSQL query may go unanswered before its connection is taken for dead and closed.'),
@@ -152,9 +162,9 @@ export const KEYS = {
 
   'leaf.metrics.max-tag-series': key('100', int(0, 1_000_000), 'Most segment tags with series of their own in `/metrics`; past it, idle tags are summed under `key="_other"` (see Monitoring); 0: every tag under `_other`.'),
 
-  'leaf.admin.token': key('', token, 'Bearer token that protects the admin views and enables tag management; empty: views open, management off.'),
+  'leaf.admin.token': key('', token, 'The admin token (sent as Bearer, or as the password of Basic): it opens the admin views and enables tag management; empty: no management, and the views are open unless leaf.admin.view-token is set.'),
   'leaf.admin.token-file': key('', text, 'A file holding `leaf.admin.token`, without its final newline.'),
-  'leaf.admin.view-token': key('', token, 'A read-only token: opens the views (`/cache`, `/db`, their JSON) but not tag management; set alone, it guards the views and management stays off.'),
+  'leaf.admin.view-token': key('', token, 'A read-only token: opens the views (`/cache`, `/db`, their JSON) but not tag management; set alone, it guards the views and management stays off. Must differ from leaf.admin.token.'),
   'leaf.admin.view-token-file': key('', text, 'A file holding `leaf.admin.view-token`, without its final newline.'),
 } as const
 

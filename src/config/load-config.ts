@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url'
 import { parse as parseProperties } from 'dot-properties'
 import { CONFIG_KEYS, ConfigError, KEYS, envName, isConfigKey, type ConfigKey, type ParsedConfig, type RawConfig, type WorkerIdSource } from './keys.js'
 import { parseJdbcUrl, type StoreConfig } from './jdbc-url.js'
+import { resolveServerTls, type ServerTls } from './server-tls.js'
 import { checkCommandLineKey, checkEnvironment, checkFileKeys } from './unknown-keys.js'
 
 export { ConfigError } from './keys.js'
@@ -19,7 +20,7 @@ export const INSTALL_DIR = fileURLToPath(new URL('../../', import.meta.url))
 
 export interface Config {
   name: string
-  server: { host: string, port: number }
+  server: ServerConfig
   /** leaf.instance.name as given; empty: `<host name>:<port>` (http/instance-name.ts). */
   instanceName: string
   logLevel: string
@@ -49,6 +50,20 @@ export interface Config {
     trustedStores: string[]
   }
   snowflake: SnowflakeConfig
+}
+
+/** The HTTP server's keys (server.*): http/bound-server.ts makes the server from them. */
+export interface ServerConfig {
+  host: string
+  port: number
+  headersTimeoutMs: number
+  requestTimeoutMs: number
+  keepAliveTimeoutMs: number
+  idleTimeoutMs: number
+  /** 0: no bound. */
+  maxConnections: number
+  /** server.tls.cert and server.tls.key, read; undefined: plain HTTP. */
+  tls: ServerTls | undefined
 }
 
 /** The snowflake keys' values as given (snowflake/settings.ts resolves the layout from them). */
@@ -148,6 +163,8 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
   }
   const config = toConfig(parsed as ParsedConfig, bases)
   checkWorkerIdSource(config.snowflake)
+  checkServerTimeouts(config.server)
+  checkAdminTokens(config, fromFile)
   // An empty value is the default, not a choice.
   const given = (k: ConfigKey) => [file?.values[k], env[envName(k)], cli.values[k]].some((v) => v !== undefined && v.trim() !== '')
   warnings.push(...staticWorkerIdWarning(config.snowflake, given))
@@ -189,6 +206,25 @@ function readSecretFiles (raw: RawConfig, relativeTo: string): Map<ConfigKey, Co
 }
 
 /**
+ * The view token is read-only only while it differs from the admin token: the same secret given
+ * for both would open tag management to everyone given it to view. Named by the key (or the file
+ * key) it came from; the message never holds the secret.
+ */
+function checkAdminTokens (config: Config, fromFile: Map<ConfigKey, ConfigKey>): void {
+  if (config.adminViewToken !== '' && config.adminViewToken === config.adminToken) {
+    const key = fromFile.get('leaf.admin.view-token') ?? 'leaf.admin.view-token'
+    throw new ConfigError(key, 'is the same as leaf.admin.token, so it would manage tags too: give the viewers a token of their own, or unset it')
+  }
+}
+
+/** Node's own rule (its constructor throws on it): a request's headers are part of the request. */
+function checkServerTimeouts (s: ServerConfig): void {
+  if (s.requestTimeoutMs > 0 && s.headersTimeoutMs > s.requestTimeoutMs) {
+    throw new ConfigError('server.request-timeout-ms', `${s.requestTimeoutMs} is less than server.headers-timeout-ms (${s.headersTimeoutMs}): receiving a request includes its headers; raise it, or lower server.headers-timeout-ms`)
+  }
+}
+
+/**
  * Rules between the worker-id source and the keys it needs that no single key's parser can see.
  * The rules that need the layout (the worker-id range against its worker bits) are
  * snowflake/settings.ts's.
@@ -219,20 +255,33 @@ function staticWorkerIdWarning (s: SnowflakeConfig, given: (key: ConfigKey) => b
  * how long a peer's refresh may take to reach the new store: for each host of the URL, a
  * connection, its first round trip, the statement and the kill of an unanswered one.
  */
-function defaultFailoverHoldMs (p: ParsedConfig): number {
-  const store = parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password'])
+function defaultFailoverHoldMs (p: ParsedConfig, store: StoreConfig, connectTimeoutMs: number, queryTimeoutMs: number): number {
   const hosts = store.kind === 'mysql' ? store.hosts.length : 1 // postgres: one host
-  return 2 * p['leaf.segment.refresh-interval-ms'] + hosts * (p['leaf.jdbc.connect-timeout-ms'] + 3 * p['leaf.jdbc.query-timeout-ms'])
+  return 2 * p['leaf.segment.refresh-interval-ms'] + hosts * (connectTimeoutMs + 3 * queryTimeoutMs)
 }
 
 /** Where relative paths are read from (never the working folder): see resolveSqlitePath. */
 interface PathBases { relative: string, install: string }
 
 function toConfig (p: ParsedConfig, bases: PathBases): Config {
-  const store = resolveSqlitePath(parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password']), bases)
+  const tlsKeys = { ca: p['leaf.jdbc.ssl.ca'], cert: p['leaf.jdbc.ssl.cert'], key: p['leaf.jdbc.ssl.key'] }
+  const store = resolveSqlitePath(parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password'], { keys: tlsKeys, relativeTo: bases.relative }), bases)
+  // The URL's connectTimeout and socketTimeout win over the keys, as its user and password do.
+  const urlTimeouts = store.kind === 'sqlite' ? undefined : store.urlTimeouts
+  const connectTimeoutMs = urlTimeouts?.connectMs ?? p['leaf.jdbc.connect-timeout-ms']
+  const queryTimeoutMs = urlTimeouts?.queryMs ?? p['leaf.jdbc.query-timeout-ms']
   return {
     name: p['leaf.name'],
-    server: { host: p['server.host'], port: p['server.port'] },
+    server: {
+      host: p['server.host'],
+      port: p['server.port'],
+      headersTimeoutMs: p['server.headers-timeout-ms'],
+      requestTimeoutMs: p['server.request-timeout-ms'],
+      keepAliveTimeoutMs: p['server.keep-alive-timeout-ms'],
+      idleTimeoutMs: p['server.idle-timeout-ms'],
+      maxConnections: p['server.max-connections'],
+      tls: resolveServerTls(p['server.tls.cert'], p['server.tls.key'], bases.relative),
+    },
     instanceName: p['leaf.instance.name'],
     logLevel: p['log.level'],
     batchMax: p['leaf.batch.max'],
@@ -242,12 +291,12 @@ function toConfig (p: ParsedConfig, bases: PathBases): Config {
     segment: {
       enabled: p['leaf.segment.enable'],
       store,
-      connectTimeoutMs: p['leaf.jdbc.connect-timeout-ms'],
+      connectTimeoutMs,
       poolSize: p['leaf.jdbc.pool-size'],
-      queryTimeoutMs: p['leaf.jdbc.query-timeout-ms'],
+      queryTimeoutMs,
       waitTimeoutMs: p['leaf.segment.wait-timeout-ms'],
       refreshIntervalMs: p['leaf.segment.refresh-interval-ms'],
-      failoverHoldMs: p['leaf.segment.failover-hold-ms'] ?? defaultFailoverHoldMs(p),
+      failoverHoldMs: p['leaf.segment.failover-hold-ms'] ?? defaultFailoverHoldMs(p, store, connectTimeoutMs, queryTimeoutMs),
       bufferSeconds: p['leaf.segment.buffer-seconds'],
       maxBufferedSegments: p['leaf.segment.max-buffered-segments'],
       stateFile: stateFile(p, store, bases),

@@ -95,7 +95,7 @@ export const FOREIGN_KEYS: readonly ForeignKey[] = [
   })),
   {
     key: 'server.ssl.*',
-    refuse: (v: string): Refusal | undefined => v.trim() === 'false' ? undefined : ['Spring Boot\'s TLS; Leaf-TS serves plain HTTP', 'remove it and end TLS in a proxy in front'],
+    refuse: (v: string): Refusal | undefined => v.trim() === 'false' ? undefined : ['Spring Boot\'s TLS, from a Java key store, which Leaf-TS does not read', 'remove it, and give server.tls.cert and server.tls.key as PEM files (openssl pkcs12 -in KEYSTORE.p12 -nodes) or end TLS in a proxy in front'],
   },
 ]
 

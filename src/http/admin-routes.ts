@@ -6,12 +6,13 @@ import type { SegmentMode } from '../modes/segment-mode.js'
 import type { SegmentBufferView, ViewQuery } from '../segment/segment-views.js'
 import type { LeafAllocRow, TagChanges } from '../segment/store.js'
 import { MAX_STEP } from '../segment/segment-loader.js'
-import { requireBearer } from './auth.js'
+import { requireToken, type AdminTokens } from './auth.js'
 import { parseInt64 } from './decode-routes.js'
 import { validKey } from './id-routes.js'
 import { CACHE_PAGE_SIZE, renderCachePage, renderDbPage } from './pages.js'
 import { horizonSeconds } from '../segment/rate-meter.js'
 import { checkReadiness } from '../modes/readiness.js'
+import { storeTls } from '../modes/segment-mode.js'
 import { describeStore } from '../segment/stores/create-store.js'
 import { layoutEnd } from '../snowflake/layout.js'
 import { timeLeftSeconds } from '../snowflake/time-left.js'
@@ -26,12 +27,13 @@ const BODY_LIMIT = 16 * 1024
 
 /**
  * The views (`/api/cache`, `/api/db`, `/api/snowflake/status` and Leaf's `/cache`, `/db` pages),
- * behind the bearer token when one is set, and tag management, which exists only then.
+ * behind the tokens when either is set, and tag management, which exists only with the admin
+ * token and answers it alone.
  */
-export function registerAdminRoutes (app: FastifyInstance, token: string, logger: Logger): void {
+export function registerAdminRoutes (app: FastifyInstance, tokens: AdminTokens, logger: Logger): void {
   // Route-level hooks on the root rather than an encapsulated plugin, which would give Fastify
   // request and reply classes of its own next to the ID routes' on the hot paths they share.
-  const guarded = token === '' ? {} : { onRequest: [requireBearer(token)] }
+  const guarded = tokens.admin === '' && tokens.view === '' ? {} : { onRequest: [requireToken(tokens, 'view')] }
   const { segment, snowflake } = app.leaf
   const { layout } = app.leaf.config.snowflake
   const twepoch = layout.epoch
@@ -86,6 +88,7 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
       renderedAt: Date.now(),
       ratesAgeMs: segment?.generator.ratesAgeMs(),
       store: segment === undefined ? undefined : describeStore(app.leaf.config.segment.store),
+      storeTls: segment === undefined ? undefined : storeTls(app.leaf.config.segment.store, segment.store),
       failover: segment?.guard.view(),
       hosts: segment?.hosts?.view(),
       readiness: await checkReadiness(app.leaf),
@@ -99,8 +102,9 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
     return renderDbPage(await rows(enabled(segment)))
   })
 
-  if (token === '') return
-  app.post<{ Body: unknown }>('/api/segment/tags', { ...guarded, bodyLimit: BODY_LIMIT }, async (request, reply) => {
+  if (tokens.admin === '') return
+  const managing = { onRequest: [requireToken(tokens, 'manage')], bodyLimit: BODY_LIMIT }
+  app.post<{ Body: unknown }>('/api/segment/tags', managing, async (request, reply) => {
     const mode = enabled(segment)
     const tag = parseNewTag(request.body)
     const row = await storeCall(() => mode.store.createTag(tag))
@@ -109,7 +113,7 @@ export function registerAdminRoutes (app: FastifyInstance, token: string, logger
     logger.info({ key: row.key, step: row.step, maxId: String(row.maxId) }, 'segment tag created')
     return reply.code(201).send(rowJson(row))
   })
-  app.patch<{ Params: { key: string }, Body: unknown }>('/api/segment/tags/:key', { ...guarded, bodyLimit: BODY_LIMIT }, async (request) => {
+  app.patch<{ Params: { key: string }, Body: unknown }>('/api/segment/tags/:key', managing, async (request) => {
     const mode = enabled(segment)
     const key = validKey(request.params.key)
     const changes = parseTagChanges(request.body)

@@ -1,16 +1,45 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http'
+import { createServer as createHttpsServer } from 'node:https'
+import type { ServerConfig } from '../config/load-config.js'
 import { StartRefused } from '../errors.js'
 
-/**
- * Node's HTTP server options for the service's server, whoever creates it (app.ts hands them
- * to Fastify too): an ID service has no use for Host, so a request without one reaches the
- * routes (and gets the JSON shape) rather than Node's bare 400.
- */
-export const HTTP_SERVER_OPTIONS = { requireHostHeader: false } as const
-/** Fastify's default: longer than the load balancers' idle timeouts, so they close first. */
-const KEEP_ALIVE_TIMEOUT_MS = 72_000
-
 type Handler = (request: IncomingMessage, response: ServerResponse) => void
+
+/**
+ * The service's HTTP (or, with server.tls.*, HTTPS) server, whoever creates it: bindPort, or
+ * Fastify through app.ts's serverFactory when there is no bound server (tests). Every limit that
+ * keeps a client from holding a connection is set here, from the server.* keys.
+ */
+export function createServiceServer (settings: ServerConfig, handler: Handler): Server {
+  const options: ServerOptions = {
+    // An ID service has no use for Host: a request without one reaches the routes (and gets
+    // the JSON shape) rather than Node's bare 400.
+    requireHostHeader: false,
+    headersTimeout: settings.headersTimeoutMs,
+    requestTimeout: settings.requestTimeoutMs,
+    keepAliveTimeout: settings.keepAliveTimeoutMs,
+    connectionsCheckingInterval: checkingIntervalMs(settings),
+  }
+  const server = settings.tls === undefined
+    ? createHttpServer(options, handler)
+    // The HTTP timeouts start after the handshake: bound the handshake by the headers timeout.
+    : createHttpsServer({ ...options, ...settings.tls, ...(settings.headersTimeoutMs > 0 ? { handshakeTimeout: settings.headersTimeoutMs } : {}) }, handler)
+  // Socket inactivity while a request is open; Node swaps in keepAliveTimeout between requests.
+  server.setTimeout(settings.idleTimeoutMs)
+  // Past it, Node closes each new connection as it is accepted (and emits 'drop').
+  server.maxConnections = settings.maxConnections
+  return server
+}
+
+/**
+ * Node checks the headers and request timeouts on a timer, every 30 s by default, so a
+ * connection would outlive its timeout by up to that much: check ten times per the shortest
+ * of them, at most once a second (the check walks only connections with a request open).
+ */
+function checkingIntervalMs ({ headersTimeoutMs, requestTimeoutMs }: ServerConfig): number {
+  const shortest = Math.min(...[headersTimeoutMs, requestTimeoutMs].filter((ms) => ms > 0))
+  return Math.max(10, Math.min(1000, Math.floor(shortest / 10)))
+}
 
 export interface BoundServer {
   server: Server
@@ -23,10 +52,10 @@ export interface BoundServer {
  * process on a port in use stops here, having written nothing: no warm-start file, no
  * give-back, no ZooKeeper node. The app takes the server over with Fastify's serverFactory.
  */
-export async function bindPort (host: string, port: number): Promise<BoundServer> {
+export async function bindPort (settings: ServerConfig): Promise<BoundServer> {
+  const { host, port } = settings
   let handler: Handler = answerStarting
-  const server = createServer(HTTP_SERVER_OPTIONS, (request, response) => handler(request, response))
-  server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS
+  const server = createServiceServer(settings, (request, response) => handler(request, response))
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen({ host, port }, () => {

@@ -89,12 +89,12 @@ export function startServer ({ args = [], env = {}, cwd = ROOT, timeoutMs = 20_0
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`server did not listen in time:\n${output.join('\n')}`)) }, timeoutMs)
     const onLine = (line: string) => {
       output.push(line)
-      const m = /Server listening at http:\/\/127\.0\.0\.1:(\d+)/.exec(line)
+      const m = /Server listening at (https?):\/\/127\.0\.0\.1:(\d+)/.exec(line)
       if (m !== null) {
         clearTimeout(timer)
-        const port = Number(m[1])
+        const port = Number(m[2])
         resolve({
-          url: `http://127.0.0.1:${port}`,
+          url: `${m[1]}://127.0.0.1:${port}`,
           port,
           proc,
           output,

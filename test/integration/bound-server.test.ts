@@ -9,24 +9,26 @@ import { silentLogger } from '../helpers/logger.js'
 // the modes start, and the app takes it over once ready.
 
 const portOf = (server: { address (): AddressInfo | string | null }) => (server.address() as AddressInfo).port
+/** The server.* settings of a test config, at `host` and `port`. */
+const at = (host: string, port: number) => ({ ...testConfig().server, host, port })
 
 t.test('a port in use is refused in one line naming server.port and the address', async (t) => {
   const other = createServer()
   await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve))
   t.teardown(() => other.close())
   const port = portOf(other)
-  await t.rejects(bindPort('127.0.0.1', port), {
+  await t.rejects(bindPort(at('127.0.0.1', port)), {
     name: 'StartRefused',
     message: `server.port ${port}: 127.0.0.1:${port} is already in use (EADDRINUSE): stop the process listening there, or set server.port (SERVER_PORT, --server.port) to a free port`,
   })
 })
 
 t.test('a host that is not this machine\'s is refused naming server.host', async (t) => {
-  await t.rejects(bindPort('192.0.2.1', 0), { name: 'StartRefused', message: /^server\.host 192\.0\.2\.1: not an address of this machine \(EADDRNOTAVAIL\): set server\.host/ })
+  await t.rejects(bindPort(at('192.0.2.1', 0)), { name: 'StartRefused', message: /^server\.host 192\.0\.2\.1: not an address of this machine \(EADDRNOTAVAIL\): set server\.host/ })
 })
 
 t.test('until the app serves, every route answers 503 NOT_READY but /healthz; then the app answers, and its close closes the socket', async (t) => {
-  const bound = await bindPort('127.0.0.1', 0)
+  const bound = await bindPort(at('127.0.0.1', 0))
   const url = `http://127.0.0.1:${portOf(bound.server)}`
   const starting = await fetch(`${url}/api/segment/get/order`)
   t.equal(starting.status, 503)

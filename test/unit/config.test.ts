@@ -4,9 +4,10 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { parseJdbcUrl } from '../../src/config/jdbc-url.js'
 import { CONFIG_KEYS, envName, type ConfigKey } from '../../src/config/keys.js'
-import { ConfigError, loadConfig, type Config, ForeignKeyError, UnknownKeyError } from '../../src/config/load-config.js'
+import { ConfigError, loadConfig, type Config, ForeignKeyError, SECRET_FILE_KEYS, UnknownKeyError } from '../../src/config/load-config.js'
 import { editDistance, nearestKey } from '../../src/config/unknown-keys.js'
 import { resolveSnowflakeSettings } from '../../src/snowflake/settings.js'
+import { FIXED_PAIRS, writePair } from '../helpers/tls.js'
 
 function dirWith (properties?: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'leaf-config-'))
@@ -42,7 +43,7 @@ t.test('Java Leaf\'s leaf.properties works unchanged', async (t) => {
   const { config } = loadConfig({ argv: ['--config', join(dir, 'leaf.properties')] })
   t.equal(config.name, 'com.sankuai.leaf.opensource.test')
   t.equal(config.segment.enabled, true)
-  t.same(config.segment.store, { kind: 'mysql', hosts: [{ host: 'db.local', port: 3307 }], user: 'root', password: 'secret', database: 'leaf' })
+  t.same(config.segment.store, { kind: 'mysql', hosts: [{ host: 'db.local', port: 3307 }], user: 'root', password: 'secret', database: 'leaf', tls: PREFER })
   t.equal(config.snowflake.port, 9090)
 })
 
@@ -96,16 +97,35 @@ t.test('environment names follow Spring Boot: dots and dashes to underscores, up
 /**
  * Where each key lands in the Config, with two valid values and what each becomes: `a` is not
  * the default, `b` differs from `a`. A key added to the table without a line here fails the
- * type check and the tests below.
+ * type check and the tests below. A secret's `-file` key lands where its key does, and cannot
+ * be set beside it: the secret-file tests below cover those.
  */
 interface Landing { read: (c: Config) => unknown, a: [string, unknown], b: [string, unknown] }
 
+type FileKey = keyof typeof SECRET_FILE_KEYS
+const isFileKey = (key: ConfigKey): key is FileKey => key in SECRET_FILE_KEYS
+/** The keys set directly, the secret files' keys aside. */
+const VALUE_KEYS = CONFIG_KEYS.filter((k) => !isFileKey(k))
+
+/** A URL without TLS parameters, and no leaf.jdbc.ssl.* key: TLS when offered. */
+const PREFER = { mode: 'prefer', modeFrom: 'default' }
+
 const mysql = (c: Config) => c.segment.store.kind === 'mysql' ? c.segment.store : undefined
 
-const LANDINGS: Record<ConfigKey, Landing> = {
+/** The two test pairs as files: server.tls.cert and server.tls.key land as their PEM text. */
+const tlsFiles = [writePair(FIXED_PAIRS[0]), writePair(FIXED_PAIRS[1])] as const
+
+const LANDINGS: Record<Exclude<ConfigKey, FileKey>, Landing> = {
   'leaf.name': { read: (c) => c.name, a: ['ids-a', 'ids-a'], b: ['ids-b', 'ids-b'] },
   'server.host': { read: (c) => c.server.host, a: ['127.0.0.2', '127.0.0.2'], b: ['::1', '::1'] },
   'server.port': { read: (c) => c.server.port, a: ['8181', 8181], b: ['8282', 8282] },
+  'server.headers-timeout-ms': { read: (c) => c.server.headersTimeoutMs, a: ['5000', 5000], b: ['2000', 2000] },
+  'server.request-timeout-ms': { read: (c) => c.server.requestTimeoutMs, a: ['40000', 40000], b: ['0', 0] },
+  'server.keep-alive-timeout-ms': { read: (c) => c.server.keepAliveTimeoutMs, a: ['65000', 65000], b: ['620000', 620000] },
+  'server.idle-timeout-ms': { read: (c) => c.server.idleTimeoutMs, a: ['120000', 120000], b: ['0', 0] },
+  'server.max-connections': { read: (c) => c.server.maxConnections, a: ['4096', 4096], b: ['0', 0] },
+  'server.tls.cert': { read: (c) => c.server.tls?.cert, a: [tlsFiles[0].cert, FIXED_PAIRS[0].cert], b: [tlsFiles[1].cert, FIXED_PAIRS[1].cert] },
+  'server.tls.key': { read: (c) => c.server.tls?.key, a: [tlsFiles[0].key, FIXED_PAIRS[0].key], b: [tlsFiles[1].key, FIXED_PAIRS[1].key] },
   'leaf.instance.name': { read: (c) => c.instanceName, a: ['leaf-a:8080', 'leaf-a:8080'], b: ['leaf-b', 'leaf-b'] },
   'log.level': { read: (c) => c.logLevel, a: ['debug', 'debug'], b: ['warn', 'warn'] },
   'leaf.segment.enable': { read: (c) => c.segment.enabled, a: ['true', true], b: ['false', false] },
@@ -116,6 +136,10 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   },
   'leaf.jdbc.username': { read: (c) => mysql(c)?.user, a: ['user-a', 'user-a'], b: ['user-b', 'user-b'] },
   'leaf.jdbc.password': { read: (c) => mysql(c)?.password, a: ['pw-a', 'pw-a'], b: ['pw-b', 'pw-b'] },
+  // A CA alone makes the URL's mode verify-full; a pair's certificate serves as the CA.
+  'leaf.jdbc.ssl.ca': { read: (c) => mysql(c)?.tls?.ca, a: [tlsFiles[0].cert, FIXED_PAIRS[0].cert], b: [tlsFiles[1].cert, FIXED_PAIRS[1].cert] },
+  'leaf.jdbc.ssl.cert': { read: (c) => mysql(c)?.tls?.cert, a: [tlsFiles[0].cert, FIXED_PAIRS[0].cert], b: [tlsFiles[1].cert, FIXED_PAIRS[1].cert] },
+  'leaf.jdbc.ssl.key': { read: (c) => mysql(c)?.tls?.key, a: [tlsFiles[0].key, FIXED_PAIRS[0].key], b: [tlsFiles[1].key, FIXED_PAIRS[1].key] },
   'leaf.jdbc.connect-timeout-ms': { read: (c) => c.segment.connectTimeoutMs, a: ['2500', 2500], b: ['3500', 3500] },
   'leaf.jdbc.pool-size': { read: (c) => c.segment.poolSize, a: ['4', 4], b: ['5', 5] },
   'leaf.jdbc.query-timeout-ms': { read: (c) => c.segment.queryTimeoutMs, a: ['2500', 2500], b: ['3500', 3500] },
@@ -153,6 +177,8 @@ const LANDINGS: Record<ConfigKey, Landing> = {
   'leaf.snowflake.zk.session-timeout-ms': { read: (c) => c.snowflake.zkSessionTimeoutMs, a: ['20000', 20000], b: ['30000', 30000] },
   'leaf.metrics.max-tag-series': { read: (c) => c.metrics.maxTagSeries, a: ['500', 500], b: ['0', 0] },
   'leaf.admin.token': { read: (c) => c.adminToken, a: ['tok-a', 'tok-a'], b: ['tok-b', 'tok-b'] },
+  'leaf.admin.view-token': { read: (c) => c.adminViewToken, a: ['view-a', 'view-a'], b: ['view-b', 'view-b'] },
+  'leaf.snowflake.zk.auth': { read: (c) => c.snowflake.zkAuth, a: ['digest:leaf-a:pw-a', 'digest:leaf-a:pw-a'], b: ['digest:leaf-b:pw:b', 'digest:leaf-b:pw:b'] },
 }
 
 /** The landing of a key, failing loudly for a key the table above does not know. */
@@ -169,7 +195,7 @@ function loadFrom (sources: Partial<Record<Source, (l: Landing) => [string, unkn
   const lines: string[] = []
   const env: Record<string, string> = {}
   const argv: string[] = []
-  for (const key of CONFIG_KEYS) {
+  for (const key of VALUE_KEYS) {
     const l = landing(key)
     if (sources.file !== undefined) lines.push(`${key}=${sources.file(l)[0]}`)
     if (sources.environment !== undefined) env[envName(key)] = sources.environment(l)[0]
@@ -180,9 +206,9 @@ function loadFrom (sources: Partial<Record<Source, (l: Landing) => [string, unkn
 }
 
 t.test('every key of the table has a landing, and its value `a` is not the default\'s', async (t) => {
-  t.same(Object.keys(LANDINGS).sort(), [...CONFIG_KEYS].sort(), 'LANDINGS lists exactly the keys of the table')
+  t.same(Object.keys(LANDINGS).sort(), [...VALUE_KEYS].sort(), 'LANDINGS lists exactly the keys of the table, the secret files\' aside')
   const defaults = loadConfig({ cwd: dirWith() }).config
-  for (const key of CONFIG_KEYS) {
+  for (const key of VALUE_KEYS) {
     const l = landing(key)
     t.notSame(l.a[1], l.read(defaults), `${key}: a is not the default`)
     t.notSame(l.a[1], l.b[1], `${key}: a and b differ`)
@@ -192,7 +218,7 @@ t.test('every key of the table has a landing, and its value `a` is not the defau
 for (const source of ['file', 'environment', 'command line'] as const) {
   t.test(`every key set through the ${source} lands in the config`, async (t) => {
     const config = loadFrom({ [source]: (l: Landing) => l.a })
-    for (const key of CONFIG_KEYS) t.same(landing(key).read(config), landing(key).a[1], key)
+    for (const key of VALUE_KEYS) t.same(landing(key).read(config), landing(key).a[1], key)
   })
 }
 
@@ -200,7 +226,7 @@ t.test('for every key: environment over file, command line over environment', as
   const envOverFile = loadFrom({ file: (l) => l.a, environment: (l) => l.b })
   const cliOverEnv = loadFrom({ file: (l) => l.b, environment: (l) => l.b, 'command line': (l) => l.a })
   const cliOverFile = loadFrom({ file: (l) => l.b, 'command line': (l) => l.a })
-  for (const key of CONFIG_KEYS) {
+  for (const key of VALUE_KEYS) {
     t.same(landing(key).read(envOverFile), landing(key).b[1], `${key}: environment over file`)
     t.same(landing(key).read(cliOverEnv), landing(key).a[1], `${key}: command line over environment`)
     t.same(landing(key).read(cliOverFile), landing(key).a[1], `${key}: command line over file`)
@@ -232,6 +258,109 @@ t.test('bad values stop the start, naming the key', async (t) => {
     t.equal(err.key, key)
     t.match(err.message, problem)
   }
+})
+
+/** A folder holding the given files; returns the folder. */
+function filesIn (files: Record<string, string>): string {
+  const dir = mkdtempSync(join(tmpdir(), 'leaf-secrets-'))
+  for (const [name, content] of Object.entries(files)) writeFileSync(join(dir, name), content)
+  return dir
+}
+
+t.test('a secret from its -file key: the content without its final newline, landing where the key does', async (t) => {
+  const dir = filesIn({ token: 'adm1n-s3cret\n', view: 'v1ew-s3cret\r\n', password: 'pass word \n', zk: 'digest:leaf:zk-pw', kept: 'two-newlines\n\n' })
+  const { config } = loadConfig({
+    cwd: dirWith(),
+    env: { LEAF_JDBC_URL: 'jdbc:mysql://db/leaf', LEAF_ADMIN_TOKEN_FILE: join(dir, 'token'), LEAF_JDBC_PASSWORD_FILE: join(dir, 'password') },
+    argv: [`--leaf.admin.view-token-file=${join(dir, 'view')}`, `--leaf.snowflake.zk.auth-file=${join(dir, 'zk')}`],
+  })
+  t.equal(config.adminToken, 'adm1n-s3cret', 'the final newline dropped')
+  t.equal(config.adminViewToken, 'v1ew-s3cret', 'a final CRLF too')
+  t.match(config.segment.store, { kind: 'mysql', password: 'pass word ' }, 'the rest kept as written, spaces too')
+  t.equal(config.snowflake.zkAuth, 'digest:leaf:zk-pw', 'a file without a final newline is read whole')
+  const kept = loadConfig({ cwd: dirWith(), env: { LEAF_JDBC_URL: 'jdbc:mysql://db/leaf' }, argv: [`--leaf.jdbc.password-file=${join(dir, 'kept')}`] }).config
+  t.match(kept.segment.store, { password: 'two-newlines\n' }, 'one final newline dropped, not every one')
+  t.equal(loadConfig({ cwd: dirWith(), argv: [`--leaf.admin.token-file=  ${join(dir, 'token')}  `] }).config.adminToken, 'adm1n-s3cret', 'the path is trimmed')
+  t.equal(loadConfig({ cwd: dirWith(), argv: ['--leaf.admin.token-file='] }).config.adminToken, '', 'an empty -file key is not set')
+})
+
+t.test('an unreadable or empty secret file refuses the start, naming the file key and the file', async (t) => {
+  const dir = filesIn({ empty: '', newline: '\n' })
+  mkdirSync(join(dir, 'folder'))
+  const cases: [string, RegExp][] = [
+    [join(dir, 'missing'), new RegExp(`cannot read ${join(dir, 'missing')} \\(ENOENT\\)`)],
+    [join(dir, 'folder'), /cannot read .*folder \(EISDIR\)/],
+    [join(dir, 'empty'), /empty\/?.* is empty: write the secret in it, or unset leaf\.admin\.view-token-file/],
+    [join(dir, 'newline'), /newline is empty/],
+  ]
+  for (const [path, problem] of cases) {
+    const err = t.throws(() => loadConfig({ cwd: dirWith(), argv: [`--leaf.admin.view-token-file=${path}`] })) as ConfigError
+    t.ok(err instanceof ConfigError, `${path}: a ConfigError`)
+    t.equal(err.key, 'leaf.admin.view-token-file', 'named by the file key')
+    t.match(err.message, problem)
+  }
+})
+
+t.test('a secret file beside a value for its key is refused: the secret is given one way', async (t) => {
+  const dir = filesIn({ token: 'from-the-file' })
+  const both: [Record<string, string>, string[], string][] = [
+    [{ LEAF_ADMIN_TOKEN: 'from-the-env' }, [`--leaf.admin.token-file=${join(dir, 'token')}`], 'leaf.admin.token-file'],
+    [{}, [`--leaf.admin.view-token-file=${join(dir, 'token')}`, '--leaf.admin.view-token=from-argv'], 'leaf.admin.view-token-file'],
+    [{ LEAF_JDBC_PASSWORD: 'pw', LEAF_JDBC_PASSWORD_FILE: join(dir, 'token') }, [], 'leaf.jdbc.password-file'],
+    [{ LEAF_SNOWFLAKE_ZK_AUTH: 'digest:a:b' }, [`--leaf.snowflake.zk.auth-file=${join(dir, 'token')}`], 'leaf.snowflake.zk.auth-file'],
+  ]
+  for (const [env, argv, fileKey] of both) {
+    const key = SECRET_FILE_KEYS[fileKey as FileKey]
+    const err = t.throws(() => loadConfig({ cwd: dirWith(), env, argv })) as ConfigError
+    t.equal(err.key, fileKey)
+    t.equal(err.message, `${fileKey}: is set, and so is ${key}: give the secret one way`)
+  }
+  const fileDir = dirWith(`leaf.admin.token=in-the-properties\nleaf.admin.token-file=${join(dir, 'token')}\n`)
+  t.throws(() => loadConfig({ argv: ['--config', join(fileDir, 'leaf.properties')] }), { name: 'ConfigError', message: /^leaf\.admin\.token-file: is set, and so is leaf\.admin\.token/ }, 'both in the file')
+  const overridden = loadConfig({ argv: ['--config', join(fileDir, 'leaf.properties'), '--leaf.admin.token='] }).config
+  t.equal(overridden.adminToken, 'from-the-file', 'the key emptied by a later source: the file alone gives it')
+})
+
+t.test('a relative secret file is read from the config file\'s folder, else the install folder; never the working folder', async (t) => {
+  const config = filesIn({ 'view.txt': 'beside-the-config\n' })
+  writeFileSync(join(config, 'leaf.properties'), 'leaf.admin.view-token-file=view.txt\n')
+  mkdirSync(join(config, 'secrets'))
+  writeFileSync(join(config, 'secrets', 'admin'), 'in-a-subfolder\n')
+  const install = filesIn({ 'view.txt': 'in-the-install-folder\n' })
+  const cwd = filesIn({ 'view.txt': 'in-the-working-folder\n' })
+  const fromFile = loadConfig({ cwd, installDir: install, argv: ['--config', join(config, 'leaf.properties'), '--leaf.admin.token-file=secrets/admin'] }).config
+  t.equal(fromFile.adminViewToken, 'beside-the-config', 'named in the file: the file\'s folder')
+  t.equal(fromFile.adminToken, 'in-a-subfolder', 'named on the command line, with a file: the file\'s folder too')
+  const noFile = loadConfig({ cwd, installDir: install, argv: ['--leaf.admin.view-token-file=./view.txt'] }).config
+  t.equal(noFile.adminViewToken, 'in-the-install-folder', 'no config file: the install folder')
+})
+
+t.test('a secret never appears in an error message', async (t) => {
+  const SECRET = 'Sup3r-S3cret-Value'
+  const dir = filesIn({ spaced: ` ${SECRET}\n`, twice: `${SECRET}\n\n`, zk: `digest-${SECRET}`, same: `${SECRET}\n` })
+  const failures: [Record<string, string>, string[], string, RegExp][] = [
+    [{}, [`--leaf.admin.token-file=${join(dir, 'spaced')}`], 'leaf.admin.token-file', /the file's content: starts or ends with white space/],
+    [{}, [`--leaf.admin.view-token-file=${join(dir, 'twice')}`], 'leaf.admin.view-token-file', /the file's content: starts or ends with white space/],
+    [{}, [`--leaf.snowflake.zk.auth-file=${join(dir, 'zk')}`], 'leaf.snowflake.zk.auth-file', /the file's content: is not digest:user:password/],
+    [{}, [`--leaf.admin.token=${SECRET} `], 'leaf.admin.token', /starts or ends with white space/],
+    [{ LEAF_ADMIN_TOKEN: SECRET }, [`--leaf.admin.view-token=${SECRET}`], 'leaf.admin.view-token', /is the same as leaf\.admin\.token/],
+    [{ LEAF_ADMIN_TOKEN: SECRET }, [`--leaf.admin.view-token-file=${join(dir, 'same')}`], 'leaf.admin.view-token-file', /is the same as leaf\.admin\.token/],
+    [{ LEAF_ADMIN_TOKEN: SECRET }, [`--leaf.admin.token-file=${join(dir, 'same')}`], 'leaf.admin.token-file', /is set, and so is leaf\.admin\.token/],
+  ]
+  for (const [env, argv, key, problem] of failures) {
+    const err = t.throws(() => loadConfig({ cwd: dirWith(), env, argv })) as ConfigError
+    t.equal(err.key, key, `${key}: named`)
+    t.match(err.message, problem)
+    t.notMatch(err.message, SECRET, `${key}: the secret is not in "${err.message}"`)
+  }
+})
+
+t.test('the view token must differ from the admin token: the start is refused in one line naming the key', async (t) => {
+  const err = t.throws(() => loadConfig({ cwd: dirWith(), argv: ['--leaf.admin.token=same-token', '--leaf.admin.view-token=same-token'] })) as ConfigError
+  t.equal(err.message, 'leaf.admin.view-token: is the same as leaf.admin.token, so it would manage tags too: give the viewers a token of their own, or unset it')
+  const both = loadConfig({ cwd: dirWith(), argv: ['--leaf.admin.token=admin-token', '--leaf.admin.view-token=view-token'] }).config
+  t.same([both.adminToken, both.adminViewToken], ['admin-token', 'view-token'], 'two different tokens')
+  t.same(loadConfig({ cwd: dirWith(), argv: ['--leaf.admin.view-token=view-token'] }).config.adminViewToken, 'view-token', 'the view token alone')
 })
 
 t.test('the file: --config, then LEAF_CONFIG, then ./config/leaf.properties, then the shipped one', async (t) => {
@@ -394,7 +523,7 @@ t.test('Java Leaf\'s and Spring Boot\'s keys whose meaning Leaf-TS would lose ar
     ['server.address=127.0.0.1', /^server\.address: Spring Boot's listen address, which Leaf-TS does not read .*; set server\.host instead$/],
     ['server.servlet.context-path=/leaf', /path prefix; Leaf-TS serves its routes at the root/],
     ['server.context-path=/leaf', /path prefix/],
-    ['server.ssl.key-store=keystore.p12', /plain HTTP \(.*\); remove it and end TLS in a proxy/],
+    ['server.ssl.key-store=keystore.p12', /Spring Boot's TLS, from a Java key store, .* \(.*\); remove it, and give server\.tls\.cert and server\.tls\.key/],
   ]
   for (const [line, message] of cases) {
     const err = refusal(t, { cwd: dirWith(`${line}\n`), argv: ['--config=leaf.properties'] }, line)
@@ -433,20 +562,20 @@ t.test('JDBC URLs in every accepted form', async (t) => {
   t.same(parseJdbcUrl('', '', ''), { kind: 'sqlite', path: './data/leaf.db', embeddedDefault: true })
   t.same(parseJdbcUrl('sqlite:/tmp/x.db', '', ''), { kind: 'sqlite', path: '/tmp/x.db' })
   t.same(parseJdbcUrl('jdbc:mysql://localhost:3306/leaf?useUnicode=true&characterEncoding=utf8', 'u', 'p'),
-    { kind: 'mysql', hosts: [{ host: 'localhost', port: 3306 }], user: 'u', password: 'p', database: 'leaf' })
-  t.same(parseJdbcUrl('jdbc:mysql://db/leaf', 'u', 'p'), { kind: 'mysql', hosts: [{ host: 'db', port: 3306 }], user: 'u', password: 'p', database: 'leaf' })
+    { kind: 'mysql', hosts: [{ host: 'localhost', port: 3306 }], user: 'u', password: 'p', database: 'leaf', tls: PREFER })
+  t.same(parseJdbcUrl('jdbc:mysql://db/leaf', 'u', 'p'), { kind: 'mysql', hosts: [{ host: 'db', port: 3306 }], user: 'u', password: 'p', database: 'leaf', tls: PREFER })
   t.same(parseJdbcUrl('mysql://me:p%40ss@127.0.0.1:3307/ids', 'u', 'p'),
-    { kind: 'mysql', hosts: [{ host: '127.0.0.1', port: 3307 }], user: 'me', password: 'p@ss', database: 'ids' })
-  t.same(parseJdbcUrl('jdbc:mysql://h:1/d?user=a&password=b', '', ''), { kind: 'mysql', hosts: [{ host: 'h', port: 1 }], user: 'a', password: 'b', database: 'd' })
+    { kind: 'mysql', hosts: [{ host: '127.0.0.1', port: 3307 }], user: 'me', password: 'p@ss', database: 'ids', tls: PREFER })
+  t.same(parseJdbcUrl('jdbc:mysql://h:1/d?user=a&password=b', '', ''), { kind: 'mysql', hosts: [{ host: 'h', port: 1 }], user: 'a', password: 'b', database: 'd', tls: PREFER })
   t.throws(() => parseJdbcUrl('sqlite:', '', ''), /needs a file path/)
   t.throws(() => parseJdbcUrl('mysql://host', '', ''), /must name one database/)
   t.throws(() => parseJdbcUrl('redis://x', '', ''), /unknown scheme "redis"/)
   t.throws(() => parseJdbcUrl('mysql://leaf:50%off@db/leaf', '', ''), { name: 'ConfigError', message: /malformed percent-encoding in its password/ })
   // Connector/J's failover list, in either form; each host with its own port or 3306.
   t.same(parseJdbcUrl('jdbc:mysql://h1:3307,h2,[::1]:3308/leaf?useUnicode=true&characterEncoding=utf8', 'u', 'p'),
-    { kind: 'mysql', hosts: [{ host: 'h1', port: 3307 }, { host: 'h2', port: 3306 }, { host: '::1', port: 3308 }], user: 'u', password: 'p', database: 'leaf' })
+    { kind: 'mysql', hosts: [{ host: 'h1', port: 3307 }, { host: 'h2', port: 3306 }, { host: '::1', port: 3308 }], user: 'u', password: 'p', database: 'leaf', tls: PREFER })
   t.same(parseJdbcUrl('mysql://me:p%40ss,x@a:1,b:2/ids', '', ''),
-    { kind: 'mysql', hosts: [{ host: 'a', port: 1 }, { host: 'b', port: 2 }], user: 'me', password: 'p@ss,x', database: 'ids' }, 'a comma in the password is not a host')
+    { kind: 'mysql', hosts: [{ host: 'a', port: 1 }, { host: 'b', port: 2 }], user: 'me', password: 'p@ss,x', database: 'ids', tls: PREFER }, 'a comma in the password is not a host')
   t.throws(() => parseJdbcUrl('mysql://a,,b/leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: host "" is not a host or host:port' })
   t.throws(() => parseJdbcUrl('jdbc:mysql://a:3306,b:x/leaf', '', ''), { message: 'leaf.jdbc.url: host "b:x" is not a host or host:port' })
   t.throws(() => parseJdbcUrl('mysql://a,b:0/leaf', '', ''), { message: 'leaf.jdbc.url: host "b:0" has port 0' })
@@ -459,11 +588,11 @@ t.test('JDBC URLs in every accepted form', async (t) => {
 
 t.test('Connector/J and MariaDB Connector/J host-list forms: read, or refused in one line naming the form', async (t) => {
   const two = [{ host: 'h1', port: 3306 }, { host: 'h2', port: 3307 }]
-  t.same(parseJdbcUrl('jdbc:mysql:replication://h1,h2:3307/leaf', 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf', replication: true },
+  t.same(parseJdbcUrl('jdbc:mysql:replication://h1,h2:3307/leaf', 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf', replication: true, tls: PREFER },
     'replication: the source first, written alone')
-  t.same(parseJdbcUrl('jdbc:mariadb:replication://h1,h2:3307/leaf', 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf', replication: true })
+  t.same(parseJdbcUrl('jdbc:mariadb:replication://h1,h2:3307/leaf', 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf', replication: true, tls: PREFER })
   for (const form of ['jdbc:mariadb:sequential', 'jdbc:mariadb:failover', 'jdbc:mariadb', 'jdbc:mysql']) {
-    t.same(parseJdbcUrl(`${form}://h1,h2:3307/leaf`, 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf' }, `${form}: a failover list`)
+    t.same(parseJdbcUrl(`${form}://h1,h2:3307/leaf`, 'u', 'p'), { kind: 'mysql', hosts: two, user: 'u', password: 'p', database: 'leaf', tls: PREFER }, `${form}: a failover list`)
   }
   for (const [url, form] of [
     ['jdbc:mysql:loadbalance://h1,h2/leaf', 'mysql:loadbalance'],
@@ -482,11 +611,11 @@ t.test('Connector/J and MariaDB Connector/J host-list forms: read, or refused in
 
 t.test('PostgreSQL URLs: Java\'s jdbc:postgresql:// with the user and password keys, and libpq\'s postgres:// and postgresql://', async (t) => {
   t.same(parseJdbcUrl('jdbc:postgresql://db.local:5433/leaf?ssl=false&ApplicationName=x', 'u', 'p'),
-    { kind: 'postgres', host: 'db.local', port: 5433, user: 'u', password: 'p', database: 'leaf' })
-  t.same(parseJdbcUrl('jdbc:postgresql://db/leaf', 'u', 'p'), { kind: 'postgres', host: 'db', port: 5432, user: 'u', password: 'p', database: 'leaf' }, 'port 5432 by default')
-  t.same(parseJdbcUrl('jdbc:postgresql://db/leaf?user=a&password=b', 'u', 'p'), { kind: 'postgres', host: 'db', port: 5432, user: 'a', password: 'b', database: 'leaf' }, 'PgJDBC\'s user and password parameters')
-  t.same(parseJdbcUrl('postgres://me:p%40ss@127.0.0.1:25432/ids', 'u', 'p'), { kind: 'postgres', host: '127.0.0.1', port: 25432, user: 'me', password: 'p@ss', database: 'ids' })
-  t.same(parseJdbcUrl('postgresql://me@[::1]/ids', '', 'pw'), { kind: 'postgres', host: '::1', port: 5432, user: 'me', password: 'pw', database: 'ids' })
+    { kind: 'postgres', host: 'db.local', port: 5433, user: 'u', password: 'p', database: 'leaf', tls: { mode: 'disable', modeFrom: 'ssl=false' }, applicationName: 'x' })
+  t.same(parseJdbcUrl('jdbc:postgresql://db/leaf', 'u', 'p'), { kind: 'postgres', host: 'db', port: 5432, user: 'u', password: 'p', database: 'leaf', tls: PREFER }, 'port 5432 by default')
+  t.same(parseJdbcUrl('jdbc:postgresql://db/leaf?user=a&password=b', 'u', 'p'), { kind: 'postgres', host: 'db', port: 5432, user: 'a', password: 'b', database: 'leaf', tls: PREFER }, 'PgJDBC\'s user and password parameters')
+  t.same(parseJdbcUrl('postgres://me:p%40ss@127.0.0.1:25432/ids', 'u', 'p'), { kind: 'postgres', host: '127.0.0.1', port: 25432, user: 'me', password: 'p@ss', database: 'ids', tls: PREFER })
+  t.same(parseJdbcUrl('postgresql://me@[::1]/ids', '', 'pw'), { kind: 'postgres', host: '::1', port: 5432, user: 'me', password: 'pw', database: 'ids', tls: PREFER })
   t.throws(() => parseJdbcUrl('postgres://a,b/leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: names several PostgreSQL hosts: give one (a proxy or virtual IP in front of a failover pair)' })
   t.throws(() => parseJdbcUrl('jdbc:postgresql://db:0/leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: host "db:0" has port 0' })
   t.throws(() => parseJdbcUrl('postgresql:///leaf', '', ''), { name: 'ConfigError', message: 'leaf.jdbc.url: has no host' })
