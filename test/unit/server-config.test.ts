@@ -61,11 +61,12 @@ t.test('a lone, unreadable, non-PEM or mismatched TLS file is refused naming its
 t.test('the server gets every setting, and checks its timeouts ten times per the shortest, at most once a second', async (t) => {
   const settings = { ...load([]), headersTimeoutMs: 1500, requestTimeoutMs: 4000, keepAliveTimeoutMs: 65_000, idleTimeoutMs: 20_000, maxConnections: 100 }
   const server = createServiceServer(settings, () => {})
-  t.match(server, { headersTimeout: 1500, requestTimeout: 4000, keepAliveTimeout: 65_000, timeout: 20_000, maxConnections: 100, connectionsCheckingInterval: 150, requireHostHeader: false })
+  t.match(server, { headersTimeout: 1500, requestTimeout: 4000, keepAliveTimeout: 65_000, timeout: 0, maxConnections: 100, connectionsCheckingInterval: 150, requireHostHeader: false })
   // (Node 20 has the option and the property; its types do not name the property.)
   const checkingInterval = (s: Server) => (s as Server & { connectionsCheckingInterval: number }).connectionsCheckingInterval
   t.equal(checkingInterval(createServiceServer(load([]), () => {})), 1000, 'the defaults: every second')
   t.equal(checkingInterval(createServiceServer({ ...settings, headersTimeoutMs: 0, requestTimeoutMs: 0 }, () => {})), 1000, 'no timeout to check')
   t.ok('setSecureContext' in createServiceServer({ ...settings, tls: FIXED_PAIRS[0] }, () => {}), 'with TLS: an HTTPS server')
   t.notOk('setSecureContext' in server, 'without: plain HTTP')
+  t.equal(server.timeout, 0, 'no socket timeout: an answer not read is closed by a check on a timer (bound-server.ts), not by a timer re-armed at every read and write')
 })
