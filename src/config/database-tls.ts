@@ -55,6 +55,10 @@ export function resolveDatabaseTls (params: UrlParameters, keys: TlsKeys, relati
   if (mode === 'prefer' && ca !== undefined) {
     throw new ConfigError(nameOf(ca), `a CA with ${modeFrom} would still connect in plain text to a server without TLS: use sslMode=VERIFY_IDENTITY (or VERIFY_CA, sslmode=verify-full or verify-ca)`)
   }
+  // Node's public roots without the host name would pass any server with any public certificate.
+  if (mode === 'verify-ca' && ca === undefined) {
+    throw new ConfigError('leaf.jdbc.ssl.ca', `is not set, and TLS mode verify-ca (${modeFrom}) checks the server's certificate against a CA: without one, any server holding any publicly signed certificate would pass. Give the CA that signed the server's certificate (from a Java trust store: keytool -exportcert -rfc), or use sslMode=VERIFY_IDENTITY (sslmode=verify-full) to check a public CA and the host name`)
+  }
   // libpq's rule: require with a CA checks the chain.
   if (mode === 'require' && ca !== undefined) {
     mode = 'verify-ca'

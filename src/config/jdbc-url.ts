@@ -99,9 +99,9 @@ export function parseJdbcUrl (url: string, username: string, password: string, t
   const database = decode(parsed.pathname.replace(/^\//, ''), 'database')
   if (database === '' || database.includes('/')) throw new ConfigError(URL_KEY, 'must name one database, e.g. .../leaf')
   // JDBC URLs may carry the credentials as query parameters; the URL wins over the keys.
-  const user = decode(parsed.username, 'user') || parsed.searchParams.get('user') || username
-  const pass = decode(parsed.password, 'password') || parsed.searchParams.get('password') || password
   const params = readUrlParameters(kind === 'postgres' ? 'postgres' : /^(jdbc:)?mariadb:/i.test(value) ? 'mariadb' : 'mysql', parsed.searchParams)
+  const user = decode(parsed.username, 'user') || params.user || username
+  const pass = decode(parsed.password, 'password') || params.password || password
   const networked: NetworkedOptions = { tls: resolveDatabaseTls(params, tlsSources.keys ?? NO_TLS_KEYS, tlsSources.relativeTo ?? process.cwd()) }
   if (params.connectTimeoutMs !== undefined || params.queryTimeoutMs !== undefined) {
     networked.urlTimeouts = { ...(params.connectTimeoutMs === undefined ? {} : { connectMs: params.connectTimeoutMs }), ...(params.queryTimeoutMs === undefined ? {} : { queryMs: params.queryTimeoutMs }) }

@@ -162,6 +162,7 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
     }
   }
   const config = toConfig(parsed as ParsedConfig, bases)
+  checkUrlPassword(config.segment.store, parsed as ParsedConfig, fromFile.has('leaf.jdbc.password'))
   checkWorkerIdSource(config.snowflake)
   checkServerTimeouts(config.server)
   checkAdminTokens(config, fromFile)
@@ -169,6 +170,15 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
   const given = (k: ConfigKey) => [file?.values[k], env[envName(k)], cli.values[k]].some((v) => v !== undefined && v.trim() !== '')
   warnings.push(...staticWorkerIdWarning(config.snowflake, given))
   return { config, file: file?.path, fileFrom: file?.from, warnings, relativeTo: bases.relative }
+}
+
+/**
+ * A password in leaf.jdbc.url wins over leaf.jdbc.password; beside leaf.jdbc.password-file it
+ * would silently keep the one in the URL, which a move to a mounted secret means to retire.
+ */
+function checkUrlPassword (store: StoreConfig, p: ParsedConfig, passwordFromFile: boolean): void {
+  if (!passwordFromFile || store.kind === 'sqlite' || store.password === p['leaf.jdbc.password']) return
+  throw new ConfigError('leaf.jdbc.password-file', 'is set, and leaf.jdbc.url carries a password too, which would win: give the password one way (remove it from the URL)')
 }
 
 /** The keys whose value may come from a file (a Kubernetes or Docker secret), by their file key. */

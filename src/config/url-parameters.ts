@@ -24,6 +24,9 @@ export interface FileParameter { path: string, from: string }
 
 /** What the URL's parameters ask for; undefined: not said. */
 export interface UrlParameters {
+  /** The `user` and `password` parameters, in whatever case they are written (Connector/J normalises it). */
+  user?: string
+  password?: string
   tlsMode?: TlsMode
   /** The parameter(s) the mode was read from, for messages and the start line. */
   tlsModeFrom?: string
@@ -85,7 +88,11 @@ const NO_EFFECT: Record<Kind, Record<string, string>> = {
   mysql: {
     useunicode: 'connections always use utf8mb4',
     characterencoding: 'connections always use utf8mb4',
+    charactersetresults: 'connections always use utf8mb4',
     servertimezone: 'the session runs in UTC, and update_time is read as UTC',
+    uselegacydatetimecode: 'the session runs in UTC, and update_time is read as UTC',
+    usejdbccomplianttimezoneshift: 'the session runs in UTC, and update_time is read as UTC',
+    nullcatalogmeanscurrent: 'Leaf-TS reads no catalog metadata',
     connectiontimezone: 'the session runs in UTC, and update_time is read as UTC',
     autoreconnect: 'a broken connection is never reused: the pool opens a new one',
     autoreconnectforpools: 'a broken connection is never reused: the pool opens a new one',
@@ -158,76 +165,93 @@ export function readUrlParameters (driver: Driver, params: URLSearchParams): Url
   const out: UrlParameters = {}
   const seen = new Set<string>()
   const legacy: LegacySwitches = {}
+  // A `&` in a password not percent-encoded ends it early, and what follows reads as a
+  // parameter: with a password in the URL, an unknown name is not echoed (it may be part of it).
+  const hasPassword = [...params.keys()].some((name) => name.toLowerCase() === 'password')
   for (const [name, value] of params) {
     const lower = name.toLowerCase()
     if (seen.has(lower)) throw bad(name, 'is given more than once')
     seen.add(lower)
-    if (lower === 'user' || lower === 'password') continue
+    if (lower === 'user' || lower === 'password') {
+      out[lower] = value
+      continue
+    }
     if (KEY_STORE.has(lower)) throw bad(name, `names a Java key store: ${KEY_STORE_FIX}`)
     const refused = REFUSED[kind][lower]
     if (refused !== undefined) throw bad(name, `is not read by Leaf-TS: ${refused}`)
     if (NO_EFFECT[kind][lower] !== undefined) {
-      if (lower === 'characterencoding' && !/^utf-?8(mb4)?$/i.test(value.trim())) throw bad(name, `"${value}": connections use utf8mb4; give utf8 or remove it`)
+      if ((lower === 'characterencoding' || lower === 'charactersetresults') && !/^utf-?8(mb4)?$/i.test(value.trim())) throw bad(name, `"${value}": connections use utf8mb4; give utf8 or remove it`)
       continue
     }
-    if (kind === 'mysql') readMysqlParameter(name, lower, value, out, legacy)
-    else readPostgresParameter(name, lower, value, out, legacy)
+    const known = kind === 'mysql' ? readMysqlParameter(driver, name, lower, value, out, legacy) : readPostgresParameter(name, lower, value, out, legacy)
+    if (known) continue
+    if (hasPassword) throw new ConfigError(URL_KEY, 'has a parameter Leaf-TS does not read, not named here since the URL carries a password it may be part of: a \'&\' in the password must be percent-encoded (%26); otherwise see docs/configuration.md#url-parameters for those read')
+    throw bad(name, 'is not read by Leaf-TS: remove it (docs/configuration.md#url-parameters lists those read)')
   }
   if (out.tlsMode === undefined) legacyMode(driver, legacy, out)
   return out
 }
 
-function readMysqlParameter (name: string, lower: string, value: string, out: UrlParameters, legacy: LegacySwitches): void {
+/** The TLS switches of one MySQL driver, and what to write instead with the other's URL. */
+const MARIADB_ONLY = new Set(['trustservercertificate', 'disablesslhostnameverification', 'serversslcert'])
+const CONNECTOR_J_ONLY = new Set(['requiressl', 'verifyservercertificate'])
+
+/** Reads one MySQL parameter into `out` or `legacy`; false when it is not one. */
+function readMysqlParameter (driver: Driver, name: string, lower: string, value: string, out: UrlParameters, legacy: LegacySwitches): boolean {
+  if (driver === 'mysql' && MARIADB_ONLY.has(lower)) throw bad(name, 'is MariaDB Connector/J\'s, and the URL is Connector/J\'s (jdbc:mysql:): use sslMode (DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY) and leaf.jdbc.ssl.ca, or write the URL as jdbc:mariadb:')
+  if (driver === 'mariadb' && CONNECTOR_J_ONLY.has(lower)) throw bad(name, 'is Connector/J\'s, and the URL is MariaDB Connector/J\'s (jdbc:mariadb:): use sslMode (disable, trust, verify-ca, verify-full), or write the URL as jdbc:mysql:')
   switch (lower) {
     case 'sslmode': {
       const mode = MYSQL_SSL_MODES[value.trim().toLowerCase()]
       if (mode === undefined) throw bad(name, `"${value}" is not one of DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY (Connector/J) or disable, trust, verify-ca, verify-full (MariaDB Connector/J)`)
       out.tlsMode = mode
       out.tlsModeFrom = `${name}=${value.trim()}`
-      return
+      return true
     }
-    case 'usessl': legacy.useSSL = bool(name, value); return
-    case 'requiressl': legacy.requireSSL = bool(name, value); return
-    case 'verifyservercertificate': legacy.verifyServerCertificate = bool(name, value); return
-    case 'trustservercertificate': legacy.trustServerCertificate = bool(name, value); return
-    case 'disablesslhostnameverification': legacy.disableHostnameCheck = bool(name, value); return
+    case 'usessl': legacy.useSSL = bool(name, value); return true
+    case 'requiressl': legacy.requireSSL = bool(name, value); return true
+    case 'verifyservercertificate': legacy.verifyServerCertificate = bool(name, value); return true
+    case 'trustservercertificate': legacy.trustServerCertificate = bool(name, value); return true
+    case 'disablesslhostnameverification': legacy.disableHostnameCheck = bool(name, value); return true
     case 'serversslcert':
       if (/^classpath:/i.test(value)) throw bad(name, 'names a Java class-path resource: give the CA (or the server\'s certificate) as a PEM file path here or in leaf.jdbc.ssl.ca')
       if (value.includes('-----BEGIN')) throw bad(name, 'holds the certificate itself: give it as a PEM file path here or in leaf.jdbc.ssl.ca')
       out.ca = { path: value, from: name }
-      return
-    case 'connecttimeout': out.connectTimeoutMs = timeout(name, value, 'ms', 'leaf.jdbc.connect-timeout-ms'); return
-    case 'sockettimeout': out.queryTimeoutMs = timeout(name, value, 'ms', 'leaf.jdbc.query-timeout-ms'); return
+      return true
+    case 'connecttimeout': out.connectTimeoutMs = timeout(name, value, 'ms', 'leaf.jdbc.connect-timeout-ms'); return true
+    case 'sockettimeout': out.queryTimeoutMs = timeout(name, value, 'ms', 'leaf.jdbc.query-timeout-ms'); return true
   }
-  throw bad(name, 'is not read by Leaf-TS: remove it (docs/configuration.md#url-parameters lists those read)')
+  return false
 }
 
-function readPostgresParameter (name: string, lower: string, value: string, out: UrlParameters, legacy: LegacySwitches): void {
+/** Reads one PostgreSQL parameter into `out` or `legacy`; false when it is not one. */
+function readPostgresParameter (name: string, lower: string, value: string, out: UrlParameters, legacy: LegacySwitches): boolean {
   switch (lower) {
     case 'sslmode': {
       const mode = PG_SSL_MODES[value.trim().toLowerCase()]
       if (mode === undefined) throw bad(name, `"${value}" is not one of disable, allow, prefer, require, verify-ca, verify-full`)
       out.tlsMode = mode
       out.tlsModeFrom = `${name}=${value.trim()}`
-      return
+      return true
     }
-    case 'ssl': legacy.pgSsl = bool(name, value); return
+    // PgJDBC: an empty ssl= is ssl=true.
+    case 'ssl': legacy.pgSsl = value.trim() === '' ? true : bool(name, value); return true
     case 'sslfactory':
       if (value.trim() !== 'org.postgresql.ssl.NonValidatingFactory') throw bad(name, `"${value}" is a Java class: Leaf-TS checks certificates by sslmode (verify-ca, verify-full) against the PEM CA in sslrootcert or leaf.jdbc.ssl.ca`)
       legacy.pgNonValidating = true
-      return
-    case 'sslrootcert': out.ca = { path: value, from: name }; return
-    case 'sslcert': out.cert = { path: value, from: name }; return
-    case 'sslkey': out.key = { path: value, from: name }; return
-    case 'sslpassword': out.keyPassphrase = value; return
+      return true
+    case 'sslrootcert': out.ca = { path: value, from: name }; return true
+    case 'sslcert': out.cert = { path: value, from: name }; return true
+    case 'sslkey': out.key = { path: value, from: name }; return true
+    case 'sslpassword': out.keyPassphrase = value; return true
     case 'connecttimeout':
     case 'connect_timeout':
-    case 'logintimeout': out.connectTimeoutMs = timeout(name, value, 's', 'leaf.jdbc.connect-timeout-ms'); return
-    case 'sockettimeout': out.queryTimeoutMs = timeout(name, value, 's', 'leaf.jdbc.query-timeout-ms'); return
+    case 'logintimeout': out.connectTimeoutMs = timeout(name, value, 's', 'leaf.jdbc.connect-timeout-ms'); return true
+    case 'sockettimeout': out.queryTimeoutMs = timeout(name, value, 's', 'leaf.jdbc.query-timeout-ms'); return true
     case 'applicationname':
-    case 'application_name': out.applicationName = value; return
+    case 'application_name': out.applicationName = value; return true
   }
-  throw bad(name, 'is not read by Leaf-TS: remove it (docs/configuration.md#url-parameters lists those read)')
+  return false
 }
 
 /** The older TLS switches, as given. */
@@ -244,28 +268,38 @@ interface LegacySwitches {
 /**
  * The mode the older switches ask for, when no sslMode/sslmode was given (it wins over them,
  * as in Connector/J 8):
- * - Connector/J 5.1 and 8: useSSL=false is DISABLED; useSSL=true PREFERRED; requireSSL=true
- *   REQUIRED; verifyServerCertificate=true VERIFY_CA;
+ * - Connector/J as Java Leaf ships it (5.1): useSSL=false is DISABLED; useSSL=true or
+ *   requireSSL=true checks the server's certificate (verifyServerCertificate is true by default
+ *   there) unless verifyServerCertificate=false; then requireSSL=true is REQUIRED and useSSL=true
+ *   alone PREFERRED;
  * - MariaDB Connector/J 2 (jdbc:mariadb:): useSsl=true checks the certificate and the host
  *   name (verify-full), but not with trustServerCertificate=true (require), nor the name with
- *   disableSslHostnameVerification=true (verify-ca);
- * - PgJDBC: ssl=true is verify-full, require with its NonValidatingFactory; ssl=false disable.
+ *   disableSslHostnameVerification=true (verify-ca); either without useSsl=true is refused;
+ * - PgJDBC: ssl=true (or an empty ssl=) is verify-full, require with its NonValidatingFactory;
+ *   ssl=false, like no ssl at all, is prefer.
  */
 function legacyMode (driver: Driver, l: LegacySwitches, out: UrlParameters): void {
   const set = (mode: TlsMode, from: string) => { out.tlsMode = mode; out.tlsModeFrom = from }
   if (driver === 'postgres') {
-    if (l.pgSsl === false) set('disable', 'ssl=false')
-    else if (l.pgNonValidating === true) set('require', 'sslfactory=org.postgresql.ssl.NonValidatingFactory')
-    else if (l.pgSsl === true) set('verify-full', 'ssl=true')
+    if (l.pgSsl === true) set(l.pgNonValidating === true ? 'require' : 'verify-full', l.pgNonValidating === true ? 'ssl=true&sslfactory=org.postgresql.ssl.NonValidatingFactory' : 'ssl=true')
+    else if (l.pgSsl === false) set('prefer', 'ssl=false')
     return
   }
-  if (l.useSSL === false) return set('disable', 'useSSL=false')
   if (driver === 'mariadb') {
-    if (l.useSSL !== true) return
+    if (l.useSSL === false) return set('disable', 'useSsl=false')
+    if (l.useSSL !== true) {
+      if (l.trustServerCertificate !== undefined || l.disableHostnameCheck !== undefined) throw new ConfigError(URL_KEY, `parameter ${l.trustServerCertificate !== undefined ? 'trustServerCertificate' : 'disableSslHostnameVerification'}: has no effect without useSsl=true: add it, or use sslMode (trust, verify-ca, verify-full)`)
+      return
+    }
     if (l.trustServerCertificate === true) return set('require', 'useSsl=true&trustServerCertificate=true')
     return l.disableHostnameCheck === true ? set('verify-ca', 'useSsl=true&disableSslHostnameVerification=true') : set('verify-full', 'useSsl=true')
   }
-  if (l.verifyServerCertificate === true) return set('verify-ca', 'verifyServerCertificate=true')
-  if (l.requireSSL === true) return set('require', 'requireSSL=true')
-  if (l.useSSL === true) set('prefer', 'useSSL=true')
+  if (l.useSSL === false) return set('disable', 'useSSL=false')
+  const asked = [l.useSSL === true ? 'useSSL=true' : '', l.requireSSL === true ? 'requireSSL=true' : ''].filter((a) => a !== '').join('&')
+  if (asked === '') {
+    if (l.verifyServerCertificate === true) set('verify-ca', 'verifyServerCertificate=true')
+    return
+  }
+  if (l.verifyServerCertificate !== false) return set('verify-ca', `${asked} (Connector/J 5.1 checks the certificate unless verifyServerCertificate=false)`)
+  set(l.requireSSL === true ? 'require' : 'prefer', `${asked}&verifyServerCertificate=false`)
 }

@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { tempDir } from '../helpers/config.js'
 import { TEST_MYSQL_HOST, TEST_MYSQL_PORT } from '../helpers/mysql.js'
+import { TEST_PG_HOST, TEST_PG_PORT } from '../helpers/postgres.js'
 import { SERVER_JS, emptyConfigFile, get, startServer } from '../helpers/server-process.js'
 import { makeCertificates, removeCertificates, startTlsMariaDb } from '../helpers/tls-servers.js'
 
@@ -52,7 +53,7 @@ t.test('over TLS: the start line and /cache name the mode and the cipher', async
 })
 
 t.test('a start TLS refuses: one line naming the fix, and the password nowhere in the output', async (t) => {
-  const secrets = { url: 'url-Secret-1', file: 'file-Secret-2', env: 'env-Secret-3', config: 'config-Secret-4' }
+  const secrets = { url: 'url-Secret-1', file: 'file-Secret-2', env: 'env-Secret-3', config: 'config-Secret-4', key: 'sslpassword-Secret-5' }
   const dir = tempDir()
   const passwordFile = join(dir, 'db-password')
   writeFileSync(passwordFile, `${secrets.file}\n`)
@@ -63,6 +64,8 @@ t.test('a start TLS refuses: one line naming the fix, and the password nowhere i
     runToExit([`--leaf.jdbc.url=jdbc:mysql://localhost:${maria.port}/leaf?sslMode=VERIFY_IDENTITY`, '--leaf.jdbc.username=leaf', `--leaf.jdbc.password-file=${passwordFile}`, `--leaf.jdbc.ssl.ca=${certs.ca}`]),
     // From the environment; REQUIRED against a server without TLS.
     runToExit([`--leaf.jdbc.url=jdbc:mysql://${TEST_MYSQL_HOST}:${TEST_MYSQL_PORT}/leaf?sslMode=REQUIRED`, '--leaf.jdbc.username=leaf'], { LEAF_JDBC_PASSWORD: secrets.env }),
+    // A client key's passphrase (PgJDBC's sslpassword); require against a PostgreSQL without TLS.
+    runToExit([`--leaf.jdbc.url=jdbc:postgresql://${TEST_PG_HOST}:${TEST_PG_PORT}/leaf?user=leaf&password=leaf&sslmode=require&sslcert=${certs.clientCert}&sslkey=${certs.clientKey}&sslpassword=${secrets.key}`]),
     // In the URL of a configuration error.
     runToExit([`--leaf.jdbc.url=jdbc:mysql://localhost:${maria.port}/leaf?user=leaf&password=${secrets.config}&sslMode=STRICT`]),
   ]
@@ -70,6 +73,7 @@ t.test('a start TLS refuses: one line naming the fix, and the password nowhere i
     /^start refused: segment store mysql:\/\/leaf@localhost:\d+\/leaf: SELF_SIGNED_CERT_IN_CHAIN: TLS mode verify-ca \(sslMode=VERIFY_CA\) refused the server: .*leaf\.jdbc\.ssl\.ca$/,
     /^start refused: segment store mysql:\/\/leaf@localhost:\d+\/leaf: ER_ACCESS_DENIED_ERROR: .*check leaf\.jdbc\.username and leaf\.jdbc\.password/,
     /^start refused: segment store mysql:\/\/leaf@127\.0\.0\.1:\d+\/leaf: TLS_NOT_OFFERED: the server offers no TLS, and TLS mode require \(sslMode=REQUIRED\) requires it/,
+    /^start refused: segment store postgres:\/\/leaf@127\.0\.0\.1:\d+\/leaf: TLS_NOT_OFFERED: the server offers no TLS, and TLS mode require \(sslmode=require\) requires it/,
     /^leaf-ts: configuration error: leaf\.jdbc\.url: parameter sslMode: "STRICT" is not one of/,
   ]
   runs.forEach((run, i) => {

@@ -41,7 +41,7 @@ function config (url: string, keys: Partial<TlsKeys> = {}): StoreConfig {
   return parseJdbcUrl(url, '', '', { keys: { ...NO_KEYS, ...keys }, relativeTo: certs.dir })
 }
 
-const mariaUrl = (host: string, query: string, user = 'leaf') => `jdbc:mysql://${host}:${maria.port}/leaf?user=${user}&password=leaf&${query}`
+const mariaUrl = (host: string, query: string, user = 'leaf', driver = 'mysql') => `jdbc:${driver}://${host}:${maria.port}/leaf?user=${user}&password=leaf&${query}`
 const pgUrl = (host: string, query: string) => `jdbc:postgresql://${host}:${pgNode.port}/leaf?user=leaf&password=leaf&${query}`
 
 /** Pings through a store of `store`, then returns its TLS session and closes it. */
@@ -72,17 +72,22 @@ async function refusal (store: StoreConfig): Promise<string | undefined> {
 const MYSQL_MODES = [
   ['sslMode=PREFERRED', {}],
   ['sslMode=REQUIRED', {}],
-  ['useSSL=true&requireSSL=true', {}],
+  ['useSSL=true&requireSSL=true&verifyServerCertificate=false', {}],
+  ['useSSL=true', { ca: certs.ca }], // Connector/J 5.1: verify-ca
   ['sslMode=VERIFY_CA', { ca: certs.ca }],
   ['sslMode=VERIFY_IDENTITY', { ca: certs.ca }],
   ['', { ca: certs.ca }], // a CA alone: verify-full
-  [`sslMode=verify-full&serverSslCert=${certs.ca}`, {}], // MariaDB Connector/J's names
 ] as const
 
 t.test('MariaDB: every mode encrypts the session (the server refuses the leaf user in plain text)', async (t) => {
   for (const [query, keys] of MYSQL_MODES) {
     const s = await session(config(mariaUrl('localhost', query), keys))
     t.match(s, { cipher: /\w/, version: /^TLSv1\.[23]$/ }, `${query || 'leaf.jdbc.ssl.ca alone'}: ${s?.version} ${s?.cipher}`)
+  }
+  // MariaDB Connector/J's names, in its URL.
+  for (const query of [`sslMode=verify-full&serverSslCert=${certs.ca}`, `useSsl=true&serverSslCert=${certs.ca}`, 'useSsl=true&trustServerCertificate=true']) {
+    const s = await session(config(mariaUrl('localhost', query, 'leaf', 'mariadb')))
+    t.match(s, { cipher: /\w/ }, `jdbc:mariadb: ${query}: ${s?.cipher}`)
   }
   // The server's side: the leaf user cannot sign in without TLS.
   const plain = await refusal(config(mariaUrl('localhost', 'sslMode=DISABLED')))
@@ -197,10 +202,13 @@ t.test('bad TLS input: one line naming the key or parameter and the fix', async 
   bad(`${url}?trustCertificateKeyStoreUrl=file:/etc/truststore.jks`, {}, /^leaf\.jdbc\.url: parameter trustCertificateKeyStoreUrl: names a Java key store: .*leaf\.jdbc\.ssl\.ca/)
   bad(`${url}?clientCertificateKeyStoreUrl=file:/k.p12&clientCertificateKeyStorePassword=hunter2`, {}, /clientCertificateKeyStoreUrl: names a Java key store/)
   bad(`${url}?sslMode=DISABLED`, { ca: certs.ca }, /^leaf\.jdbc\.ssl\.ca: is set, but sslMode=DISABLED turns TLS off/)
+  bad(`${url}?sslMode=VERIFY_CA`, {}, /^leaf\.jdbc\.ssl\.ca: is not set, and TLS mode verify-ca \(sslMode=VERIFY_CA\) checks the server's certificate against a CA: without one, any server holding any publicly signed certificate would pass/)
+  bad(`${url}?useSSL=true`, {}, /^leaf\.jdbc\.ssl\.ca: is not set, and TLS mode verify-ca \(useSSL=true \(Connector\/J 5\.1 checks the certificate unless verifyServerCertificate=false\)\)/)
+  bad('jdbc:postgresql://db/leaf?sslmode=verify-ca', {}, /^leaf\.jdbc\.ssl\.ca: is not set, and TLS mode verify-ca/)
   bad(`${url}?sslMode=PREFERRED`, { ca: certs.ca }, /^leaf\.jdbc\.ssl\.ca: a CA with sslMode=PREFERRED would still connect in plain text/)
   bad(`${url}?cachePrepStmts=true&holdResultsOpenOverStatementClose=true`, {}, /^leaf\.jdbc\.url: parameter holdResultsOpenOverStatementClose: is not read by Leaf-TS: remove it/)
   bad(`${url}?socketTimeout=0`, {}, /^leaf\.jdbc\.url: parameter socketTimeout: 0 means no bound/)
   bad(`jdbc:postgresql://db/leaf?sslrootcert=${certs.ca}`, { ca: certs.ca }, /^leaf\.jdbc\.ssl\.ca: is set, and so is the URL's sslrootcert: give the file one way$/)
   bad('jdbc:postgresql://db/leaf?currentSchema=ids', {}, /^leaf\.jdbc\.url: parameter currentSchema: is not read by Leaf-TS: .*ALTER ROLE/)
-  t.throws(() => config(`${url}?password=hunter2&sslMode=bad`), { message: /^(?!.*hunter2)/ }, 'the password is never in the message')
+  t.throws(() => config(`${url}?password=hunter2&secret-part=1`), { message: /^(?!.*(hunter2|secret-part))/ }, 'the password, and what an unencoded \'&\' cut from it, are never in the message')
 })

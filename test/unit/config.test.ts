@@ -321,6 +321,16 @@ t.test('a secret file beside a value for its key is refused: the secret is given
   t.equal(overridden.adminToken, 'from-the-file', 'the key emptied by a later source: the file alone gives it')
 })
 
+t.test('a password file beside a password in leaf.jdbc.url is refused: the URL\'s would win', async (t) => {
+  const dir = filesIn({ pw: 'from-the-file\n' })
+  for (const url of ['jdbc:mysql://db/leaf?user=u&password=old', 'mysql://u:old@db/leaf', 'jdbc:postgresql://db/leaf?Password=old']) {
+    t.throws(() => loadConfig({ cwd: dirWith(), argv: [`--leaf.jdbc.url=${url}`, `--leaf.jdbc.password-file=${join(dir, 'pw')}`] }),
+      { name: 'ConfigError', message: 'leaf.jdbc.password-file: is set, and leaf.jdbc.url carries a password too, which would win: give the password one way (remove it from the URL)' }, url)
+  }
+  const store = loadConfig({ cwd: dirWith(), argv: ['--leaf.jdbc.url=jdbc:mysql://db/leaf?user=u', `--leaf.jdbc.password-file=${join(dir, 'pw')}`] }).config.segment.store
+  t.match(store, { kind: 'mysql', user: 'u', password: 'from-the-file' }, 'a user in the URL and the password from the file')
+})
+
 t.test('a relative secret file is read from the config file\'s folder, else the install folder; never the working folder', async (t) => {
   const config = filesIn({ 'view.txt': 'beside-the-config\n' })
   writeFileSync(join(config, 'leaf.properties'), 'leaf.admin.view-token-file=view.txt\n')
@@ -611,7 +621,7 @@ t.test('Connector/J and MariaDB Connector/J host-list forms: read, or refused in
 
 t.test('PostgreSQL URLs: Java\'s jdbc:postgresql:// with the user and password keys, and libpq\'s postgres:// and postgresql://', async (t) => {
   t.same(parseJdbcUrl('jdbc:postgresql://db.local:5433/leaf?ssl=false&ApplicationName=x', 'u', 'p'),
-    { kind: 'postgres', host: 'db.local', port: 5433, user: 'u', password: 'p', database: 'leaf', tls: { mode: 'disable', modeFrom: 'ssl=false' }, applicationName: 'x' })
+    { kind: 'postgres', host: 'db.local', port: 5433, user: 'u', password: 'p', database: 'leaf', tls: { mode: 'prefer', modeFrom: 'ssl=false' }, applicationName: 'x' })
   t.same(parseJdbcUrl('jdbc:postgresql://db/leaf', 'u', 'p'), { kind: 'postgres', host: 'db', port: 5432, user: 'u', password: 'p', database: 'leaf', tls: PREFER }, 'port 5432 by default')
   t.same(parseJdbcUrl('jdbc:postgresql://db/leaf?user=a&password=b', 'u', 'p'), { kind: 'postgres', host: 'db', port: 5432, user: 'a', password: 'b', database: 'leaf', tls: PREFER }, 'PgJDBC\'s user and password parameters')
   t.same(parseJdbcUrl('postgres://me:p%40ss@127.0.0.1:25432/ids', 'u', 'p'), { kind: 'postgres', host: '127.0.0.1', port: 25432, user: 'me', password: 'p@ss', database: 'ids', tls: PREFER })

@@ -18,20 +18,27 @@ t.test('TLS modes: sslMode, and the older switches as each driver reads them', a
     ['mysql', 'SSLMODE=Verify_Identity', ['verify-full', 'SSLMODE=Verify_Identity']],
     ['mariadb', 'sslMode=trust', ['require', 'sslMode=trust']],
     ['mysql', 'useSSL=false', ['disable', 'useSSL=false']],
-    ['mysql', 'useSSL=true', ['prefer', 'useSSL=true']],
-    ['mysql', 'useSSL=true&requireSSL=true', ['require', 'requireSSL=true']],
-    ['mysql', 'useSSL=true&verifyServerCertificate=true', ['verify-ca', 'verifyServerCertificate=true']],
+    // Connector/J 5.1, Java Leaf's: the certificate is checked unless verifyServerCertificate=false.
+    ['mysql', 'useSSL=true', ['verify-ca', 'useSSL=true (Connector/J 5.1 checks the certificate unless verifyServerCertificate=false)']],
+    ['mysql', 'useSSL=true&requireSSL=true', ['verify-ca', 'useSSL=true&requireSSL=true (Connector/J 5.1 checks the certificate unless verifyServerCertificate=false)']],
+    ['mysql', 'useSSL=true&verifyServerCertificate=false', ['prefer', 'useSSL=true&verifyServerCertificate=false']],
+    ['mysql', 'requireSSL=true&verifyServerCertificate=false', ['require', 'requireSSL=true&verifyServerCertificate=false']],
+    ['mysql', 'verifyServerCertificate=true', ['verify-ca', 'verifyServerCertificate=true']],
+    ['mysql', 'verifyServerCertificate=false', [undefined, undefined]],
     ['mysql', 'useSSL=false&requireSSL=true', ['disable', 'useSSL=false']],
     ['mysql', 'sslMode=REQUIRED&useSSL=false', ['require', 'sslMode=REQUIRED']],
     ['mariadb', 'useSsl=true', ['verify-full', 'useSsl=true']],
     ['mariadb', 'useSsl=true&trustServerCertificate=true', ['require', 'useSsl=true&trustServerCertificate=true']],
     ['mariadb', 'useSsl=true&disableSslHostnameVerification=true', ['verify-ca', 'useSsl=true&disableSslHostnameVerification=true']],
-    ['mariadb', 'trustServerCertificate=true', [undefined, undefined]],
+    ['mariadb', 'useSsl=false&trustServerCertificate=true', ['disable', 'useSsl=false']],
     ['postgres', 'sslmode=allow', ['prefer', 'sslmode=allow']],
     ['postgres', 'sslmode=verify-ca', ['verify-ca', 'sslmode=verify-ca']],
     ['postgres', 'ssl=true', ['verify-full', 'ssl=true']],
-    ['postgres', 'ssl=false', ['disable', 'ssl=false']],
-    ['postgres', 'ssl=true&sslfactory=org.postgresql.ssl.NonValidatingFactory', ['require', 'sslfactory=org.postgresql.ssl.NonValidatingFactory']],
+    ['postgres', 'ssl=', ['verify-full', 'ssl=true']],
+    // PgJDBC: anything but ssl=true is prefer.
+    ['postgres', 'ssl=false', ['prefer', 'ssl=false']],
+    ['postgres', 'ssl=true&sslfactory=org.postgresql.ssl.NonValidatingFactory', ['require', 'ssl=true&sslfactory=org.postgresql.ssl.NonValidatingFactory']],
+    ['postgres', 'sslfactory=org.postgresql.ssl.NonValidatingFactory', [undefined, undefined]],
   ]
   for (const [driver, query, expected] of cases) t.same(mode(driver, query), expected, `${driver} ?${query}`)
 })
@@ -47,11 +54,12 @@ t.test('files, timeouts and the application name', async (t) => {
     applicationName: 'ids',
   })
   t.same(read('postgres', 'connect_timeout=3&application_name=x'), { connectTimeoutMs: 3000, applicationName: 'x' }, 'libpq\'s names')
-  t.same(read('mysql', 'connectTimeout=1500&socketTimeout=2500&serverSslCert=/etc/ca.pem'), { connectTimeoutMs: 1500, queryTimeoutMs: 2500, ca: { path: '/etc/ca.pem', from: 'serverSslCert' } })
+  t.same(read('mariadb', 'connectTimeout=1500&socketTimeout=2500&serverSslCert=/etc/ca.pem'), { connectTimeoutMs: 1500, queryTimeoutMs: 2500, ca: { path: '/etc/ca.pem', from: 'serverSslCert' } })
+  t.same(read('mysql', 'User=u&PASSWORD=p'), { user: 'u', password: 'p' }, 'the credentials in any case, as Connector/J reads them')
 })
 
 t.test('accepted without effect: what Java Leaf URLs carry', async (t) => {
-  t.same(read('mysql', 'useUnicode=true&characterEncoding=UTF-8&serverTimezone=Asia/Shanghai&autoReconnect=true&failOverReadOnly=false&rewriteBatchedStatements=true&allowPublicKeyRetrieval=true&user=u&password=p'), {})
+  t.same(read('mysql', 'useUnicode=true&characterEncoding=UTF-8&characterSetResults=utf8&serverTimezone=Asia/Shanghai&useLegacyDatetimeCode=false&useJDBCCompliantTimezoneShift=true&autoReconnect=true&failOverReadOnly=false&rewriteBatchedStatements=true&allowPublicKeyRetrieval=true&user=u&password=p'), { user: 'u', password: 'p' })
   t.same(read('postgres', 'tcpKeepAlive=true&prepareThreshold=0&reWriteBatchedInserts=true'), {})
 })
 
@@ -61,8 +69,8 @@ t.test('refused in one line naming the parameter', async (t) => {
   refuses('mysql', 'useSSL=maybe', /^leaf\.jdbc\.url: parameter useSSL: "maybe" is not true or false$/)
   refuses('mysql', 'sslMode=REQUIRED&SSLMODE=DISABLED', /parameter SSLMODE: is given more than once/)
   refuses('mysql', 'enabledTLSProtocols=TLSv1.2', /parameter enabledTLSProtocols: is not read by Leaf-TS: Leaf-TS offers TLS 1\.2 and 1\.3/)
-  refuses('mysql', 'serverSslCert=classpath:ca.pem', /parameter serverSslCert: names a Java class-path resource/)
-  refuses('mysql', 'serverSslCert=-----BEGIN CERTIFICATE-----abc', /parameter serverSslCert: holds the certificate itself/)
+  refuses('mariadb', 'serverSslCert=classpath:ca.pem', /parameter serverSslCert: names a Java class-path resource/)
+  refuses('mariadb', 'serverSslCert=-----BEGIN CERTIFICATE-----abc', /parameter serverSslCert: holds the certificate itself/)
   refuses('mariadb', 'keyStore=/k.jks', /parameter keyStore: names a Java key store/)
   refuses('mysql', 'connectTimeout=abc', /parameter connectTimeout: "abc" is not a whole number of milliseconds/)
   refuses('mysql', 'connectTimeout=50', /parameter connectTimeout: 50 ms is out of range: give 100 to 60000 ms \(it sets leaf\.jdbc\.connect-timeout-ms\)/)
@@ -72,6 +80,12 @@ t.test('refused in one line naming the parameter', async (t) => {
   refuses('postgres', 'targetServerType=primary', /parameter targetServerType: is not read by Leaf-TS: Leaf-TS connects to one server/)
   refuses('postgres', 'useSSL=true', /parameter useSSL: is not read by Leaf-TS: remove it/)
   refuses('mysql', 'sslrootcert=ca.pem', /parameter sslrootcert: is not read by Leaf-TS: remove it/)
+  refuses('mysql', 'trustServerCertificate=true', /parameter trustServerCertificate: is MariaDB Connector\/J's, and the URL is Connector\/J's/)
+  refuses('mariadb', 'requireSSL=true', /parameter requireSSL: is Connector\/J's, and the URL is MariaDB Connector\/J's/)
+  refuses('mariadb', 'trustServerCertificate=true', /parameter trustServerCertificate: has no effect without useSsl=true/)
+  // An unencoded '&' in a password: what follows is not echoed.
+  t.throws(() => read('mysql', 'user=u&password=ab&cd-secret=x'), { message: /^leaf\.jdbc\.url: has a parameter Leaf-TS does not read, not named here .*percent-encoded \(%26\)/ }, 'a password cut by an \'&\'')
+  t.throws(() => read('mysql', 'user=u&password=ab&cd-secret=x'), { message: /^(?!.*cd-secret)/ }, 'the rest of the password is not in the message')
 })
 
 t.test('the drivers\' TLS options per mode', async (t) => {
