@@ -169,9 +169,6 @@ export async function startSegmentMode (
   const ready = await generator.init()
   const tls = storeTls(segment.store, store)
   logger.info({ store: where, ...(tls === undefined ? {} : { tls }), ready, bufferSeconds: segment.bufferSeconds, stateFile: stateFile ?? '(none)' }, 'segment mode enabled')
-  if (segment.store.kind !== 'sqlite' && segment.store.tls?.mode === 'prefer' && store.tlsSession?.()?.cipher === null) {
-    logger.warn({ store: where, tls }, 'segment store in plain text: TLS is preferred, and the server offers none (the password and IDs cross the network readable); set sslMode=REQUIRED or stronger in leaf.jdbc.url once the server has TLS')
-  }
   if (warm !== undefined && warm.tags.length > 0) warmStart(generator, warm.tags, ready, logger)
   return {
     store,

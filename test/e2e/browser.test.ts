@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
-import { chromium, type Browser } from 'playwright-core'
+import { chromium, type Browser, type Page } from 'playwright-core'
 import { buildApp } from '../../src/app.js'
 import { tempDir, testConfig } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'
@@ -82,13 +82,27 @@ t.test('the built server with a token: /cache opens through the browser\'s own l
     return context.newPage()
   }
 
+  const loggedIn = new Map<string, Page>()
   for (const [who, credentials] of [['admin token', { username: 'admin', password: TOKEN }], ['view token', { username: 'viewer', password: VIEW }]] as const) {
     const page = await pageWith(credentials)
     const response = await page.goto(url)
     t.equal(response?.status(), 200, `${who}: 200`)
     t.match(await page.locator('section.instance h2').textContent(), /^Instance · Leaf-TS \d+\.\d+\.\d+$/, `${who}: the page rendered`)
     t.same((await page.locator('ul.idle-tags li').allTextContents()).sort(), ['leaf-segment-test', 'order'], `${who}: the tags listed`)
+    loggedIn.set(who, page)
   }
+
+  // Tag management from a script in the page: the browser sends the credentials of its login
+  // with the page's own fetch, and only the admin token's may manage.
+  const addTag = (page: Page) => page.evaluate(async () => {
+    const response = await fetch('/api/segment/tags', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ key: 'x', step: 10 }) })
+    return { status: response.status, body: await response.json() as unknown }
+  })
+  const byViewer = await addTag(loggedIn.get('view token') as Page)
+  t.equal(byViewer.status, 403, 'view token: a tag added from the page is refused')
+  t.match(byViewer.body, { error: 'FORBIDDEN' }, 'view token: FORBIDDEN')
+  const byAdmin = await addTag(loggedIn.get('admin token') as Page)
+  t.equal(byAdmin.status, 201, 'admin token: the tag added from the page', { body: byAdmin.body })
 
   // No credentials: Chromium takes the Basic challenge to its login prompt, which a headless
   // browser has nobody to answer, so the navigation ends there (with a Bearer challenge alone it

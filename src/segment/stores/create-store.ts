@@ -17,7 +17,7 @@ export type PoolOptions = { connectTimeoutMs: number, poolSize: number, queryTim
 export function createStore (store: StoreConfig, pool: PoolOptions): SegmentStore {
   switch (store.kind) {
     case 'sqlite': return createSqliteStore(store.path, { embeddedDefault: store.embeddedDefault === true, logger: pool.logger })
-    case 'postgres': return createPostgresStore({ ...store, connectTimeoutMs: pool.connectTimeoutMs, poolSize: pool.poolSize, queryTimeoutMs: pool.queryTimeoutMs })
+    case 'postgres': return createPostgresStore({ ...store, connectTimeoutMs: pool.connectTimeoutMs, poolSize: pool.poolSize, queryTimeoutMs: pool.queryTimeoutMs, logger: pool.logger })
     case 'mysql': return createMysqlStore({ ...store, ...pool })
   }
 }

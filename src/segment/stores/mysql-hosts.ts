@@ -31,7 +31,7 @@ import { createServerRunner, ER_READ_ONLY, ER_STORE_LEFT, ER_WSREP_NOT_READY, ty
 export interface MysqlOptions extends Omit<ServerOptions, 'host' | 'port'> {
   /** In the URL's order; at least one. */
   hosts: readonly MysqlHost[]
-  /** Told (at warn) when the host in use changes. */
+  /** Told (at warn) when the host in use changes; and by each host's pool, when TLS is preferred and it offers none. */
   logger?: Logger
   /** Only the first host is written (jdbc:mysql:replication://): the others are its replicas. */
   replication?: boolean

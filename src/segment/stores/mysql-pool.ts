@@ -3,9 +3,10 @@ import mysql, { type PoolConnection } from 'mysql2/promise'
 import type { DatabaseTls } from '../../config/database-tls.js'
 import type { MysqlHost } from '../../config/jdbc-url.js'
 import type { UnansweredError } from '../../driver-errors.js'
+import type { Logger } from '../../logger.js'
 import { killThread } from './kill-thread.js'
 import { IDENTITY_SQL, identityOf, storeIdOf, type ServerIdentity } from './server-identity.js'
-import { mayFallBack, mysqlSsl, noteDeclined, mysqlTlsSession, MYSQL_TLS_SQL, type TlsSession } from './tls-options.js'
+import { mayFallBack, mysqlSsl, noteDeclined, mysqlTlsSession, warnPlainText, MYSQL_TLS_SQL, type TlsSession } from './tls-options.js'
 
 // One mysql2 pool, to one server, with the bounds mysql2 lacks: a query timeout that takes its connection for
 // dead, a bounded wait for a free connection, and a close that never rejects. The segment
@@ -46,6 +47,8 @@ export interface ServerOptions extends MysqlHost {
    * server's are (ER_STORE_LEFT).
    */
   refuse?: (server: ServerIdentity) => boolean
+  /** Told (at warn) when TLS is preferred and the server offers none. */
+  logger?: Logger
 }
 
 /** The code of a statement refused before it left because its server is a store this instance left. */
@@ -111,19 +114,33 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
   /** TLS preferred and the server offers none: the pool was opened again in plain text. */
   let plain = options.tls === undefined || options.tls.mode === 'disable'
 
-  /** A pool connection; under `prefer`, in plain text from the first server that says it has no TLS. */
+  /**
+   * A pool connection; under `prefer`, in plain text from the first server that says it has no
+   * TLS. Calls started at once on a fresh runner all start on the TLS pool: the first refused
+   * swaps it, and the others, failed by that refusal or by the swap (the old pool ended under
+   * them: "Pool is closed."), go on once in the pool that replaced it.
+   */
   async function getConnection (): Promise<PoolConnection> {
+    const started = pool
     try {
-      return await pool.getConnection()
+      return await started.getConnection()
     } catch (err) {
-      if (plain || !mayFallBack(options.tls, err)) throw err
-      plain = true
-      noteDeclined(options)
-      const tlsPool = pool
-      pool = openPool(undefined)
-      tlsPool.end().catch(() => {})
+      if (pool === started) {
+        if (plain || !mayFallBack(options.tls, err)) throw err
+        fallBack()
+      }
       return await pool.getConnection()
     }
+  }
+
+  function fallBack (): void {
+    plain = true
+    noteDeclined(options)
+    warnPlainText(options.logger, options, options.tls as DatabaseTls, 'sslMode=REQUIRED')
+    const tlsPool = pool
+    pool = openPool(undefined)
+    // mysql2's end() fails the calls in its queue at once ("Pool is closed."): they go on in the new pool.
+    tlsPool.end().catch(() => {})
   }
 
   /**

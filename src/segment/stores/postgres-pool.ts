@@ -2,7 +2,8 @@ import pg from 'pg'
 import type { Socket } from 'node:net'
 import type { DatabaseTls } from '../../config/database-tls.js'
 import type { UnansweredError } from '../../driver-errors.js'
-import { mayFallBack, pgSsl, pgTlsSession, PG_TLS_COLUMNS, type PgTlsRow, type TlsSession } from './tls-options.js'
+import type { Logger } from '../../logger.js'
+import { mayFallBack, pgSsl, pgTlsSession, warnPlainText, PG_TLS_COLUMNS, type PgTlsRow, type TlsSession } from './tls-options.js'
 
 // One node-postgres pool to one PostgreSQL server, with the bounds the segment store, the
 // db-lease pool and the disposable source need (as mysql-pool.ts gives MySQL):
@@ -31,6 +32,8 @@ export interface PostgresOptions {
   tls?: DatabaseTls
   /** application_name of the sessions (the URL's ApplicationName); default: leaf-ts. */
   applicationName?: string
+  /** Told (at warn) when TLS is preferred and the server offers none. */
+  logger?: Logger
 }
 
 /**
@@ -135,23 +138,50 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
   let pool = openPool(pgSsl(options.tls))
   /** TLS preferred and the server offers none: the pool was opened again in plain text. */
   let plain = options.tls === undefined || options.tls.mode === 'disable'
+  /** The TLS pool that fallback left, until it ends. */
+  let left: pg.Pool | undefined
   /** Per connection, once: whether its server says who it is (IDENTITY_COLUMNS run there). */
   const saysWho = new WeakMap<pg.PoolClient, boolean>()
   /** The TLS of the latest connection identified. */
   let session: TlsSession | undefined
 
-  /** A pool connection; under `prefer`, in plain text from the first server that says it has no TLS. */
+  /**
+   * A pool connection; under `prefer`, in plain text from the first server that says it has no
+   * TLS. Calls started at once on a fresh runner all start on the TLS pool: the first refused
+   * swaps it, and the others, refused in turn, go on once in the pool that replaced it.
+   */
   async function connect (): Promise<pg.PoolClient> {
+    const started = pool
     try {
-      return await pool.connect()
+      return await started.connect()
     } catch (err) {
-      if (plain || !mayFallBack(options.tls, err)) throw err
-      plain = true
-      const tlsPool = pool
-      pool = openPool(false)
-      tlsPool.end().catch(() => {})
+      if (pool === started) {
+        if (plain || !mayFallBack(options.tls, err)) throw err
+        fallBack()
+      } else {
+        endWhenDrained(started)
+      }
       return await pool.connect()
     }
+  }
+
+  function fallBack (): void {
+    plain = true
+    warnPlainText(options.logger, options, options.tls as DatabaseTls, 'sslmode=require')
+    left = pool
+    pool = openPool(false)
+    endWhenDrained(left)
+  }
+
+  /**
+   * Ends the pool left once no call waits on it. Not at once: node-postgres' end() leaves the
+   * calls in its queue waiting out their connect timeout; while it is open, each gets a
+   * connection of its own, refused as the first was, and goes on in the new pool.
+   */
+  function endWhenDrained (tlsPool: pg.Pool): void {
+    if (tlsPool !== left || tlsPool.waitingCount > 0 || tlsPool.totalCount > 0) return
+    left = undefined
+    tlsPool.end().catch(() => {})
   }
 
   /** The server `client` reaches now; a standby refused (PG_READ_ONLY); null when it will not say. */
@@ -251,7 +281,7 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
     tlsSession: () => session,
     async close () {
       // A connection that already died makes end() reject; at close that loses nothing.
-      await pool.end().catch(() => {})
+      await Promise.all([pool, left].map(async (p) => await p?.end().catch(() => {})))
     },
   }
 }

@@ -1,6 +1,7 @@
 import mysql from 'mysql2/promise'
 import type { ConnectionOptions as TlsConnectionOptions } from 'node:tls'
 import type { DatabaseTls } from '../../config/database-tls.js'
+import type { Logger } from '../../logger.js'
 import type { TlsSession } from '../store.js'
 
 // The store's TLS (config/database-tls.ts) as each driver takes it, the `prefer` mode neither
@@ -85,6 +86,17 @@ export async function openMysqlConnection (options: mysql.ConnectionOptions, tls
 /** Notes that `server` declined TLS under `prefer` (a pool's fallback), for openMysqlConnection. */
 export function noteDeclined (server: { host: string, port: number }): void {
   declined.add(serverKey(server))
+}
+
+/**
+ * Tells, at warn, that a pool to `to` fell back to plain text under `prefer` (`fix`: the URL
+ * parameter that insists on TLS). Never a secret.
+ */
+export function warnPlainText (logger: Logger | undefined, to: { host: string, port: number }, tls: DatabaseTls, fix: string): void {
+  const server = `${to.host.includes(':') ? `[${to.host}]` : to.host}:${to.port}`
+  logger?.warn({ server, tls: `${tls.mode} (${tls.modeFrom})` },
+    `TLS is preferred, and ${server} offers none: its connections go in plain text, the password and the IDs cross the network readable; ` +
+    `once the server has TLS, set ${fix} or stronger in leaf.jdbc.url`)
 }
 
 /** MySQL's own view of a session's TLS: appended to a connection's first round trip. */

@@ -83,7 +83,7 @@ async function upgradeMysqlTable (run: MysqlRunner['run'], where: string): Promi
 }
 
 export async function createMysqlLeaseStore (o: DbLeaseStoreOptions, store: Extract<StoreConfig, { kind: 'mysql' }>): Promise<LeaseStore> {
-  const { run, close } = createMysqlRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 2 })
+  const { run, close } = createMysqlRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 2, ...(o.logger === undefined ? {} : { logger: o.logger }) })
   const where = `${describeStore(store)} ${LEASE_TABLE} (pool ${o.pool})`
   try {
     await run(`SELECT 1 FROM ${LEASE_TABLE} LIMIT 1`)

@@ -67,7 +67,7 @@ async function ensureTable (query: PostgresRunner['query'], where: string): Prom
 }
 
 export async function createPostgresLeaseStore (o: DbLeaseStoreOptions, store: Extract<StoreConfig, { kind: 'postgres' }>): Promise<LeaseStore> {
-  const { query, transaction, close } = createPostgresRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 2 })
+  const { query, transaction, close } = createPostgresRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 2, ...(o.logger === undefined ? {} : { logger: o.logger }) })
   const where = `${describeStore(store)} ${LEASE_TABLE} (pool ${o.pool})`
   try {
     await ensureTable(query, where)

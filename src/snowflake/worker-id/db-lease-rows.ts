@@ -1,3 +1,4 @@
+import type { Logger } from '../../logger.js'
 import type { StoreConfig } from '../../config/jdbc-url.js'
 import type { Layout } from '../layout.js'
 import type { PoolSlot } from './lease-store.js'
@@ -56,6 +57,8 @@ export interface DbLeaseStoreOptions {
   queryTimeoutMs: number
   /** Recorded by the pool's first instance; another layout refuses to start (layout-record.ts). */
   layout: Layout
+  /** Told when TLS is preferred and the database offers none (segment/stores/tls-options.ts). */
+  logger?: Logger
 }
 
 // The row with worker id -1 records the pool's ID layout in `address` (no claim ever lists it).

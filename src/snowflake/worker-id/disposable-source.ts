@@ -167,7 +167,7 @@ export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): 
 
 async function insertMysql (o: DisposableWorkerIdOptions, where: string, row: Row): Promise<number> {
   if (o.store.kind !== 'mysql') throw new Error('not a MySQL store')
-  const { run, close } = createMysqlRunner({ ...o.store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 1 })
+  const { run, close } = createMysqlRunner({ ...o.store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 1, logger: o.logger })
   try {
     try {
       return Number((await run<ResultSetHeader>(MYSQL_INSERT, row)).insertId)
@@ -186,7 +186,7 @@ async function insertMysql (o: DisposableWorkerIdOptions, where: string, row: Ro
 }
 
 async function insertPostgres (o: DisposableWorkerIdOptions, store: Extract<StoreConfig, { kind: 'postgres' }>, where: string, row: Row): Promise<number> {
-  const { query, close } = createPostgresRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 1 })
+  const { query, close } = createPostgresRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 1, logger: o.logger })
   const insert = async () => Number((await query<{ id: string }>(PG_INSERT, row)).rows[0]?.id)
   try {
     try {

@@ -25,7 +25,7 @@ export function recyclableSource (kind: RecyclableSource, config: ResolvedConfig
     kind,
     async acquire () {
       const pool: LeaseStore = kind === 'db-lease'
-        ? await createDbLeaseStore({ store: config.segment.store, pool: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: config.segment.connectTimeoutMs, queryTimeoutMs: config.segment.queryTimeoutMs, layout: s.layout })
+        ? await createDbLeaseStore({ store: config.segment.store, pool: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: config.segment.connectTimeoutMs, queryTimeoutMs: config.segment.queryTimeoutMs, layout: s.layout, logger })
         : await createZookeeperLeaseStore({ address: s.zkAddress, name: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: s.zkConnectTimeoutMs, auth: s.zkAuth, logger, layout: s.layout })
       return await acquireRecyclableLease({
         source: kind,
