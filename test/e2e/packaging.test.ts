@@ -291,6 +291,8 @@ t.test('MySQL creates Leaf\'s table from sql/ on first start, for the replicas\'
     const env = environment(name)
     t.same(parseJdbcUrl(env.LEAF_JDBC_URL ?? '', env.LEAF_JDBC_USERNAME ?? '', env.LEAF_JDBC_PASSWORD ?? ''), {
       kind: 'mysql', hosts: [{ host: 'mysql', port: 3306 }], database: db.MYSQL_DATABASE, user: db.MYSQL_USER, password: db.MYSQL_PASSWORD,
+      // No TLS parameter: TLS when the server offers it (MySQL 8 makes its own certificate).
+      tls: { mode: 'prefer', modeFrom: 'default' },
     }, `${name} reaches the database the init scripts ran against`)
   }
 })
@@ -309,6 +311,8 @@ t.test('the postgres profile: PostgreSQL 15 creates Leaf\'s tables from sql/*.po
   const env = environment('leaf-pg')
   t.same(parseJdbcUrl(env.LEAF_JDBC_URL ?? '', env.LEAF_JDBC_USERNAME ?? '', env.LEAF_JDBC_PASSWORD ?? ''), {
     kind: 'postgres', host: 'postgres', port: 5432, database: db.POSTGRES_DB, user: db.POSTGRES_USER, password: db.POSTGRES_PASSWORD,
+    // The postgres image has no TLS: prefer goes on in plain text, and says so.
+    tls: { mode: 'prefer', modeFrom: 'default' },
   }, 'leaf-pg reaches the database the init scripts ran against')
   const known = new Set(Object.keys(KEYS).map(envName))
   t.same(Object.keys(env).filter((k) => !known.has(k)), [], 'no unknown variable')
