@@ -278,6 +278,9 @@ t.test('the replicas run one image, built once from this Dockerfile and tagged',
   t.same(Object.entries(compose.services).filter(([, s]) => s.build !== undefined).map(([name]) => name), ['leaf1'], 'the only build of the stack')
 })
 
+/** The compose URLs carry no TLS parameter: TLS when the server offers it (MySQL 8 makes its own certificate; the postgres image has none). */
+const PREFER = { mode: 'prefer', modeFrom: 'default' }
+
 t.test('MySQL creates Leaf\'s table from sql/ on first start, for the replicas\' user', async (t) => {
   const m = mounts('mysql')
   const scripts = readdirSync(join(ROOT, 'sql')).filter((f) => f.endsWith('.sql') && !f.endsWith('.postgres.sql'))
@@ -290,9 +293,7 @@ t.test('MySQL creates Leaf\'s table from sql/ on first start, for the replicas\'
   for (const name of REPLICAS) {
     const env = environment(name)
     t.same(parseJdbcUrl(env.LEAF_JDBC_URL ?? '', env.LEAF_JDBC_USERNAME ?? '', env.LEAF_JDBC_PASSWORD ?? ''), {
-      kind: 'mysql', hosts: [{ host: 'mysql', port: 3306 }], database: db.MYSQL_DATABASE, user: db.MYSQL_USER, password: db.MYSQL_PASSWORD,
-      // No TLS parameter: TLS when the server offers it (MySQL 8 makes its own certificate).
-      tls: { mode: 'prefer', modeFrom: 'default' },
+      kind: 'mysql', hosts: [{ host: 'mysql', port: 3306 }], database: db.MYSQL_DATABASE, user: db.MYSQL_USER, password: db.MYSQL_PASSWORD, tls: PREFER,
     }, `${name} reaches the database the init scripts ran against`)
   }
 })
@@ -310,9 +311,7 @@ t.test('the postgres profile: PostgreSQL 15 creates Leaf\'s tables from sql/*.po
   const db = environment('postgres')
   const env = environment('leaf-pg')
   t.same(parseJdbcUrl(env.LEAF_JDBC_URL ?? '', env.LEAF_JDBC_USERNAME ?? '', env.LEAF_JDBC_PASSWORD ?? ''), {
-    kind: 'postgres', host: 'postgres', port: 5432, database: db.POSTGRES_DB, user: db.POSTGRES_USER, password: db.POSTGRES_PASSWORD,
-    // The postgres image has no TLS: prefer goes on in plain text, and says so.
-    tls: { mode: 'prefer', modeFrom: 'default' },
+    kind: 'postgres', host: 'postgres', port: 5432, database: db.POSTGRES_DB, user: db.POSTGRES_USER, password: db.POSTGRES_PASSWORD, tls: PREFER,
   }, 'leaf-pg reaches the database the init scripts ran against')
   const known = new Set(Object.keys(KEYS).map(envName))
   t.same(Object.keys(env).filter((k) => !known.has(k)), [], 'no unknown variable')
