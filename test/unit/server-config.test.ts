@@ -20,7 +20,7 @@ const load = (argv: string[], cwd = folderWith()) => loadConfig({ cwd, argv }).c
 
 t.test('the defaults bound every connection; no TLS', async (t) => {
   t.same(load([]), {
-    host: '0.0.0.0', port: 8080, headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, keepAliveTimeoutMs: 72_000, idleTimeoutMs: 60_000, maxConnections: 8192, tls: undefined,
+    host: '0.0.0.0', port: 8080, headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, keepAliveTimeoutMs: 72_000, idleTimeoutMs: 0, maxConnections: 8192, tls: undefined,
   })
 })
 
