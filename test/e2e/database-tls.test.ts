@@ -5,7 +5,7 @@ import t from 'tap'
 import { tempDir } from '../helpers/config.js'
 import { TEST_MYSQL_HOST, TEST_MYSQL_PORT } from '../helpers/mysql.js'
 import { TEST_PG_HOST, TEST_PG_PORT } from '../helpers/postgres.js'
-import { SERVER_JS, emptyConfigFile, get, startServer } from '../helpers/server-process.js'
+import { SERVER_JS, emptyConfigFile, get, logLines, startServer } from '../helpers/server-process.js'
 import { makeCertificates, removeCertificates, startTlsMariaDb } from '../helpers/tls-servers.js'
 
 // The built server over TLS to a MariaDB that requires it: the start line names the TLS mode
@@ -17,16 +17,6 @@ const certs = await makeCertificates()
 t.teardown(() => removeCertificates(certs))
 const maria = await startTlsMariaDb(certs)
 t.teardown(() => maria.stop())
-
-function logLines (output: string[]): Record<string, unknown>[] {
-  return output.flatMap((line) => {
-    try {
-      return [JSON.parse(line) as Record<string, unknown>]
-    } catch {
-      return []
-    }
-  })
-}
 
 /** The server run to its exit: its code and every line it wrote. */
 function runToExit (args: string[], env: Record<string, string> = {}): { status: number | null, output: string } {

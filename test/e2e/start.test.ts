@@ -4,24 +4,13 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { tempDir } from '../helpers/config.js'
 import { TEST_MYSQL, TEST_MYSQL_HOST, TEST_MYSQL_PORT, createTestDatabase } from '../helpers/mysql.js'
-import { SERVER_JS, emptyConfigFile, get, startServer, tempInstall } from '../helpers/server-process.js'
+import { SERVER_JS, emptyConfigFile, get, logLines, startServer, tempInstall } from '../helpers/server-process.js'
 import { TEST_PG, createTestPgDatabase } from '../helpers/postgres.js'
 import { seedSqlite, withSqlite } from '../helpers/sqlite.js'
 import { createProxy } from '../helpers/tcp-proxy.js'
 import { freePort } from '../helpers/ports.js'
 
 // The first hour: how `node dist/server.js` starts, or refuses to, as an operator sees it.
-
-/** The JSON log lines of a server's output. */
-function logLines (output: string[]): Record<string, unknown>[] {
-  return output.flatMap((line) => {
-    try {
-      return [JSON.parse(line) as Record<string, unknown>]
-    } catch {
-      return []
-    }
-  })
-}
 
 t.test('started from another folder, the server finds the shipped config/leaf.properties and logs its path, and keeps its store', async (t) => {
   // A copy of the install: its embedded default store is its own, made at this first start.

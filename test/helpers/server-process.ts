@@ -151,3 +151,14 @@ export async function pool<T> (total: number, concurrency: number, task: (i: num
   }))
   return results
 }
+
+/** The JSON log lines of a server's output. */
+export function logLines (output: string[]): Record<string, unknown>[] {
+  return output.flatMap((line) => {
+    try {
+      return [JSON.parse(line) as Record<string, unknown>]
+    } catch {
+      return []
+    }
+  })
+}
