@@ -56,7 +56,7 @@ export const SCENARIOS: Scenario[] = [
   { id: 12, title: `worker-id lease churn: ${CHURN_STARTS} starts per lease source, pool of 8 near exhaustion`, run: leaseChurn, timeoutMs: 120_000 + CHURN_STARTS * 2 * 1000 },
   { id: 13, title: 'lease holder paused past its TTL, both lease sources', run: leasePausedHolder },
   { id: 14, title: 'lease holder cut from its store, both lease sources', run: leasePartition },
-  { id: 15, title: 'lease holder\'s clock 4 s ahead, then killed', run: leaseClockAhead },
+  { id: 15, title: 'lease holder\'s clock 8 s ahead, then killed', run: leaseClockAhead },
   { id: 16, title: 'MariaDB down under a 30 s buffer horizon', run: horizonOutage, timeoutMs: 300_000 },
   { id: 17, title: 'rolling restart: 3 instances x 10 rounds, SIGTERM', run: rollingRestart, timeoutMs: 600_000 },
   { id: 18, title: 'SIGKILL of an instance holding a chain of segments', run: crashHolding },

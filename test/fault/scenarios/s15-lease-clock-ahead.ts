@@ -7,10 +7,13 @@ const TTL_MS = 2000
 const HEARTBEAT_MS = 500
 const X = 3
 /** The old holder's clock, ahead of everyone else's (faketime's offset). */
-// 4 s: a db-lease claimant watches the dead holder's row for a TTL (2 s) before it takes the id
-// over, and the old holder's issuedUntil must still lie ahead of the clock by then.
-const AHEAD = '+4s'
-const AHEAD_MS = 4000
+// 8 s: the old holder's issuedUntil must still lie ahead of the clock when the claimant takes the
+// id over, after the row expires (a TTL), the new process starts (seconds under CI's load) and a
+// db-lease claimant watches the dead holder's row for another TTL. (At 4 s a loaded run logged
+// no wait.) The claimant waits at most max-clock-drift-ms, so that is raised to cover it.
+const AHEAD = '+8s'
+const AHEAD_MS = 8000
+const MAX_DRIFT_MS = 15_000
 const CLIENTS = 4
 const RATE = 400
 const OLD_SERVES_MS = 2000
@@ -48,7 +51,7 @@ export async function leaseClockAhead (suite: Suite, report: Report): Promise<vo
 
 async function clockAhead (suite: Suite, report: Report, source: LeaseSource): Promise<Figures> {
   const name = unique(`fault-s15-${source === 'db-lease' ? 'db' : 'zk'}`)
-  const common = { source, name, ttlMs: TTL_MS, heartbeatMs: HEARTBEAT_MS, min: X, max: X }
+  const common = { source, name, ttlMs: TTL_MS, heartbeatMs: HEARTBEAT_MS, min: X, max: X, args: [`--leaf.snowflake.max-clock-drift-ms=${MAX_DRIFT_MS}`] }
   const old = await startLeaseLeaf(suite, `${source}-old`, { ...common, port: 7901, cacheDir: cacheDirOf(suite, name, 'old'), env: offsetClock(AHEAD) })
   const fig: Figures = { source, oldIds: 0, oldMaxTs: 0, oldAheadMs: 0, previousIssuedUntil: 0, waitMs: 0, newIds: 0, newMinTs: 0, newStartMs: 0 }
   let fresh: Leaf | undefined
