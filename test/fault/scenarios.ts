@@ -90,12 +90,15 @@ export const SCENARIOS: Scenario[] = [
  * two cores that way (533 CPU-s in 423 s, all 34 passing), and took 422.7 s against 572.7 s in
  * two lanes on the same code and machine the same hour. Scenario 23 runs alone after them: its
  * check that the load never paused more than 500 ms (so that "every request refused" covers the
- * whole window) failed once beside the three lanes (a pause of 884 ms), never alone.
+ * whole window) failed once beside the three lanes (a pause of 884 ms), never alone. Scenario 14
+ * follows it alone, for the same reason: beside the lanes its first WORKER_LEASE_LOST reached the
+ * client 2.71 s after the cut (answers delayed up to 1.71 s; the server refuses by its own clock),
+ * against its 2 s bound, and 1.77 s alone.
  */
 export const STAGES: number[][][] = [
   [[12]],
-  [[9, 20, 29, 31, 33, 4, 30, 8, 26, 22, 18], [17, 10, 19, 16, 11, 25, 5, 14, 32, 3, 1], [24, 34, 27, 28, 2, 21, 15, 13, 6, 7]],
-  [[23]],
+  [[9, 20, 29, 31, 33, 4, 30, 8, 26, 22, 18], [17, 10, 19, 16, 11, 25, 5, 32, 3, 1], [24, 34, 27, 28, 2, 21, 15, 13, 6, 7]],
+  [[23, 14]],
 ]
 
 const staged = STAGES.flat(2).sort((a, b) => a - b)
