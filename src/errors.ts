@@ -51,11 +51,19 @@ export function isLeafError (err: unknown): err is LeafError {
   return err instanceof LeafError
 }
 
+export interface StartRefusedOptions {
+  /** Stable, given by each thrower (`PORT_IN_USE`, `STORE_REFUSED` ...); START_REFUSED when none is. */
+  code?: string
+  cause?: unknown
+}
+
 /** A start that must not go on (its message says why); the server exits 1 with that line. */
 export class StartRefused extends Error {
-  constructor (message: string) {
-    super(message)
+  readonly code: string
+  constructor (message: string, { code = 'START_REFUSED', cause }: StartRefusedOptions = {}) {
+    super(message, cause === undefined ? undefined : { cause })
     this.name = 'StartRefused'
+    this.code = code
   }
 }
 

@@ -125,13 +125,13 @@ function bindRefusal (host: string, port: number, err: unknown): StartRefused | 
   const at = hostPort(host, port)
   switch (code) {
     case 'EADDRINUSE':
-      return new StartRefused(`server.port ${port}: ${at} is already in use (EADDRINUSE): stop the process listening there, or set server.port (SERVER_PORT, --server.port) to a free port`)
+      return new StartRefused(`server.port ${port}: ${at} is already in use (EADDRINUSE): stop the process listening there, or set server.port (SERVER_PORT, --server.port) to a free port`, { code: 'PORT_IN_USE', cause: err })
     case 'EACCES':
-      return new StartRefused(`server.port ${port}: listening on ${at} is not permitted (EACCES): use a port above 1023, or give the process the right to bind it`)
+      return new StartRefused(`server.port ${port}: listening on ${at} is not permitted (EACCES): use a port above 1023, or give the process the right to bind it`, { code: 'PORT_NOT_PERMITTED', cause: err })
     case 'EADDRNOTAVAIL':
     case 'ENOTFOUND':
     case 'EAI_AGAIN':
-      return new StartRefused(`server.host ${host}: not an address of this machine (${code}): set server.host (SERVER_HOST, --server.host) to one of its addresses, or 0.0.0.0`)
+      return new StartRefused(`server.host ${host}: not an address of this machine (${code}): set server.host (SERVER_HOST, --server.host) to one of its addresses, or 0.0.0.0`, { code: 'HOST_NOT_LOCAL', cause: err })
   }
   return undefined
 }

@@ -75,7 +75,7 @@ export async function startSegmentMode (
   const { segment } = config
   const { stateFile } = segment
   const unwritable = stateFile === undefined ? undefined : stateFolderProblem(stateFile)
-  if (unwritable !== undefined) throw new StartRefused(`leaf.segment.state-file: ${unwritable}: make the folder writable, or set leaf.segment.state-file to a file in a writable folder (or to off)`)
+  if (unwritable !== undefined) throw new StartRefused(`leaf.segment.state-file: ${unwritable}: make the folder writable, or set leaf.segment.state-file to a file in a writable folder (or to off)`, { code: 'STATE_FILE_UNWRITABLE' })
   const warm = stateFile === undefined ? undefined : openWarmState(stateFile, logger)
   // A new id each life: what this stop parks, the next start takes (see SegmentGeneratorOptions.handover).
   const parkAs = randomUUID()
@@ -211,7 +211,7 @@ async function checkHostsAtStart (fence: HostFence, store: SegmentStore, where: 
   const refusal = fence.startRefusal()
   if (refusal !== undefined) {
     await store.close()
-    throw new StartRefused(`segment store ${where}: ${refusal}`)
+    throw new StartRefused(`segment store ${where}: ${refusal}`, { code: 'STORE_SPLIT' })
   }
   const { hosts, inUse, left } = fence.view()
   logger.info({ store: where, inUse, hosts: hosts.map((h) => `${h.host} ${h.state}${h.store === undefined ? '' : ` (${h.store})`}`), left }, 'segment store hosts')
@@ -308,12 +308,12 @@ export function storeTls (config: StoreConfig, store: SegmentStore): string | un
 export function storeRefusal (where: string, err: unknown, store: StoreConfig): StartRefused | undefined {
   const sqlite = store.kind === 'sqlite'
   const tls = sqlite ? undefined : tlsRefusal(err, store.tls)
-  if (tls !== undefined) return new StartRefused(`segment store ${where}: ${tls}`)
+  if (tls !== undefined) return new StartRefused(`segment store ${where}: ${tls}`, { code: 'STORE_TLS_REFUSED', cause: err })
   if (!isPermanentStoreError(err, { sqlite })) return undefined
   const known = driverError(err)
   if (known === undefined) return undefined
   const remedy = known.code === 'ER_ACCESS_DENIED_NO_PASSWORD_ERROR'
     ? noPasswordRemedy(store)
     : REMEDIES[known.code] ?? (sqlite ? 'check the file leaf.jdbc.url names (sqlite:PATH)' : undefined)
-  return new StartRefused(`segment store ${where}: ${known.code}: ${known.message.replace(/\s+/g, ' ')}${remedy === undefined ? '' : `: ${remedy}`}`)
+  return new StartRefused(`segment store ${where}: ${known.code}: ${known.message.replace(/\s+/g, ' ')}${remedy === undefined ? '' : `: ${remedy}`}`, { code: 'STORE_REFUSED', cause: err })
 }

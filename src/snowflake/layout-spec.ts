@@ -11,8 +11,14 @@ const MAX_WORKER_BITS = 31
 /** The last millisecond a JavaScript Date holds. */
 const MAX_DATE_MS = 8.64e15
 
-/** Thrown with what is wrong; the configuration names the key. */
-export class LayoutError extends Error {}
+/** Thrown with what is wrong with a layout spec; the configuration names the key, the routes answer INVALID_LAYOUT. */
+export class LayoutError extends Error {
+  readonly code = 'LAYOUT_INVALID'
+  constructor (message: string) {
+    super(message)
+    this.name = 'LayoutError'
+  }
+}
 
 /**
  * `leaf.snowflake.layout`: a preset (`js-safe`), a preset with overrides

@@ -82,7 +82,7 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
   checkWorkerId(workerId, layout)
   const sinceEpoch = clock() - epoch
   if (sinceEpoch < 0 || sinceEpoch >= (maxTime + 1) * unitMs) {
-    throw new StartRefused(`the ${layout.name} layout's epoch ${epoch} must lie in the past, and its ${layout.time.bits}-bit time field must not have run out`)
+    throw new StartRefused(`the ${layout.name} layout's epoch ${epoch} must lie in the past, and its ${layout.time.bits}-bit time field must not have run out`, { code: 'LAYOUT_OUT_OF_TIME' })
   }
   /** A time value times this is the time field in place: exact as a double (a power of two). */
   const timeFactor = 2 ** layout.time.shift
