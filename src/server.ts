@@ -2,7 +2,7 @@ import { fileURLToPath } from 'node:url'
 import closeWithGrace from 'close-with-grace'
 import pino from 'pino'
 import { buildApp } from './app.js'
-import { ConfigError, loadConfig, type LoadedConfig } from './config/load-config.js'
+import { ConfigError, ConfigErrors, loadConfig, type LoadedConfig } from './config/load-config.js'
 import { StartRefused } from './errors.js'
 import { bindPort, type BoundServer } from './http/bound-server.js'
 import { resolveConfig, type ResolvedConfig } from './snowflake/settings.js'
@@ -23,7 +23,7 @@ try {
   config = resolveConfig(loaded.config)
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err
-  process.stderr.write(`leaf-ts: configuration error: ${err.message}\n`)
+  for (const each of err instanceof ConfigErrors ? err.errors : [err]) process.stderr.write(`leaf-ts: configuration error: ${each.message}\n`)
   process.exit(1)
 }
 const { file, fileFrom, warnings, relativeTo } = loaded

@@ -1,6 +1,6 @@
 import { isIP } from 'node:net'
 import { resolveDatabaseTls, type DatabaseTls, type TlsKeys } from './database-tls.js'
-import { ConfigError } from './keys.js'
+import { ConfigError } from './config-error.js'
 import { readUrlParameters } from './url-parameters.js'
 
 /** One MySQL server of leaf.jdbc.url. */
@@ -48,15 +48,19 @@ const URL_KEY = 'leaf.jdbc.url'
  * `postgresql://...`), and `sqlite:PATH`; empty means the embedded store.
  */
 export function parseJdbcUrl (url: string, username: string, password: string, tlsSources: TlsSources = {}): StoreConfig {
-  const value = url.trim()
+  let value = url.trim()
   if (value === '') return { kind: 'sqlite', path: DEFAULT_SQLITE_PATH, embeddedDefault: true }
   if (value.startsWith('sqlite:')) {
     const path = value.slice('sqlite:'.length)
     if (path === '') throw new ConfigError(URL_KEY, 'sqlite: needs a file path, e.g. sqlite:./data/leaf.db')
     return { kind: 'sqlite', path }
   }
+  let replication = false
   const form = /^(?:jdbc:)?(mysql|mariadb):([a-z][a-z0-9+.-]*):\/\//i.exec(value)
-  if (form !== null) return parseMysqlForm(value, (form[1] as string).toLowerCase(), (form[2] as string).toLowerCase(), username, password, tlsSources)
+  if (form !== null) {
+    replication = readMysqlForm((form[1] as string).toLowerCase(), (form[2] as string).toLowerCase())
+    value = `jdbc:${(form[1] as string).toLowerCase()}${value.slice(value.indexOf('://'))}`
+  }
   const kind = /^(jdbc:)?(mysql|mariadb):\/\//.test(value)
     ? 'mysql'
     : /^(jdbc:postgresql|postgres|postgresql):\/\//.test(value) ? 'postgres' : undefined
@@ -74,14 +78,14 @@ export function parseJdbcUrl (url: string, username: string, password: string, t
   let parsed: URL
   try {
     parsed = new URL(`mysql://${credentials}leaf-host${authorityEnd === -1 ? '' : rest.slice(authorityEnd)}`)
-  } catch {
-    throw new ConfigError(URL_KEY, 'is not a valid URL')
+  } catch (err) {
+    throw new ConfigError(URL_KEY, 'is not a valid URL', { cause: err })
   }
   const decode = (part: string, what: string) => {
     try {
       return decodeURIComponent(part)
-    } catch {
-      throw new ConfigError(URL_KEY, `has a malformed percent-encoding in its ${what}`)
+    } catch (err) {
+      throw new ConfigError(URL_KEY, `has a malformed percent-encoding in its ${what}`, { cause: err })
     }
   }
   if (hostList === '') throw new ConfigError(URL_KEY, 'has no host')
@@ -92,7 +96,7 @@ export function parseJdbcUrl (url: string, username: string, password: string, t
     // An '@' past a host list that does not read: credentials with a '/', '?' or '#' ended it
     // early. The error must not echo what may be part of a password.
     if (at === -1 && authorityEnd !== -1 && rest.slice(authorityEnd).includes('@')) {
-      throw new ConfigError(URL_KEY, 'has a host list that cannot be read: a user or password with \'/\', \'?\' or \'#\' must be percent-encoded')
+      throw new ConfigError(URL_KEY, 'has a host list that cannot be read: a user or password with \'/\', \'?\' or \'#\' must be percent-encoded', { cause: err })
     }
     throw err
   }
@@ -112,7 +116,7 @@ export function parseJdbcUrl (url: string, username: string, password: string, t
     // another server may hold: refused rather than a check that is not one.
     const ip = networked.tls?.mode === 'verify-full' ? hosts.find((h) => isIP(h.host) !== 0) : undefined
     if (ip !== undefined) throw new ConfigError(URL_KEY, `host ${ip.host}: TLS mode verify-full (${networked.tls?.modeFrom ?? ''}) checks the certificate against the host's name, and Leaf-TS's MySQL driver cannot check an IP address: give the host by the DNS name its certificate holds, or use sslMode=VERIFY_CA`)
-    return { kind, hosts, user, password: pass, database, ...networked }
+    return { kind, hosts, user, password: pass, database, ...(replication ? { replication: true } : {}), ...networked }
   }
   const [host, ...others] = hosts
   // node-postgres connects to one server; a failover list is the job of a proxy or a virtual IP.
@@ -136,16 +140,12 @@ const REFUSED_FORMS: Record<string, string> = {
 
 /**
  * `jdbc:mysql:<form>://...` and `jdbc:mariadb:<form>://...`: `sequential` and `failover` are the
- * plain failover list; `replication` names the source first and its replicas after it; the
- * rest are refused in one line naming the form.
+ * plain failover list; `replication` (true) names the source first and its replicas after it;
+ * the rest are refused in one line naming the form.
  */
-function parseMysqlForm (value: string, driver: string, form: string, username: string, password: string, tlsSources: TlsSources): StoreConfig {
-  const rest = value.slice(value.indexOf('://'))
-  if (form === 'sequential' || form === 'failover') return parseJdbcUrl(`jdbc:${driver}${rest}`, username, password, tlsSources)
-  if (form === 'replication') {
-    const store = parseJdbcUrl(`jdbc:${driver}${rest}`, username, password, tlsSources)
-    return store.kind === 'mysql' ? { ...store, replication: true } : store
-  }
+function readMysqlForm (driver: string, form: string): boolean {
+  if (form === 'sequential' || form === 'failover') return false
+  if (form === 'replication') return true
   const why = REFUSED_FORMS[form] ?? 'Leaf-TS reads jdbc:mysql://h1,h2/leaf (a failover list, also jdbc:mariadb:sequential:// and failover://) and jdbc:mysql:replication://source,replica/leaf'
   throw new ConfigError(URL_KEY, `uses the ${driver}:${form}:// form, which Leaf-TS does not read: ${why}`)
 }

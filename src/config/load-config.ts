@@ -1,13 +1,15 @@
 import { readFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
 import { parse as parseProperties } from 'dot-properties'
-import { CONFIG_KEYS, ConfigError, KEYS, envName, isConfigKey, type ConfigKey, type ParsedConfig, type RawConfig, type WorkerIdSource } from './keys.js'
+import { collect, ConfigError, refuseIfAny } from './config-error.js'
+import { CONFIG_KEYS, KEYS, envName, isConfigKey, type ConfigKey, type LandedConfig, type ParsedConfig, type RawConfig, type WorkerIdSource } from './keys.js'
 import { parseJdbcUrl, type StoreConfig } from './jdbc-url.js'
 import { resolveServerTls, type ServerTls } from './server-tls.js'
 import { checkCommandLineKey, checkEnvironment, checkFileKeys } from './unknown-keys.js'
 
-export { ConfigError } from './keys.js'
+export { ConfigError, ConfigErrors, type ConfigErrorCode } from './config-error.js'
 export { ForeignKeyError, UnknownKeyError } from './unknown-keys.js'
 export type { StoreConfig } from './jdbc-url.js'
 
@@ -18,82 +20,45 @@ export const DEFAULT_CONFIG_PATH = 'config/leaf.properties'
  */
 export const INSTALL_DIR = fileURLToPath(new URL('../../', import.meta.url))
 
-export interface Config {
-  name: string
-  server: ServerConfig
-  /** leaf.instance.name as given; empty: `<host name>:<port>` (http/instance-name.ts). */
-  instanceName: string
-  logLevel: string
-  batchMax: number
-  adminToken: string
-  /** leaf.admin.view-token: opens the views, not tag management; empty: none. */
-  adminViewToken: string
-  metrics: {
-    /** leaf.metrics.max-tag-series: src/metrics/tag-series.ts. */
-    maxTagSeries: number
+/**
+ * The fields no key fills as parsed: resolveFields makes each from the keys whose table entry
+ * is a resolvedKey (keys.ts), with the target named there.
+ */
+interface ResolvedFields {
+  server: {
+    /** server.tls.cert and server.tls.key, read; undefined: plain HTTP. */
+    tls: ServerTls | undefined
   }
   segment: {
-    enabled: boolean
+    /** leaf.jdbc.url with the user, password and ssl keys: parsed once per start. */
     store: StoreConfig
+    /** The URL's connectTimeout and socketTimeout win over the keys, as its user and password do. */
     connectTimeoutMs: number
-    poolSize: number
     queryTimeoutMs: number
-    waitTimeoutMs: number
-    refreshIntervalMs: number
-    /** leaf.segment.failover-hold-ms, resolved: max-id-guard.ts. */
+    /** leaf.segment.failover-hold-ms, or its default (defaultFailoverHoldMs): max-id-guard.ts. */
     failoverHoldMs: number
-    bufferSeconds: number
-    maxBufferedSegments: number
     /** The warm-start file's path; undefined: no warm start. */
     stateFile: string | undefined
-    /** leaf.segment.trusted-stores: stores left in a failover that may be written again (segment/host-fence.ts). */
-    trustedStores: string[]
   }
-  snowflake: SnowflakeConfig
+  snowflake: {
+    /** leaf.snowflake.port, else server.port. */
+    port: number
+    /** leaf.snowflake.worker-id.source, else zookeeper with a ZooKeeper address and static without. */
+    workerIdSource: WorkerIdSource
+  }
 }
 
+type Flat<T> = { [K in keyof T]: T[K] }
+type Sections<A, B> = {
+  [K in keyof A | keyof B]: K extends keyof A ? (K extends keyof B ? Flat<A[K] & B[K]> : A[K]) : K extends keyof B ? B[K] : never
+}
+
+/** The configuration: the landing keys' fields (keys.ts) and the resolved ones. */
+export type Config = Sections<LandedConfig, ResolvedFields>
 /** The HTTP server's keys (server.*): http/bound-server.ts makes the server from them. */
-export interface ServerConfig {
-  host: string
-  port: number
-  headersTimeoutMs: number
-  requestTimeoutMs: number
-  keepAliveTimeoutMs: number
-  idleTimeoutMs: number
-  /** 0: no bound. */
-  maxConnections: number
-  /** server.tls.cert and server.tls.key, read; undefined: plain HTTP. */
-  tls: ServerTls | undefined
-}
-
+export type ServerConfig = Config['server']
 /** The snowflake keys' values as given (snowflake/settings.ts resolves the layout from them). */
-export interface SnowflakeConfig {
-  enabled: boolean
-  zkAddress: string
-  /** leaf.snowflake.zk.auth: `digest:user:password`, or empty for none. */
-  zkAuth: string
-  ip: string
-  port: number
-  workerId: number
-  workerIdSource: WorkerIdSource
-  workerIdMin: number
-  /** As given; undefined: the layout's largest (resolved with the layout, snowflake/settings.ts). */
-  workerIdMax: number | undefined
-  /** Empty: the HOSTNAME variable. */
-  hostname: string
-  leaseTtlMs: number
-  twepoch: number
-  /** leaf.snowflake.layout as given: snowflake/settings.ts parses it. */
-  layoutSpec: string
-  /** Vesta's version and genMethod values (carried in the Vesta layouts' IDs). */
-  vesta: { version: number, genMethod: number }
-  borrowAheadMs: number
-  cacheDir: string
-  maxClockDriftMs: number
-  heartbeatIntervalMs: number
-  zkConnectTimeoutMs: number
-  zkSessionTimeoutMs: number
-}
+export type SnowflakeConfig = Config['snowflake']
 
 /** What picked the file: the command line, the environment, the working directory, or the package. */
 export type ConfigFileSource = '--config' | 'LEAF_CONFIG' | typeof DEFAULT_CONFIG_PATH | 'shipped'
@@ -126,17 +91,23 @@ export interface LoadOptions {
 /**
  * Builds the configuration: built-in defaults < properties file < environment < command line.
  * The file is the first of: `--config PATH`, `LEAF_CONFIG`, `./config/leaf.properties` (from
- * `cwd`), the shipped one. Throws ConfigError naming the key on the first bad value.
- * leaf.snowflake.layout and leaf.snowflake.worker-id.max are kept as given: resolveConfig
- * (snowflake/settings.ts) parses the layout and checks the worker-id range against it.
+ * `cwd`), the shipped one. Every error is collected, then thrown: the ConfigError when there is
+ * one, a ConfigErrors listing them all when there are more. The rules between keys are checked
+ * once every key reads. leaf.snowflake.layout and leaf.snowflake.worker-id.max are kept as
+ * given: resolveConfig (snowflake/settings.ts) parses the layout and checks the worker-id range
+ * against it.
  */
 export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedPath, installDir = INSTALL_DIR }: LoadOptions = {}): LoadedConfig {
+  const errors: ConfigError[] = []
   const warnings: string[] = []
-  const cli = parseArgv(argv)
-  const file = findPropertiesFile(cli.configPath, env.LEAF_CONFIG, cwd, shippedPath)
-
-  if (file !== undefined) warnings.push(...checkFileKeys(file.path, file.text, file.values))
-  checkEnvironment(env)
+  const cli = readCommandLine(argv, errors)
+  const file = collect(errors, () => findPropertiesFile(cli.configPath, env.LEAF_CONFIG, cwd, shippedPath))
+  if (file !== undefined) {
+    const checked = checkFileKeys(file.path, file.text, file.values)
+    errors.push(...checked.errors)
+    warnings.push(...checked.warnings)
+  }
+  errors.push(...checkEnvironment(env))
 
   const raw = Object.fromEntries(CONFIG_KEYS.map((k) => [k, KEYS[k].default])) as RawConfig
   for (const [k, v] of Object.entries(file?.values ?? {})) {
@@ -149,36 +120,39 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
   Object.assign(raw, cli.values)
 
   const bases = { relative: file === undefined ? installDir : dirname(file.path), install: installDir }
-  const fromFile = readSecretFiles(raw, bases.relative)
-  const parsed = {} as Record<ConfigKey, unknown>
-  for (const k of CONFIG_KEYS) {
-    try {
-      parsed[k] = KEYS[k].parse(raw[k], k)
-    } catch (err) {
-      // A value read from a file is named by the key that named the file.
-      const fileKey = fromFile.get(k)
-      if (fileKey === undefined || !(err instanceof ConfigError)) throw err
-      throw new ConfigError(fileKey, `the file's content: ${err.message.slice(k.length + 2)}`)
-    }
-  }
-  const config = toConfig(parsed as ParsedConfig, bases)
-  checkUrlPassword(config.segment.store, parsed as ParsedConfig, fromFile.has('leaf.jdbc.password'))
-  checkWorkerIdSource(config.snowflake)
-  checkServerTimeouts(config.server)
-  checkAdminTokens(config, fromFile)
+  const fromFile = readSecretFiles(raw, bases.relative, errors)
+  const parsed = parseKeys(raw, fromFile, errors)
+  refuseIfAny(errors)
+
+  const config = toConfig(parsed, bases, fromFile, errors)
   // An empty value is the default, not a choice.
   const given = (k: ConfigKey) => [file?.values[k], env[envName(k)], cli.values[k]].some((v) => v !== undefined && v.trim() !== '')
   warnings.push(...staticWorkerIdWarning(config.snowflake, given))
   return { config, file: file?.path, fileFrom: file?.from, warnings, relativeTo: bases.relative }
 }
 
+/** Each key's raw value parsed; a value read from a secret file is named by the key that named the file. */
+function parseKeys (raw: RawConfig, fromFile: Map<ConfigKey, ConfigKey>, errors: ConfigError[]): ParsedConfig {
+  const parsed = {} as Record<ConfigKey, unknown>
+  for (const k of CONFIG_KEYS) {
+    try {
+      parsed[k] = KEYS[k].parse(raw[k], k)
+    } catch (err) {
+      const fileKey = fromFile.get(k)
+      if (!(err instanceof ConfigError)) throw err
+      errors.push(fileKey === undefined ? err : new ConfigError(fileKey, `the file's content: ${err.message.slice(k.length + 2)}`, { code: err.code, cause: err }))
+    }
+  }
+  return parsed as ParsedConfig
+}
+
 /**
  * A password in leaf.jdbc.url wins over leaf.jdbc.password; beside leaf.jdbc.password-file it
  * would silently keep the one in the URL, which a move to a mounted secret means to retire.
  */
-function checkUrlPassword (store: StoreConfig, p: ParsedConfig, passwordFromFile: boolean): void {
-  if (!passwordFromFile || store.kind === 'sqlite' || store.password === p['leaf.jdbc.password']) return
-  throw new ConfigError('leaf.jdbc.password-file', 'is set, and leaf.jdbc.url carries a password too, which would win: give the password one way (remove it from the URL)')
+function checkUrlPassword (store: StoreConfig, parsed: ParsedConfig, passwordFromFile: boolean): void {
+  if (!passwordFromFile || store.kind === 'sqlite' || store.password === parsed['leaf.jdbc.password']) return
+  throw new ConfigError('leaf.jdbc.password-file', 'is set, and leaf.jdbc.url carries a password too, which would win: give the password one way (remove it from the URL)', { code: 'CONFIG_CONFLICT' })
 }
 
 /** The keys whose value may come from a file (a Kubernetes or Docker secret), by their file key. */
@@ -192,27 +166,32 @@ export const SECRET_FILE_KEYS = {
 /**
  * Puts each secret file's content (without its final newline) in `raw` under the key it stands
  * for; a relative path is read from `relativeTo`. Returns the keys so filled, by their file key.
- * An unreadable or empty file, or a file beside a value given for the key itself, is refused.
+ * An unreadable or empty file, or a file beside a value given for the key itself, is an error.
  */
-function readSecretFiles (raw: RawConfig, relativeTo: string): Map<ConfigKey, ConfigKey> {
+function readSecretFiles (raw: RawConfig, relativeTo: string, errors: ConfigError[]): Map<ConfigKey, ConfigKey> {
   const filled = new Map<ConfigKey, ConfigKey>()
   for (const [fileKey, key] of Object.entries(SECRET_FILE_KEYS) as [keyof typeof SECRET_FILE_KEYS, ConfigKey][]) {
     const given = raw[fileKey].trim()
     if (given === '') continue
-    if (raw[key] !== '') throw new ConfigError(fileKey, `is set, and so is ${key}: give the secret one way`)
-    const path = resolve(relativeTo, given)
-    let content: string
-    try {
-      content = readFileSync(path, 'utf8')
-    } catch (err) {
-      throw new ConfigError(fileKey, `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'}): give a file this process may read`)
-    }
-    content = content.replace(/\r?\n$/, '')
-    if (content === '') throw new ConfigError(fileKey, `${path} is empty: write the secret in it, or unset ${fileKey}`)
+    const content = collect(errors, () => readSecretFile(fileKey, key, raw[key], resolve(relativeTo, given)))
+    if (content === undefined) continue
     raw[key] = content
     filled.set(key, fileKey)
   }
   return filled
+}
+
+function readSecretFile (fileKey: ConfigKey, key: ConfigKey, keyValue: string, path: string): string {
+  if (keyValue !== '') throw new ConfigError(fileKey, `is set, and so is ${key}: give the secret one way`, { code: 'CONFIG_CONFLICT' })
+  let content: string
+  try {
+    content = readFileSync(path, 'utf8')
+  } catch (err) {
+    throw new ConfigError(fileKey, `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'}): give a file this process may read`, { code: 'CONFIG_FILE_UNREADABLE', cause: err })
+  }
+  content = content.replace(/\r?\n$/, '')
+  if (content === '') throw new ConfigError(fileKey, `${path} is empty: write the secret in it, or unset ${fileKey}`)
+  return content
 }
 
 /**
@@ -220,17 +199,17 @@ function readSecretFiles (raw: RawConfig, relativeTo: string): Map<ConfigKey, Co
  * for both would open tag management to everyone given it to view. Named by the key (or the file
  * key) it came from; the message never holds the secret.
  */
-function checkAdminTokens (config: Config, fromFile: Map<ConfigKey, ConfigKey>): void {
+function checkAdminTokens (config: LandedConfig, fromFile: Map<ConfigKey, ConfigKey>): void {
   if (config.adminViewToken !== '' && config.adminViewToken === config.adminToken) {
     const key = fromFile.get('leaf.admin.view-token') ?? 'leaf.admin.view-token'
-    throw new ConfigError(key, 'is the same as leaf.admin.token, so it would manage tags too: give the viewers a token of their own, or unset it')
+    throw new ConfigError(key, 'is the same as leaf.admin.token, so it would manage tags too: give the viewers a token of their own, or unset it', { code: 'CONFIG_CONFLICT' })
   }
 }
 
 /** Node's own rule (its constructor throws on it): a request's headers are part of the request. */
-function checkServerTimeouts (s: ServerConfig): void {
-  if (s.requestTimeoutMs > 0 && s.headersTimeoutMs > s.requestTimeoutMs) {
-    throw new ConfigError('server.request-timeout-ms', `${s.requestTimeoutMs} is less than server.headers-timeout-ms (${s.headersTimeoutMs}): receiving a request includes its headers; raise it, or lower server.headers-timeout-ms`)
+function checkServerTimeouts (server: LandedConfig['server']): void {
+  if (server.requestTimeoutMs > 0 && server.headersTimeoutMs > server.requestTimeoutMs) {
+    throw new ConfigError('server.request-timeout-ms', `${server.requestTimeoutMs} is less than server.headers-timeout-ms (${server.headersTimeoutMs}): receiving a request includes its headers; raise it, or lower server.headers-timeout-ms`, { code: 'CONFIG_CONFLICT' })
   }
 }
 
@@ -239,12 +218,13 @@ function checkServerTimeouts (s: ServerConfig): void {
  * The rules that need the layout (the worker-id range against its worker bits) are
  * snowflake/settings.ts's.
  */
-function checkWorkerIdSource (s: SnowflakeConfig): void {
-  if ((s.workerIdSource === 'zookeeper' || s.workerIdSource === 'zookeeper-lease') && s.zkAddress === '') {
-    throw new ConfigError('leaf.snowflake.worker-id.source', `${s.workerIdSource} needs leaf.snowflake.zk.address`)
+function checkWorkerIdSource (snowflake: SnowflakeConfig, errors: ConfigError[]): void {
+  const { workerIdSource, zkAddress, leaseTtlMs, heartbeatIntervalMs } = snowflake
+  if ((workerIdSource === 'zookeeper' || workerIdSource === 'zookeeper-lease') && zkAddress === '') {
+    errors.push(new ConfigError('leaf.snowflake.worker-id.source', `${workerIdSource} needs leaf.snowflake.zk.address`, { code: 'CONFIG_CONFLICT' }))
   }
-  if (s.workerIdSource.endsWith('-lease') && s.leaseTtlMs < 3 * s.heartbeatIntervalMs) {
-    throw new ConfigError('leaf.snowflake.lease.ttl-ms', `${s.leaseTtlMs} is less than 3 heartbeat intervals (leaf.snowflake.heartbeat-interval-ms is ${s.heartbeatIntervalMs}): one late renewal would stop issuing`)
+  if (workerIdSource.endsWith('-lease') && leaseTtlMs < 3 * heartbeatIntervalMs) {
+    errors.push(new ConfigError('leaf.snowflake.lease.ttl-ms', `${leaseTtlMs} is less than 3 heartbeat intervals (leaf.snowflake.heartbeat-interval-ms is ${heartbeatIntervalMs}): one late renewal would stop issuing`, { code: 'CONFIG_CONFLICT' }))
   }
 }
 
@@ -253,9 +233,9 @@ function checkWorkerIdSource (s: SnowflakeConfig): void {
  * worker id given): right for one instance, but every instance of a fleet started so issues
  * the same IDs, and nothing else would say so.
  */
-function staticWorkerIdWarning (s: SnowflakeConfig, given: (key: ConfigKey) => boolean): string[] {
-  if (!s.enabled || s.workerIdSource !== 'static' || given('leaf.snowflake.worker-id.source') || given('leaf.snowflake.worker.id')) return []
-  return [`snowflake mode on the static worker id ${s.workerId}, since neither leaf.snowflake.worker-id.source, leaf.snowflake.zk.address nor leaf.snowflake.worker.id is set: ` +
+function staticWorkerIdWarning (snowflake: SnowflakeConfig, given: (key: ConfigKey) => boolean): string[] {
+  if (!snowflake.enabled || snowflake.workerIdSource !== 'static' || given('leaf.snowflake.worker-id.source') || given('leaf.snowflake.worker.id')) return []
+  return [`snowflake mode on the static worker id ${snowflake.workerId}, since neither leaf.snowflake.worker-id.source, leaf.snowflake.zk.address nor leaf.snowflake.worker.id is set: ` +
     'every instance started so issues the same IDs; a fleet needs a worker-id source (leaf.snowflake.worker-id.source=zookeeper, zookeeper-lease, db-lease or statefulset), ' +
     'or a leaf.snowflake.worker.id of its own for each instance']
 }
@@ -265,76 +245,66 @@ function staticWorkerIdWarning (s: SnowflakeConfig, given: (key: ConfigKey) => b
  * how long a peer's refresh may take to reach the new store: for each host of the URL, a
  * connection, its first round trip, the statement and the kill of an unanswered one.
  */
-function defaultFailoverHoldMs (p: ParsedConfig, store: StoreConfig, connectTimeoutMs: number, queryTimeoutMs: number): number {
+function defaultFailoverHoldMs (refreshIntervalMs: number, store: StoreConfig, connectTimeoutMs: number, queryTimeoutMs: number): number {
   const hosts = store.kind === 'mysql' ? store.hosts.length : 1 // postgres: one host
-  return 2 * p['leaf.segment.refresh-interval-ms'] + hosts * (connectTimeoutMs + 3 * queryTimeoutMs)
+  return 2 * refreshIntervalMs + hosts * (connectTimeoutMs + 3 * queryTimeoutMs)
 }
 
 /** Where relative paths are read from (never the working folder): see resolveSqlitePath. */
 interface PathBases { relative: string, install: string }
 
-function toConfig (p: ParsedConfig, bases: PathBases): Config {
-  const tlsKeys = { ca: p['leaf.jdbc.ssl.ca'], cert: p['leaf.jdbc.ssl.cert'], key: p['leaf.jdbc.ssl.key'] }
-  const store = resolveSqlitePath(parseJdbcUrl(p['leaf.jdbc.url'], p['leaf.jdbc.username'], p['leaf.jdbc.password'], { keys: tlsKeys, relativeTo: bases.relative }), bases)
+/** Each landing key's value on its target (keys.ts): the part of Config no rule touches. */
+function landKeys (parsed: ParsedConfig): LandedConfig {
+  const config: Record<string, unknown> = {}
+  for (const k of CONFIG_KEYS) {
+    const spec = KEYS[k]
+    if (spec.resolved) continue
+    const path = spec.target.split('.')
+    let section = config
+    for (const name of path.slice(0, -1)) section = (section[name] ??= {}) as Record<string, unknown>
+    section[path.at(-1) as string] = parsed[k]
+  }
+  return config as LandedConfig
+}
+
+/** The landed keys with the resolved fields, and the rules between keys; each error goes to `errors`. */
+function toConfig (parsed: ParsedConfig, bases: PathBases, fromFile: Map<ConfigKey, ConfigKey>, errors: ConfigError[]): Config {
+  const landed = landKeys(parsed)
+  const before = errors.length // (those of loadConfig's first pass: none, or it refused)
+  const tls = collect(errors, () => resolveServerTls(parsed['server.tls.cert'], parsed['server.tls.key'], bases.relative))
+  const server = { ...landed.server, tls }
+  const snowflake = {
+    ...landed.snowflake,
+    port: parsed['leaf.snowflake.port'] ?? parsed['server.port'],
+    workerIdSource: parsed['leaf.snowflake.worker-id.source'] || (parsed['leaf.snowflake.zk.address'] === '' ? 'static' : 'zookeeper'),
+  } satisfies SnowflakeConfig
+  const store = collect(errors, () => resolveStore(parsed, bases))
+  if (store !== undefined) collect(errors, () => checkUrlPassword(store, parsed, fromFile.has('leaf.jdbc.password')))
+  collect(errors, () => checkServerTimeouts(server))
+  checkWorkerIdSource(snowflake, errors)
+  collect(errors, () => checkAdminTokens(landed, fromFile))
+  if (errors.length > before) refuseIfAny(errors)
+  if (store === undefined) throw new Error('no store without an error') // (collect only leaves it undefined with one)
   // The URL's connectTimeout and socketTimeout win over the keys, as its user and password do.
   const urlTimeouts = store.kind === 'sqlite' ? undefined : store.urlTimeouts
-  const connectTimeoutMs = urlTimeouts?.connectMs ?? p['leaf.jdbc.connect-timeout-ms']
-  const queryTimeoutMs = urlTimeouts?.queryMs ?? p['leaf.jdbc.query-timeout-ms']
-  return {
-    name: p['leaf.name'],
-    server: {
-      host: p['server.host'],
-      port: p['server.port'],
-      headersTimeoutMs: p['server.headers-timeout-ms'],
-      requestTimeoutMs: p['server.request-timeout-ms'],
-      keepAliveTimeoutMs: p['server.keep-alive-timeout-ms'],
-      idleTimeoutMs: p['server.idle-timeout-ms'],
-      maxConnections: p['server.max-connections'],
-      tls: resolveServerTls(p['server.tls.cert'], p['server.tls.key'], bases.relative),
-    },
-    instanceName: p['leaf.instance.name'],
-    logLevel: p['log.level'],
-    batchMax: p['leaf.batch.max'],
-    adminToken: p['leaf.admin.token'],
-    adminViewToken: p['leaf.admin.view-token'],
-    metrics: { maxTagSeries: p['leaf.metrics.max-tag-series'] },
-    segment: {
-      enabled: p['leaf.segment.enable'],
-      store,
-      connectTimeoutMs,
-      poolSize: p['leaf.jdbc.pool-size'],
-      queryTimeoutMs,
-      waitTimeoutMs: p['leaf.segment.wait-timeout-ms'],
-      refreshIntervalMs: p['leaf.segment.refresh-interval-ms'],
-      failoverHoldMs: p['leaf.segment.failover-hold-ms'] ?? defaultFailoverHoldMs(p, store, connectTimeoutMs, queryTimeoutMs),
-      bufferSeconds: p['leaf.segment.buffer-seconds'],
-      maxBufferedSegments: p['leaf.segment.max-buffered-segments'],
-      stateFile: stateFile(p, store, bases),
-      trustedStores: p['leaf.segment.trusted-stores'],
-    },
-    snowflake: {
-      enabled: p['leaf.snowflake.enable'],
-      zkAddress: p['leaf.snowflake.zk.address'],
-      zkAuth: p['leaf.snowflake.zk.auth'],
-      ip: p['leaf.snowflake.ip'],
-      port: p['leaf.snowflake.port'] ?? p['server.port'],
-      workerId: p['leaf.snowflake.worker.id'],
-      workerIdSource: p['leaf.snowflake.worker-id.source'] || (p['leaf.snowflake.zk.address'] === '' ? 'static' : 'zookeeper'),
-      workerIdMin: p['leaf.snowflake.worker-id.min'],
-      workerIdMax: p['leaf.snowflake.worker-id.max'],
-      hostname: p['leaf.snowflake.worker-id.hostname'],
-      leaseTtlMs: p['leaf.snowflake.lease.ttl-ms'],
-      twepoch: p['leaf.snowflake.twepoch'],
-      layoutSpec: p['leaf.snowflake.layout'],
-      vesta: { version: p['leaf.snowflake.vesta.version'], genMethod: p['leaf.snowflake.vesta.gen-method'] },
-      borrowAheadMs: p['leaf.snowflake.borrow-ahead-ms'],
-      cacheDir: p['leaf.snowflake.cache.dir'],
-      maxClockDriftMs: p['leaf.snowflake.max-clock-drift-ms'],
-      heartbeatIntervalMs: p['leaf.snowflake.heartbeat-interval-ms'],
-      zkConnectTimeoutMs: p['leaf.snowflake.zk.connect-timeout-ms'],
-      zkSessionTimeoutMs: p['leaf.snowflake.zk.session-timeout-ms'],
-    },
+  const connectTimeoutMs = urlTimeouts?.connectMs ?? parsed['leaf.jdbc.connect-timeout-ms']
+  const queryTimeoutMs = urlTimeouts?.queryMs ?? parsed['leaf.jdbc.query-timeout-ms']
+  const segment = {
+    ...landed.segment,
+    store,
+    connectTimeoutMs,
+    queryTimeoutMs,
+    failoverHoldMs: parsed['leaf.segment.failover-hold-ms'] ?? defaultFailoverHoldMs(landed.segment.refreshIntervalMs, store, connectTimeoutMs, queryTimeoutMs),
+    stateFile: stateFile(parsed, store, bases),
   }
+  return { ...landed, server, segment, snowflake }
+}
+
+/** leaf.jdbc.url with the user, password and ssl keys; a relative `sqlite:` path resolved. */
+function resolveStore (parsed: ParsedConfig, bases: PathBases): StoreConfig {
+  const tlsKeys = { ca: parsed['leaf.jdbc.ssl.ca'], cert: parsed['leaf.jdbc.ssl.cert'], key: parsed['leaf.jdbc.ssl.key'] }
+  const store = parseJdbcUrl(parsed['leaf.jdbc.url'], parsed['leaf.jdbc.username'], parsed['leaf.jdbc.password'], { keys: tlsKeys, relativeTo: bases.relative })
+  return resolveSqlitePath(store, bases)
 }
 
 interface PropertiesFile { path: string, from: ConfigFileSource, values: Record<string, string>, text: string }
@@ -356,28 +326,47 @@ function readPropertiesFile (path: string, from: ConfigFileSource, { optional = 
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code
     if (optional && code === 'ENOENT') return undefined
-    throw new ConfigError(from === 'shipped' ? 'the shipped config file' : from, `cannot read ${path} (${code ?? 'error'})`)
+    throw new ConfigError(from === 'shipped' ? 'the shipped config file' : from, `cannot read ${path} (${code ?? 'error'})`, { code: 'CONFIG_FILE_UNREADABLE', cause: err })
   }
   return { path, from, values: parseProperties(text) as Record<string, string>, text }
 }
 
-/** `--config PATH`, and any key as `--key=value` or `--key value` (Spring Boot style). */
-function parseArgv (argv: string[]): { configPath: string | undefined, values: Partial<RawConfig> } {
+/** Every key, and `--config`, is an option with a value. */
+const COMMAND_LINE_OPTIONS = Object.fromEntries(['config', ...CONFIG_KEYS].map((name) => [name, { type: 'string' as const }]))
+
+/**
+ * `--config PATH`, and any key as `--key=value` or `--key value` (Spring Boot style). A name
+ * that is not a key takes the next argument as its value too, so that the error can judge it
+ * (a foreign key is passed over). Errors go to `errors`.
+ */
+function readCommandLine (argv: string[], errors: ConfigError[]): { configPath: string | undefined, values: Partial<RawConfig> } {
   const values: Partial<RawConfig> = {}
   let configPath: string | undefined
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i] as string
-    if (!arg.startsWith('--')) throw new ConfigError('command line', `unexpected argument "${arg}"`)
-    const eq = arg.indexOf('=')
-    const name = eq === -1 ? arg.slice(2) : arg.slice(2, eq)
-    let value: string | undefined = eq === -1 ? undefined : arg.slice(eq + 1)
-    if (value === undefined) {
-      value = argv[++i]
-      if (value === undefined) throw new ConfigError(name, 'has no value on the command line')
+  const { tokens } = parseArgs({ args: argv, options: COMMAND_LINE_OPTIONS, strict: false, allowPositionals: true, tokens: true })
+  for (let i = 0; i < tokens.length; i++) {
+    const token = tokens[i] as (typeof tokens)[number]
+    if (token.kind !== 'option' || !token.rawName.startsWith('--')) {
+      // A short option (-x) or a group (-xy) is one argument however many tokens it makes.
+      if (token.kind === 'option' && (tokens[i - 1]?.index === token.index)) continue
+      errors.push(new ConfigError('command line', `unexpected argument "${argv[token.index] ?? ''}"`, { code: 'CONFIG_BAD_ARGUMENT' }))
+      continue
     }
-    if (name === 'config') configPath = value
-    else if (isConfigKey(name)) values[name] = value
-    else checkCommandLineKey(name, value)
+    let value = token.value
+    const next = tokens[i + 1]
+    if (value === undefined && next?.kind === 'positional') {
+      value = next.value
+      i++
+    }
+    if (value === undefined) {
+      errors.push(new ConfigError(token.name, 'has no value on the command line', { code: 'CONFIG_BAD_ARGUMENT' }))
+      continue
+    }
+    if (token.name === 'config') configPath = value
+    else if (isConfigKey(token.name)) values[token.name] = value
+    else {
+      const refused = checkCommandLineKey(token.name, value)
+      if (refused !== undefined) errors.push(refused)
+    }
   }
   return { configPath, values }
 }

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs'
-import { ConfigError } from './keys.js'
+import { ConfigError } from './config-error.js'
 
 // A PEM file a key names (server.tls.*, leaf.jdbc.ssl.*, a URL's sslrootcert): read and checked
 // for a block of the kind asked for, so that a wrong file refuses the start in one line naming
@@ -16,7 +16,7 @@ export function readPemFile (key: string, path: string, kind: keyof typeof PEM_B
   try {
     text = readFileSync(path, 'utf8')
   } catch (err) {
-    throw new ConfigError(key, `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'}): give a PEM file this process may read`)
+    throw new ConfigError(key, `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'}): give a PEM file this process may read`, { code: 'CONFIG_FILE_UNREADABLE', cause: err })
   }
   if (!PEM_BLOCK[kind].line.test(text)) {
     throw new ConfigError(key, `${path} holds no PEM ${kind} (no -----BEGIN ... line): give one in PEM (from DER: ${PEM_BLOCK[kind].convert})`)

@@ -1,5 +1,6 @@
 import { parseLines, type Pair } from 'dot-properties'
-import { CONFIG_KEYS, ConfigError, envName, isConfigKey, type ConfigKey } from './keys.js'
+import { ConfigError } from './config-error.js'
+import { CONFIG_KEYS, envName, isConfigKey, type ConfigKey } from './keys.js'
 
 // What the loader does with a name that is not a configuration key. A typo in Leaf-TS's own
 // names starts the server in another mode (`leaf.segement.enable` leaves segment mode off,
@@ -11,7 +12,6 @@ import { CONFIG_KEYS, ConfigError, envName, isConfigKey, type ConfigKey } from '
 
 /** An unknown name in one of Leaf-TS's namespaces: the start is refused. */
 export class UnknownKeyError extends ConfigError {
-  readonly code = 'UNKNOWN_KEY'
   /** The key (or, for a variable, its name) it most likely meant; undefined when none is near. */
   readonly suggestion: string | undefined
   /** `FILE:LINE`, `environment` or `command line`. */
@@ -20,7 +20,7 @@ export class UnknownKeyError extends ConfigError {
     const hint = suggestion === undefined
       ? 'remove it (docs/configuration.md lists the keys)'
       : `did you mean ${suggestion}${suggestionKey === undefined ? '' : ` (${suggestionKey})`}?`
-    super(name, `not a configuration key (${where}); ${hint}`)
+    super(name, `not a configuration key (${where}); ${hint}`, { code: 'UNKNOWN_KEY' })
     this.name = 'UnknownKeyError'
     this.suggestion = suggestion
     this.where = where
@@ -29,10 +29,9 @@ export class UnknownKeyError extends ConfigError {
 
 /** A key of Java Leaf or Spring Boot that Leaf-TS does not read. */
 export class ForeignKeyError extends ConfigError {
-  readonly code = 'UNSUPPORTED_KEY'
   readonly where: string
   constructor (name: string, where: string, [what, fix]: Refusal) {
-    super(name, `${what} (${where}); ${fix}`)
+    super(name, `${what} (${where}); ${fix}`, { code: 'UNSUPPORTED_KEY' })
     this.name = 'ForeignKeyError'
     this.where = where
   }
@@ -164,8 +163,8 @@ function foreignVariable (name: string): ForeignKey | undefined {
   return FOREIGN_KEYS.find((f) => matches(f.key.endsWith('.*') ? `${envName(f.key.slice(0, -1))}*` : envName(f.key), name))
 }
 
-/** What became of a name that is not a key and was not refused. */
-type Verdict = 'passed over' | 'not ours'
+/** What became of a name that is not a key: passed over, not ours (a warning), or refused. */
+type Verdict = 'passed over' | 'not ours' | ConfigError
 
 /**
  * A name in a file or on the command line that is not a key: a foreign key is passed over or
@@ -177,12 +176,12 @@ function judgeKey (name: string, value: string, where: string, strict: boolean):
   const foreign = foreignKey(name)
   if (foreign !== undefined) {
     const problem = foreign.refuse?.(value)
-    if (problem !== undefined) throw new ForeignKeyError(name, where, problem)
+    if (problem !== undefined) return new ForeignKeyError(name, where, problem)
     return 'passed over'
   }
-  if (strict || name.startsWith('leaf.') || name.startsWith('server.')) throw new UnknownKeyError(name, where, nearestKey(name))
+  if (strict || name.startsWith('leaf.') || name.startsWith('server.')) return new UnknownKeyError(name, where, nearestKey(name))
   const slip = nearest(name, CONFIG_KEYS, 2)
-  if (slip !== undefined) throw new UnknownKeyError(name, where, slip)
+  if (slip !== undefined) return new UnknownKeyError(name, where, slip)
   return 'not ours'
 }
 
@@ -197,24 +196,28 @@ function keyLines (text: string): Map<string, number> {
 }
 
 /**
- * Checks every name of a properties file: throws on the first unknown one of Leaf-TS's
- * namespaces (in file order), and returns a warning for each name that is no one's we know.
+ * Checks every name of a properties file, in file order: an error for each unknown one of
+ * Leaf-TS's namespaces, a warning for each name that is no one's we know.
  */
-export function checkFileKeys (path: string, text: string, values: Record<string, string>): string[] {
+export function checkFileKeys (path: string, text: string, values: Record<string, string>): { errors: ConfigError[], warnings: string[] } {
+  const errors: ConfigError[] = []
   const warnings: string[] = []
   const lines = keyLines(text)
   const unknown = Object.keys(values).filter((k) => !isConfigKey(k))
   unknown.sort((a, b) => (lines.get(a) ?? 0) - (lines.get(b) ?? 0))
   for (const key of unknown) {
     const where = `${path}:${lines.get(key) ?? '?'}`
-    if (judgeKey(key, values[key] as string, where, false) === 'not ours') warnings.push(`${where}: unknown key ${key} ignored`)
+    const verdict = judgeKey(key, values[key] as string, where, false)
+    if (verdict instanceof ConfigError) errors.push(verdict)
+    else if (verdict === 'not ours') warnings.push(`${where}: unknown key ${key} ignored`)
   }
-  return warnings
+  return { errors, warnings }
 }
 
 /** A `--name value` of the command line that is not a key: passed over when foreign, else refused. */
-export function checkCommandLineKey (name: string, value: string): void {
-  judgeKey(name, value, 'command line', true)
+export function checkCommandLineKey (name: string, value: string): ConfigError | undefined {
+  const verdict = judgeKey(name, value, 'command line', true)
+  return verdict instanceof ConfigError ? verdict : undefined
 }
 
 const KEY_VARIABLES = new Map(CONFIG_KEYS.map((k) => [envName(k), k]))
@@ -234,13 +237,14 @@ function isServiceLink (name: string, value: string): boolean {
 
 /**
  * Checks the environment's LEAF_* and SERVER_* variables that are not keys. LEAF_ is
- * Leaf-TS's: every other LEAF_* variable is refused, but for NON_KEY_VARIABLES and service
+ * Leaf-TS's: every other LEAF_* variable is an error, but for NON_KEY_VARIABLES and service
  * links. SERVER_ is shared (CGI's SERVER_SOFTWARE and SERVER_NAME, Spring Boot's SERVER_*): a
  * SERVER_* variable is refused only when it is one slip from a key's variable (SERVER_PROT) or
  * a Spring Boot key Leaf-TS cannot honour (SERVER_ADDRESS). Names are compared upper-cased,
  * so `leaf_jdbc_url` is refused with LEAF_JDBC_URL as the fix.
  */
-export function checkEnvironment (env: Record<string, string | undefined>): void {
+export function checkEnvironment (env: Record<string, string | undefined>): ConfigError[] {
+  const errors: ConfigError[] = []
   for (const [name, value = ''] of Object.entries(env)) {
     const upper = name.toUpperCase()
     if (KEY_VARIABLES.has(name) || !(upper.startsWith('LEAF_') || upper.startsWith('SERVER_'))) continue
@@ -248,11 +252,12 @@ export function checkEnvironment (env: Record<string, string | undefined>): void
     const foreign = foreignVariable(upper)
     if (foreign !== undefined) {
       const problem = foreign.refuse?.(value)
-      if (problem !== undefined) throw new ForeignKeyError(name, 'environment', problem)
+      if (problem !== undefined) errors.push(new ForeignKeyError(name, 'environment', problem))
       continue
     }
     if (upper.startsWith('SERVER_') && nearest(upper, SERVER_KEY_VARIABLES, 1) === undefined && !KEY_VARIABLES.has(upper)) continue
     const suggestion = nearest(upper, [...KEY_VARIABLES.keys()], nearEnough(upper))
-    throw new UnknownKeyError(name, 'environment', suggestion, suggestion === undefined ? undefined : KEY_VARIABLES.get(suggestion))
+    errors.push(new UnknownKeyError(name, 'environment', suggestion, suggestion === undefined ? undefined : KEY_VARIABLES.get(suggestion)))
   }
+  return errors
 }

@@ -3,7 +3,7 @@
 // server.ts resolves them right after loading, so a bad layout refuses the start as a
 // configuration error, whether or not snowflake mode is enabled (the decode routes read it too).
 
-import { ConfigError } from '../config/keys.js'
+import { ConfigError, refuseIfAny } from '../config/config-error.js'
 import type { Config, SnowflakeConfig } from '../config/load-config.js'
 import type { Layout } from './layout.js'
 import { LayoutError, parseLayout } from './layout-spec.js'
@@ -22,12 +22,15 @@ export interface ResolvedConfig extends Config {
 
 /**
  * Parses leaf.snowflake.layout (its epoch and lifetime checked against `now`) and checks the
- * worker-id keys against its worker bits. Throws ConfigError naming the key, as loadConfig does.
+ * worker-id keys against its worker bits. Throws as loadConfig does: the ConfigError naming the
+ * key, or a ConfigErrors with every one.
  */
-export function resolveSnowflakeSettings (s: SnowflakeConfig, now = Date.now()): SnowflakeSettings {
-  const layout = resolveLayout(s, now)
-  const settings: SnowflakeSettings = { ...s, layout, workerIdMax: s.workerIdMax ?? layout.maxWorkerId }
-  checkWorkerIds(settings)
+export function resolveSnowflakeSettings (snowflake: SnowflakeConfig, now = Date.now()): SnowflakeSettings {
+  const layout = resolveLayout(snowflake, now)
+  const settings: SnowflakeSettings = { ...snowflake, layout, workerIdMax: snowflake.workerIdMax ?? layout.maxWorkerId }
+  const errors: ConfigError[] = []
+  checkWorkerIds(settings, errors)
+  refuseIfAny(errors)
   return settings
 }
 
@@ -36,26 +39,29 @@ export function resolveConfig (config: Config, now = Date.now()): ResolvedConfig
   return { ...config, snowflake: resolveSnowflakeSettings(config.snowflake, now) }
 }
 
-function resolveLayout (s: SnowflakeConfig, now: number): Layout {
+function resolveLayout (snowflake: SnowflakeConfig, now: number): Layout {
   try {
-    return parseLayout(s.layoutSpec, { twepoch: s.twepoch, vestaVersion: s.vesta.version, vestaGenMethod: s.vesta.genMethod, now })
+    return parseLayout(snowflake.layoutSpec, { twepoch: snowflake.twepoch, vestaVersion: snowflake.vesta.version, vestaGenMethod: snowflake.vesta.genMethod, now })
   } catch (err) {
-    if (err instanceof LayoutError) throw new ConfigError('leaf.snowflake.layout', err.message)
+    if (err instanceof LayoutError) throw new ConfigError('leaf.snowflake.layout', err.message, { cause: err })
     throw err
   }
 }
 
 /** Rules between the worker-id keys and the layout that no single key's parser can see. */
-function checkWorkerIds (s: SnowflakeSettings): void {
-  const largest = s.layout.maxWorkerId
-  const layout = `the ${s.layout.name} layout's ${s.layout.worker.bits} worker bits`
-  if (s.workerIdMax > largest) throw new ConfigError('leaf.snowflake.worker-id.max', `${s.workerIdMax} is above ${largest}, the largest worker id of ${layout}`)
-  if (s.workerIdMin > largest) throw new ConfigError('leaf.snowflake.worker-id.min', `${s.workerIdMin} is above ${largest}, the largest worker id of ${layout}`)
-  if (s.workerIdSource === 'static' && s.workerId > largest) throw new ConfigError('leaf.snowflake.worker.id', `${s.workerId} is above ${largest}, the largest worker id of ${layout}`)
-  if (s.workerIdSource === 'disposable' && s.layout.worker.bits < 16) {
-    throw new ConfigError('leaf.snowflake.worker-id.source', `disposable takes a new worker id on every start and never reuses one: it needs a layout with at least 16 worker bits (uid-generator has 22), and ${layout} are too few`)
+function checkWorkerIds (settings: SnowflakeSettings, errors: ConfigError[]): void {
+  const { layout, workerId, workerIdMin, workerIdMax, workerIdSource } = settings
+  const largest = layout.maxWorkerId
+  const bits = `the ${layout.name} layout's ${layout.worker.bits} worker bits`
+  const refuse = (key: string, problem: string) => errors.push(new ConfigError(key, problem, { code: 'CONFIG_CONFLICT' }))
+  if (workerIdMax > largest) refuse('leaf.snowflake.worker-id.max', `${workerIdMax} is above ${largest}, the largest worker id of ${bits}`)
+  if (workerIdMin > largest) refuse('leaf.snowflake.worker-id.min', `${workerIdMin} is above ${largest}, the largest worker id of ${bits}`)
+  if (workerIdSource === 'static' && workerId > largest) refuse('leaf.snowflake.worker.id', `${workerId} is above ${largest}, the largest worker id of ${bits}`)
+  if (workerIdSource === 'disposable' && layout.worker.bits < 16) {
+    refuse('leaf.snowflake.worker-id.source', `disposable takes a new worker id on every start and never reuses one: it needs a layout with at least 16 worker bits (uid-generator has 22), and ${bits} are too few`)
   }
-  if (s.workerIdMin > s.workerIdMax) {
-    throw new ConfigError('leaf.snowflake.worker-id.min', `${s.workerIdMin} is above leaf.snowflake.worker-id.max (${s.workerIdMax})`)
+  // Reported once: a min above the layout's largest is above the max too.
+  if (workerIdMin > workerIdMax && workerIdMin <= largest) {
+    refuse('leaf.snowflake.worker-id.min', `${workerIdMin} is above leaf.snowflake.worker-id.max (${workerIdMax})`)
   }
 }

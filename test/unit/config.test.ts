@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { parseJdbcUrl } from '../../src/config/jdbc-url.js'
 import { CONFIG_KEYS, envName, type ConfigKey } from '../../src/config/keys.js'
-import { ConfigError, loadConfig, type Config, ForeignKeyError, SECRET_FILE_KEYS, UnknownKeyError } from '../../src/config/load-config.js'
+import { ConfigError, ConfigErrors, loadConfig, type Config, ForeignKeyError, SECRET_FILE_KEYS, UnknownKeyError } from '../../src/config/load-config.js'
 import { editDistance, nearestKey } from '../../src/config/unknown-keys.js'
 import { resolveSnowflakeSettings } from '../../src/snowflake/settings.js'
 import { FIXED_PAIRS, writePair } from '../helpers/tls.js'
@@ -421,9 +421,14 @@ t.test('a mistyped key in the file refuses the start, naming the file, the line 
   ].join('\n')
   const dir = dirWith(text)
   const path = join(dir, 'leaf.properties')
-  const err = refusal(t, { cwd: dir, argv: ['--config', path] }, 'leaf.snowflake.zk.adress')
+  const all = t.throws(() => loadConfig({ cwd: dir, argv: ['--config', path] })) as ConfigErrors
+  t.ok(all instanceof ConfigErrors && all instanceof ConfigError, 'both mistyped keys at once, still a ConfigError')
+  t.equal(all.code, 'CONFIG_ERRORS')
+  const [err, second] = all.errors
   t.match(err, { code: 'UNKNOWN_KEY', key: 'leaf.snowflake.zk.adress', where: `${path}:5`, suggestion: 'leaf.snowflake.zk.address' }, 'the first in file order')
-  t.equal(err.message, `leaf.snowflake.zk.adress: not a configuration key (${path}:5); did you mean leaf.snowflake.zk.address?`)
+  t.equal(err?.message, `leaf.snowflake.zk.adress: not a configuration key (${path}:5); did you mean leaf.snowflake.zk.address?`)
+  t.match(second, { code: 'UNKNOWN_KEY', key: 'leaf.segement.enable', where: `${path}:6`, suggestion: 'leaf.segment.enable' }, 'then the next')
+  t.equal(all.message, `${err?.message}\n${second?.message}`, 'one line each')
 
   const segement = refusal(t, { cwd: dir, argv: ['--config', join(dirWith('leaf.segement.enable=true\n'), 'leaf.properties')] }, 'leaf.segement.enable')
   t.match(segement, { code: 'UNKNOWN_KEY', key: 'leaf.segement.enable', suggestion: 'leaf.segment.enable', where: /leaf\.properties:1$/ })
