@@ -19,12 +19,14 @@ t.test('a port in use is refused in one line naming server.port and the address'
   const port = portOf(other)
   await t.rejects(bindPort(at('127.0.0.1', port)), {
     name: 'StartRefused',
+    code: 'PORT_IN_USE',
+    cause: { code: 'EADDRINUSE' },
     message: `server.port ${port}: 127.0.0.1:${port} is already in use (EADDRINUSE): stop the process listening there, or set server.port (SERVER_PORT, --server.port) to a free port`,
   })
 })
 
 t.test('a host that is not this machine\'s is refused naming server.host', async (t) => {
-  await t.rejects(bindPort(at('192.0.2.1', 0)), { name: 'StartRefused', message: /^server\.host 192\.0\.2\.1: not an address of this machine \(EADDRNOTAVAIL\): set server\.host/ })
+  await t.rejects(bindPort(at('192.0.2.1', 0)), { name: 'StartRefused', code: 'HOST_NOT_LOCAL', message: /^server\.host 192\.0\.2\.1: not an address of this machine \(EADDRNOTAVAIL\): set server\.host/ })
 })
 
 t.test('until the app serves, every route answers 503 NOT_READY but /healthz; then the app answers, and its close closes the socket', async (t) => {

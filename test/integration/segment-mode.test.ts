@@ -20,14 +20,14 @@ t.test('a permanent store error refuses the start with a StartRefused naming the
   mkdirSync(folder)
   const sqlite = await buildApp(testConfig({ 'leaf.segment.enable': true, 'leaf.jdbc.url': `sqlite:${folder}` }), { logger: silentLogger }).catch((e: unknown) => e)
   t.ok(sqlite instanceof StartRefused, 'SQLite: a StartRefused')
-  t.match(sqlite, { message: /^segment store sqlite:.*folder\.db: SQLITE_CANTOPEN: .*: check the file leaf\.jdbc\.url names/ })
+  t.match(sqlite, { code: 'STORE_REFUSED', message: /^segment store sqlite:.*folder\.db: SQLITE_CANTOPEN: .*: check the file leaf\.jdbc\.url names/ })
 
   const db = await createTestDatabase()
   t.teardown(() => db.drop())
   const url = `mysql://${mysqlServer.username}:not-the-password@${mysqlServer.host}/${db.name}`
   const denied = await buildApp(testConfig({ 'leaf.segment.enable': true, 'leaf.jdbc.url': url }), { logger: silentLogger }).catch((e: unknown) => e)
   t.ok(denied instanceof StartRefused, 'MySQL: a StartRefused')
-  t.match(denied, { message: /: ER_ACCESS_DENIED_ERROR: .*: check leaf\.jdbc\.username and leaf\.jdbc\.password/ })
+  t.match(denied, { code: 'STORE_REFUSED', cause: { code: 'ER_ACCESS_DENIED_ERROR' }, message: /: ER_ACCESS_DENIED_ERROR: .*: check leaf\.jdbc\.username and leaf\.jdbc\.password/ })
   t.notMatch((denied as Error).message, /not-the-password/, 'no password in the line')
 })
 

@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { parseJdbcUrl } from '../../src/config/jdbc-url.js'
 import { CONFIG_KEYS, envName, type ConfigKey } from '../../src/config/keys.js'
+import type { ConfigErrorCode } from '../../src/config/config-error.js'
 import { ConfigError, ConfigErrors, loadConfig, type Config, ForeignKeyError, SECRET_FILE_KEYS, UnknownKeyError } from '../../src/config/load-config.js'
 import { editDistance, nearestKey } from '../../src/config/unknown-keys.js'
 import { resolveSnowflakeSettings } from '../../src/snowflake/settings.js'
@@ -235,28 +236,79 @@ t.test('for every key: environment over file, command line over environment', as
 
 t.test('bad values stop the start, naming the key', async (t) => {
   const cwd = dirWith()
-  const cases: [Record<string, string>, string[], string, RegExp][] = [
-    [{ SERVER_PORT: 'abc' }, [], 'server.port', /not an integer/],
-    [{}, ['--server.port=70000'], 'server.port', /out of range/],
-    [{ LEAF_JDBC_URL: 'redis://x/y' }, [], 'leaf.jdbc.url', /unknown scheme "redis" \(use jdbc:mysql:\/\/, mysql:\/\/, jdbc:postgresql:\/\/, postgres:\/\/ or sqlite:\)/],
-    [{ LEAF_JDBC_URL: 'postgres://db' }, [], 'leaf.jdbc.url', /must name one database/],
-    [{ LEAF_JDBC_URL: 'jdbc:mysql:loadbalance://h1,h2/leaf' }, [], 'leaf.jdbc.url', /uses the mysql:loadbalance:\/\/ form, which Leaf-TS does not read/],
-    [{}, ['--leaf.segment.trusted-stores=server_id 1,db1:3306'], 'leaf.segment.trusted-stores', /"db1:3306" is not a store identity/],
-    [{ LEAF_SEGMENT_ENABLE: 'yes' }, [], 'leaf.segment.enable', /not true or false/],
-    [{ LEAF_CONFIG: '/nonexistent/leaf.properties' }, [], 'LEAF_CONFIG', /cannot read \/nonexistent\/leaf\.properties \(ENOENT\)/],
-    [{}, ['--config=/nonexistent/leaf.properties'], '--config', /cannot read/],
-    [{ LEAF_CONFIG: '/nonexistent/a.properties' }, ['--config', '/nonexistent/b.properties'], '--config', /b\.properties/],
-    [{}, ['--no.such.key=1'], 'no.such.key', /not a configuration key/],
-    [{}, ['--server.port'], 'server.port', /no value/],
-    [{}, ['stray'], 'command line', /unexpected argument/],
-    [{ LEAF_BATCH_MAX: '0' }, [], 'leaf.batch.max', /out of range/],
-    [{ LOG_LEVEL: 'loud' }, [], 'log.level', /not a pino log level/],
+  const cases: [Record<string, string>, string[], string, RegExp, ConfigErrorCode][] = [
+    [{ SERVER_PORT: 'abc' }, [], 'server.port', /not an integer/, 'CONFIG_INVALID_VALUE'],
+    [{}, ['--server.port=70000'], 'server.port', /out of range/, 'CONFIG_INVALID_VALUE'],
+    [{ LEAF_JDBC_URL: 'redis://x/y' }, [], 'leaf.jdbc.url', /unknown scheme "redis" \(use jdbc:mysql:\/\/, mysql:\/\/, jdbc:postgresql:\/\/, postgres:\/\/ or sqlite:\)/, 'CONFIG_INVALID_VALUE'],
+    [{ LEAF_JDBC_URL: 'postgres://db' }, [], 'leaf.jdbc.url', /must name one database/, 'CONFIG_INVALID_VALUE'],
+    [{ LEAF_JDBC_URL: 'jdbc:mysql:loadbalance://h1,h2/leaf' }, [], 'leaf.jdbc.url', /uses the mysql:loadbalance:\/\/ form, which Leaf-TS does not read/, 'CONFIG_INVALID_VALUE'],
+    [{}, ['--leaf.segment.trusted-stores=server_id 1,db1:3306'], 'leaf.segment.trusted-stores', /"db1:3306" is not a store identity/, 'CONFIG_INVALID_VALUE'],
+    [{ LEAF_SEGMENT_ENABLE: 'yes' }, [], 'leaf.segment.enable', /not true or false/, 'CONFIG_INVALID_VALUE'],
+    [{ LEAF_CONFIG: '/nonexistent/leaf.properties' }, [], 'LEAF_CONFIG', /cannot read \/nonexistent\/leaf\.properties \(ENOENT\)/, 'CONFIG_FILE_UNREADABLE'],
+    [{}, ['--config=/nonexistent/leaf.properties'], '--config', /cannot read/, 'CONFIG_FILE_UNREADABLE'],
+    [{ LEAF_CONFIG: '/nonexistent/a.properties' }, ['--config', '/nonexistent/b.properties'], '--config', /b\.properties/, 'CONFIG_FILE_UNREADABLE'],
+    [{}, ['--no.such.key=1'], 'no.such.key', /not a configuration key/, 'UNKNOWN_KEY'],
+    [{}, ['--server.port'], 'server.port', /no value/, 'CONFIG_BAD_ARGUMENT'],
+    [{}, ['stray'], 'command line', /unexpected argument/, 'CONFIG_BAD_ARGUMENT'],
+    [{ LEAF_BATCH_MAX: '0' }, [], 'leaf.batch.max', /out of range/, 'CONFIG_INVALID_VALUE'],
+    [{ LOG_LEVEL: 'loud' }, [], 'log.level', /not a pino log level/, 'CONFIG_INVALID_VALUE'],
   ]
-  for (const [env, argv, key, problem] of cases) {
+  for (const [env, argv, key, problem, code] of cases) {
     const err = t.throws(() => loadConfig({ cwd, env, argv })) as ConfigError
     t.ok(err instanceof ConfigError, `${key}: a ConfigError`)
     t.equal(err.key, key)
+    t.equal(err.code, code, `${key}: ${code}`)
     t.match(err.message, problem)
+  }
+})
+
+t.test('a start reports every configuration error at once, each on its own line', async (t) => {
+  const dir = dirWith('leaf.segement.enable=true\nserver.port=80\n')
+  const env = { SERVER_PORT: 'abc', LEAF_SNOWFLAKE_ZK_ADRESS: 'zk:2181' }
+  const argv = ['--config', join(dir, 'leaf.properties'), '--leaf.batch.max=0', 'stray', '--leaf.admin.token-file=/nonexistent/token']
+  const err = t.throws(() => loadConfig({ cwd: dir, env, argv })) as ConfigErrors
+  t.ok(err instanceof ConfigErrors, 'a ConfigErrors')
+  t.match(err, { name: 'ConfigErrors', code: 'CONFIG_ERRORS', key: 'command line' }, 'named by its first error')
+  t.same(err.errors.map((e) => [e.key, e.code]), [
+    ['command line', 'CONFIG_BAD_ARGUMENT'],
+    ['leaf.segement.enable', 'UNKNOWN_KEY'],
+    ['LEAF_SNOWFLAKE_ZK_ADRESS', 'UNKNOWN_KEY'],
+    ['leaf.admin.token-file', 'CONFIG_FILE_UNREADABLE'],
+    ['server.port', 'CONFIG_INVALID_VALUE'],
+    ['leaf.batch.max', 'CONFIG_INVALID_VALUE'],
+  ], 'the command line, the file\'s names, the environment\'s, the secret files, then each key\'s value')
+  t.equal(err.message, err.errors.map((e) => e.message).join('\n'))
+  t.type(err.errors[3]?.cause, Error, 'the file\'s error as the cause')
+
+  // The rules between keys, once every key reads: each broken one named.
+  const rules = t.throws(() => loadConfig({
+    cwd: dirWith(),
+    argv: ['--leaf.jdbc.url=redis://x', '--server.headers-timeout-ms=5000', '--server.request-timeout-ms=1000', '--leaf.admin.token=same', '--leaf.admin.view-token=same', '--leaf.snowflake.worker-id.source=zookeeper'],
+  })) as ConfigErrors
+  t.same(rules.errors.map((e) => [e.key, e.code]), [
+    ['leaf.jdbc.url', 'CONFIG_INVALID_VALUE'],
+    ['server.request-timeout-ms', 'CONFIG_CONFLICT'],
+    ['leaf.snowflake.worker-id.source', 'CONFIG_CONFLICT'],
+    ['leaf.admin.view-token', 'CONFIG_CONFLICT'],
+  ])
+  const values = t.throws(() => loadConfig({ cwd: dirWith(), argv: ['--server.port=x', '--server.headers-timeout-ms=5000', '--server.request-timeout-ms=1000'] })) as ConfigError
+  t.match(values, { key: 'server.port', code: 'CONFIG_INVALID_VALUE' }, 'a bad value alone: the rules wait for every key to read')
+})
+
+t.test('the command line: --key=value and --key value, each key and --config; nothing else', async (t) => {
+  const cwd = dirWith()
+  const file = join(dirWith('server.port=1111\n'), 'leaf.properties')
+  const port = (...argv: string[]) => loadConfig({ cwd, argv }).config.server.port
+  t.equal(port('--server.port=81'), 81)
+  t.equal(port('--server.port', '82'), 82)
+  t.equal(port('--server.port=81', '--server.port', '83'), 83, 'the last one wins')
+  t.equal(port('--config', file), 1111)
+  t.equal(port(`--config=${file}`, '--server.port=84'), 84)
+  t.equal(loadConfig({ cwd, argv: ['--leaf.name', '--x'] }).config.name, '--x', 'the next argument is the value, whatever it looks like')
+  t.equal(loadConfig({ cwd, argv: ['--spring.application.name', 'leaf'] }).config.server.port, 8080, 'a foreign key with its value, passed over')
+  for (const argv of [['-p', '80'], ['-xy'], ['--', '--server.port=80']]) {
+    const err = t.throws(() => loadConfig({ cwd, argv })) as ConfigError
+    t.match(err, { code: /^CONFIG_BAD_ARGUMENT|CONFIG_ERRORS$/, key: 'command line', message: new RegExp(`^command line: unexpected argument "${(argv[0] as string).replace('-', '\\-')}"`) }, argv.join(' '))
   }
 })
 
@@ -316,7 +368,7 @@ t.test('a secret file beside a value for its key is refused: the secret is given
     t.equal(err.message, `${fileKey}: is set, and so is ${key}: give the secret one way`)
   }
   const fileDir = dirWith(`leaf.admin.token=in-the-properties\nleaf.admin.token-file=${join(dir, 'token')}\n`)
-  t.throws(() => loadConfig({ argv: ['--config', join(fileDir, 'leaf.properties')] }), { name: 'ConfigError', message: /^leaf\.admin\.token-file: is set, and so is leaf\.admin\.token/ }, 'both in the file')
+  t.throws(() => loadConfig({ argv: ['--config', join(fileDir, 'leaf.properties')] }), { name: 'ConfigError', code: 'CONFIG_CONFLICT', message: /^leaf\.admin\.token-file: is set, and so is leaf\.admin\.token/ }, 'both in the file')
   const overridden = loadConfig({ argv: ['--config', join(fileDir, 'leaf.properties'), '--leaf.admin.token='] }).config
   t.equal(overridden.adminToken, 'from-the-file', 'the key emptied by a later source: the file alone gives it')
 })
@@ -325,7 +377,7 @@ t.test('a password file beside a password in leaf.jdbc.url is refused: the URL\'
   const dir = filesIn({ pw: 'from-the-file\n' })
   for (const url of ['jdbc:mysql://db/leaf?user=u&password=old', 'mysql://u:old@db/leaf', 'jdbc:postgresql://db/leaf?Password=old']) {
     t.throws(() => loadConfig({ cwd: dirWith(), argv: [`--leaf.jdbc.url=${url}`, `--leaf.jdbc.password-file=${join(dir, 'pw')}`] }),
-      { name: 'ConfigError', message: 'leaf.jdbc.password-file: is set, and leaf.jdbc.url carries a password too, which would win: give the password one way (remove it from the URL)' }, url)
+      { name: 'ConfigError', code: 'CONFIG_CONFLICT', message: 'leaf.jdbc.password-file: is set, and leaf.jdbc.url carries a password too, which would win: give the password one way (remove it from the URL)' }, url)
   }
   const store = loadConfig({ cwd: dirWith(), argv: ['--leaf.jdbc.url=jdbc:mysql://db/leaf?user=u', `--leaf.jdbc.password-file=${join(dir, 'pw')}`] }).config.segment.store
   t.match(store, { kind: 'mysql', user: 'u', password: 'from-the-file' }, 'a user in the URL and the password from the file')

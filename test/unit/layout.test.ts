@@ -345,6 +345,7 @@ function refused (t: Test, value: string, c: LayoutContext, message: RegExp) {
     error = e
   }
   t.ok(error instanceof LayoutError, `"${value}" is refused with a LayoutError (${String(error)})`)
+  t.match(error, { name: 'LayoutError', code: 'LAYOUT_INVALID' })
   t.match(error instanceof Error ? error.message : '', message, `"${value}": the message says why`)
 }
 

@@ -228,8 +228,8 @@ t.test('a clock stepping back while the sequence waits for the next millisecond:
 })
 
 t.test('a twepoch in the future or over 2^41 ms ago refuses to start', async (t) => {
-  t.throws(() => createSnowflakeGenerator({ workerId: 1, twepoch: Date.now() + 60_000 }), { name: 'StartRefused' })
-  t.throws(() => createSnowflakeGenerator({ workerId: 1, twepoch: 0, clock: () => 2 ** 41 }), { name: 'StartRefused' })
+  t.throws(() => createSnowflakeGenerator({ workerId: 1, twepoch: Date.now() + 60_000 }), { name: 'StartRefused', code: 'LAYOUT_OUT_OF_TIME' })
+  t.throws(() => createSnowflakeGenerator({ workerId: 1, twepoch: 0, clock: () => 2 ** 41 }), { name: 'StartRefused', code: 'LAYOUT_OUT_OF_TIME' })
 })
 
 t.test('guard check: asked once per new millisecond, before its first ID; a throw stops issuing until it passes again', async (t) => {
