@@ -92,7 +92,7 @@ const logLevel: Parser<string> = (raw, key) => {
 interface KeySpec<T, Target extends string, Resolved extends boolean> {
   /** A path into Config (`segment.poolSize`). */
   target: Target
-  /** true: load-config.ts's resolveFields fills the target from this key and others; else the value lands as parsed. */
+  /** true: toConfig (load-config.ts) fills the target from this key and others; false: the value lands as parsed. */
   resolved: Resolved
   default: string
   parse: Parser<T>
@@ -104,7 +104,7 @@ function key<T, const Target extends string> (target: Target, defaultValue: stri
   return { target, resolved: false, default: defaultValue, parse, doc }
 }
 
-/** A key that resolveFields (load-config.ts) reads, with others, to fill its target. */
+/** A key that toConfig (load-config.ts) reads, with others, to fill its target. */
 function resolvedKey<T, const Target extends string> (target: Target, defaultValue: string, parse: Parser<T>, doc: string): KeySpec<T, Target, true> {
   return { target, resolved: true, default: defaultValue, parse, doc }
 }

@@ -20,10 +20,7 @@ export const DEFAULT_CONFIG_PATH = 'config/leaf.properties'
  */
 export const INSTALL_DIR = fileURLToPath(new URL('../../', import.meta.url))
 
-/**
- * The fields no key fills as parsed: resolveFields makes each from the keys whose table entry
- * is a resolvedKey (keys.ts), with the target named there.
- */
+/** The fields toConfig makes from several keys: those of the table's resolvedKey entries (keys.ts). */
 interface ResolvedFields {
   server: {
     /** server.tls.cert and server.tls.key, read; undefined: plain HTTP. */
@@ -91,11 +88,8 @@ export interface LoadOptions {
 /**
  * Builds the configuration: built-in defaults < properties file < environment < command line.
  * The file is the first of: `--config PATH`, `LEAF_CONFIG`, `./config/leaf.properties` (from
- * `cwd`), the shipped one. Every error is collected, then thrown: the ConfigError when there is
- * one, a ConfigErrors listing them all when there are more. The rules between keys are checked
- * once every key reads. leaf.snowflake.layout and leaf.snowflake.worker-id.max are kept as
- * given: resolveConfig (snowflake/settings.ts) parses the layout and checks the worker-id range
- * against it.
+ * `cwd`), the shipped one. Throws every error found (refuseIfAny); the rules between keys wait
+ * until every key reads. The layout is parsed later, by resolveConfig (snowflake/settings.ts).
  */
 export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedPath, installDir = INSTALL_DIR }: LoadOptions = {}): LoadedConfig {
   const errors: ConfigError[] = []
@@ -213,11 +207,7 @@ function checkServerTimeouts (server: LandedConfig['server']): void {
   }
 }
 
-/**
- * Rules between the worker-id source and the keys it needs that no single key's parser can see.
- * The rules that need the layout (the worker-id range against its worker bits) are
- * snowflake/settings.ts's.
- */
+/** Rules between the worker-id source and the keys it needs (those that need the layout: snowflake/settings.ts). */
 function checkWorkerIdSource (snowflake: SnowflakeConfig, errors: ConfigError[]): void {
   const { workerIdSource, zkAddress, leaseTtlMs, heartbeatIntervalMs } = snowflake
   if ((workerIdSource === 'zookeeper' || workerIdSource === 'zookeeper-lease') && zkAddress === '') {
@@ -285,7 +275,6 @@ function toConfig (parsed: ParsedConfig, bases: PathBases, fromFile: Map<ConfigK
   collect(errors, () => checkAdminTokens(landed, fromFile))
   if (errors.length > before) refuseIfAny(errors)
   if (store === undefined) throw new Error('no store without an error') // (collect only leaves it undefined with one)
-  // The URL's connectTimeout and socketTimeout win over the keys, as its user and password do.
   const urlTimeouts = store.kind === 'sqlite' ? undefined : store.urlTimeouts
   const connectTimeoutMs = urlTimeouts?.connectMs ?? parsed['leaf.jdbc.connect-timeout-ms']
   const queryTimeoutMs = urlTimeouts?.queryMs ?? parsed['leaf.jdbc.query-timeout-ms']
@@ -336,8 +325,7 @@ const COMMAND_LINE_OPTIONS = Object.fromEntries(['config', ...CONFIG_KEYS].map((
 
 /**
  * `--config PATH`, and any key as `--key=value` or `--key value` (Spring Boot style). A name
- * that is not a key takes the next argument as its value too, so that the error can judge it
- * (a foreign key is passed over). Errors go to `errors`.
+ * that is not a key takes the next argument as its value too: a foreign key is passed over.
  */
 function readCommandLine (argv: string[], errors: ConfigError[]): { configPath: string | undefined, values: Partial<RawConfig> } {
   const values: Partial<RawConfig> = {}

@@ -247,6 +247,17 @@ t.test('a bad layout, or a worker id past its bits, refuses the start in one con
   }
 })
 
+t.test('several configuration errors: exit 1 with one line each, in the order found', async (t) => {
+  const { status, lines } = runToExit(['--server.port=abc', '--leaf.segement.enable=true', '--leaf.batch.max=0'])
+  t.equal(status, 1)
+  t.match(lines, [
+    /^leaf-ts: configuration error: leaf\.segement\.enable: not a configuration key \(command line\); did you mean leaf\.segment\.enable\?$/,
+    /^leaf-ts: configuration error: server\.port: "abc" is not an integer$/,
+    /^leaf-ts: configuration error: leaf\.batch\.max: 0 is out of range/,
+  ])
+  t.equal(lines.length, 3, `three lines, no log (${lines.join(' | ')})`)
+})
+
 t.test('a mistyped key in the file or the environment: exit 1 with one line naming it and the key meant, and nothing written', async (t) => {
   // A file that would have the server write its store, warm-start file and worker-id cache in
   // its working folder, were it to start.
