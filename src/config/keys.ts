@@ -179,7 +179,7 @@ export type RawConfig = Record<ConfigKey, string>
 export type ParsedConfig = { [K in ConfigKey]: ReturnType<(typeof KEYS)[K]['parse']> }
 
 /** The keys whose value lands as parsed on their target. */
-export type LandingKey = { [K in ConfigKey]: (typeof KEYS)[K]['resolved'] extends false ? K : never }[ConfigKey]
+type LandingKey = { [K in ConfigKey]: (typeof KEYS)[K]['resolved'] extends false ? K : never }[ConfigKey]
 
 type Nest<Path extends string, Value> = Path extends `${infer Head}.${infer Rest}`
   ? { [P in Head]: Nest<Rest, Value> }

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { parseJdbcUrl } from '../../src/config/jdbc-url.js'
-import { CONFIG_KEYS, envName, type ConfigKey } from '../../src/config/keys.js'
+import { CONFIG_KEYS, KEYS, envName, type ConfigKey } from '../../src/config/keys.js'
 import type { ConfigErrorCode } from '../../src/config/config-error.js'
 import { ConfigError, ConfigErrors, loadConfig, type Config, ForeignKeyError, SECRET_FILE_KEYS, UnknownKeyError } from '../../src/config/load-config.js'
 import { editDistance, nearestKey } from '../../src/config/unknown-keys.js'
@@ -205,6 +205,25 @@ function loadFrom (sources: Partial<Record<Source, (l: Landing) => [string, unkn
   const dir = dirWith(lines.join('\n') + '\n')
   return loadConfig({ cwd: dir, env, argv: sources.file === undefined ? argv : ['--config', join(dir, 'leaf.properties'), ...argv] }).config
 }
+
+t.test('each key\'s target is a field of Config, and a key landing as parsed has its own', async (t) => {
+  const config = loadConfig({ cwd: dirWith() }).config
+  /** Whether the dotted path names a field of the config (set or undefined). */
+  const has = (path: string) => {
+    const names = path.split('.')
+    const last = names.pop() as string
+    const section = names.reduce<unknown>((at, name) => (at as Record<string, unknown> | undefined)?.[name], config)
+    return typeof section === 'object' && section !== null && last in section
+  }
+  const landing = new Map<string, string>()
+  for (const key of CONFIG_KEYS) {
+    const { target, resolved } = KEYS[key]
+    t.ok(has(target), `${key}: ${target} is in Config`)
+    if (resolved) continue
+    t.equal(landing.get(target), undefined, `${key}: ${target} is no other landing key's`)
+    landing.set(target, key)
+  }
+})
 
 t.test('every key of the table has a landing, and its value `a` is not the default\'s', async (t) => {
   t.same(Object.keys(LANDINGS).sort(), [...VALUE_KEYS].sort(), 'LANDINGS lists exactly the keys of the table, the secret files\' aside')
