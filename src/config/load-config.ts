@@ -261,6 +261,7 @@ function landKeys (parsed: ParsedConfig): LandedConfig {
 function toConfig (parsed: ParsedConfig, bases: PathBases, fromFile: Map<ConfigKey, ConfigKey>, errors: ConfigError[]): Config {
   const landed = landKeys(parsed)
   const before = errors.length // (those of loadConfig's first pass: none, or it refused)
+  const store = collect(errors, () => resolveStore(parsed, bases))
   const tls = collect(errors, () => resolveServerTls(parsed['server.tls.cert'], parsed['server.tls.key'], bases.relative))
   const server = { ...landed.server, tls }
   const snowflake = {
@@ -268,10 +269,9 @@ function toConfig (parsed: ParsedConfig, bases: PathBases, fromFile: Map<ConfigK
     port: parsed['leaf.snowflake.port'] ?? parsed['server.port'],
     workerIdSource: parsed['leaf.snowflake.worker-id.source'] || (parsed['leaf.snowflake.zk.address'] === '' ? 'static' : 'zookeeper'),
   } satisfies SnowflakeConfig
-  const store = collect(errors, () => resolveStore(parsed, bases))
   if (store !== undefined) collect(errors, () => checkUrlPassword(store, parsed, fromFile.has('leaf.jdbc.password')))
-  collect(errors, () => checkServerTimeouts(server))
   checkWorkerIdSource(snowflake, errors)
+  collect(errors, () => checkServerTimeouts(server))
   collect(errors, () => checkAdminTokens(landed, fromFile))
   if (errors.length > before) refuseIfAny(errors)
   if (store === undefined) throw new Error('no store without an error') // (collect only leaves it undefined with one)

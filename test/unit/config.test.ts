@@ -306,8 +306,8 @@ t.test('a start reports every configuration error at once, each on its own line'
   })) as ConfigErrors
   t.same(rules.errors.map((e) => [e.key, e.code]), [
     ['leaf.jdbc.url', 'CONFIG_INVALID_VALUE'],
-    ['server.request-timeout-ms', 'CONFIG_CONFLICT'],
     ['leaf.snowflake.worker-id.source', 'CONFIG_CONFLICT'],
+    ['server.request-timeout-ms', 'CONFIG_CONFLICT'],
     ['leaf.admin.view-token', 'CONFIG_CONFLICT'],
   ])
   const values = t.throws(() => loadConfig({ cwd: dirWith(), argv: ['--server.port=x', '--server.headers-timeout-ms=5000', '--server.request-timeout-ms=1000'] })) as ConfigError
