@@ -118,7 +118,7 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
   const parsed = parseKeys(raw, fromFile, errors)
   refuseIfAny(errors)
 
-  const config = toConfig(parsed, bases, fromFile, errors)
+  const config = toConfig(parsed, bases, fromFile)
   // An empty value is the default, not a choice.
   const given = (k: ConfigKey) => [file?.values[k], env[envName(k)], cli.values[k]].some((v) => v !== undefined && v.trim() !== '')
   warnings.push(...staticWorkerIdWarning(config.snowflake, given))
@@ -257,10 +257,10 @@ function landKeys (parsed: ParsedConfig): LandedConfig {
   return config as LandedConfig
 }
 
-/** The landed keys with the resolved fields, and the rules between keys; each error goes to `errors`. */
-function toConfig (parsed: ParsedConfig, bases: PathBases, fromFile: Map<ConfigKey, ConfigKey>, errors: ConfigError[]): Config {
+/** The landed keys with the resolved fields; throws every broken rule between keys at once. */
+function toConfig (parsed: ParsedConfig, bases: PathBases, fromFile: Map<ConfigKey, ConfigKey>): Config {
+  const errors: ConfigError[] = []
   const landed = landKeys(parsed)
-  const before = errors.length // (those of loadConfig's first pass: none, or it refused)
   const store = collect(errors, () => resolveStore(parsed, bases))
   const tls = collect(errors, () => resolveServerTls(parsed['server.tls.cert'], parsed['server.tls.key'], bases.relative))
   const server = { ...landed.server, tls }
@@ -273,8 +273,8 @@ function toConfig (parsed: ParsedConfig, bases: PathBases, fromFile: Map<ConfigK
   checkWorkerIdSource(snowflake, errors)
   collect(errors, () => checkServerTimeouts(server))
   collect(errors, () => checkAdminTokens(landed, fromFile))
-  if (errors.length > before) refuseIfAny(errors)
-  if (store === undefined) throw new Error('no store without an error') // (collect only leaves it undefined with one)
+  refuseIfAny(errors)
+  if (store === undefined) throw new Error('no store without an error') // (collect leaves it undefined only with one)
   const urlTimeouts = store.kind === 'sqlite' ? undefined : store.urlTimeouts
   const connectTimeoutMs = urlTimeouts?.connectMs ?? parsed['leaf.jdbc.connect-timeout-ms']
   const queryTimeoutMs = urlTimeouts?.queryMs ?? parsed['leaf.jdbc.query-timeout-ms']
