@@ -23,7 +23,7 @@ export function readWorkerCache (dir: string): CachedWorker | undefined {
     return undefined
   }
   const values = parse(text) as Record<string, string>
-  const digits = (v: string | undefined) => v !== undefined && /^\d{1,15}$/.test(v.trim()) ? Number(v) : undefined
+  const digits = (value: string | undefined) => value !== undefined && /^\d{1,15}$/.test(value.trim()) ? Number(value) : undefined
   const workerId = digits(values.workerID)
   if (workerId === undefined) return undefined
   const address = values.address?.trim()

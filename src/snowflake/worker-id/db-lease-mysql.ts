@@ -82,9 +82,9 @@ async function upgradeMysqlTable (run: MysqlRunner['run'], where: string): Promi
   }
 }
 
-export async function createMysqlLeaseStore (o: DbLeaseStoreOptions, store: Extract<StoreConfig, { kind: 'mysql' }>): Promise<LeaseStore> {
-  const { run, close } = createMysqlRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 2, ...(o.logger === undefined ? {} : { logger: o.logger }) })
-  const where = `${describeStore(store)} ${LEASE_TABLE} (pool ${o.pool})`
+export async function createMysqlLeaseStore (options: DbLeaseStoreOptions, store: Extract<StoreConfig, { kind: 'mysql' }>): Promise<LeaseStore> {
+  const { run, close } = createMysqlRunner({ ...store, connectTimeoutMs: options.connectTimeoutMs, queryTimeoutMs: options.queryTimeoutMs, poolSize: 2, ...(options.logger === undefined ? {} : { logger: options.logger }) })
+  const where = `${describeStore(store)} ${LEASE_TABLE} (pool ${options.pool})`
   try {
     await run(`SELECT 1 FROM ${LEASE_TABLE} LIMIT 1`)
   } catch (err) {
@@ -101,39 +101,39 @@ export async function createMysqlLeaseStore (o: DbLeaseStoreOptions, store: Extr
   }
   try {
     await upgradeMysqlTable(run, where)
-    const read = async () => (await run<RowDataPacket[]>('SELECT address FROM leaf_worker_lease WHERE pool = ? AND worker_id = ?', [o.pool, LAYOUT_ROW]))[0]?.address as string | null | undefined
+    const read = async () => (await run<RowDataPacket[]>('SELECT address FROM leaf_worker_lease WHERE pool = ? AND worker_id = ?', [options.pool, LAYOUT_ROW]))[0]?.address as string | null | undefined
     let recorded = await read()
     if (recorded === undefined) {
-      const used = (await run<RowDataPacket[]>('SELECT 1 FROM leaf_worker_lease WHERE pool = ? AND worker_id >= 0 LIMIT 1', [o.pool])).length > 0
-      checkLayoutRecord(where, undefined, used, o.layout)
-      await run('INSERT INTO leaf_worker_lease (pool, worker_id, address, expires_at) VALUES (?, ?, ?, NOW(3)) ON DUPLICATE KEY UPDATE pool = pool', [o.pool, LAYOUT_ROW, o.layout.signature])
+      const used = (await run<RowDataPacket[]>('SELECT 1 FROM leaf_worker_lease WHERE pool = ? AND worker_id >= 0 LIMIT 1', [options.pool])).length > 0
+      checkLayoutRecord(where, undefined, used, options.layout)
+      await run('INSERT INTO leaf_worker_lease (pool, worker_id, address, expires_at) VALUES (?, ?, ?, NOW(3)) ON DUPLICATE KEY UPDATE pool = pool', [options.pool, LAYOUT_ROW, options.layout.signature])
       recorded = await read()
     }
-    checkLayoutRecord(where, recorded ?? '', true, o.layout)
+    checkLayoutRecord(where, recorded ?? '', true, options.layout)
   } catch (err) {
     await close()
     throw err
   }
-  const micros = o.ttlMs * 1000
+  const micros = options.ttlMs * 1000
   return {
     where,
-    ttlMs: () => o.ttlMs,
+    ttlMs: () => options.ttlMs,
     async list (min, max) {
-      const rows = await run<RowDataPacket[]>(MYSQL_LIST, [o.pool, min, max])
+      const rows = await run<RowDataPacket[]>(MYSQL_LIST, [options.pool, min, max])
       return rows.map((r) => slotOf(Number(r.worker_id), r.owner as string | null, r.generation as string, r.lease_ms === null ? null : Number(r.lease_ms), r.expires as string, Number(r.expires_in)))
     },
     async claim (workerId, owner, address, from): Promise<Claimed | undefined> {
-      const results = await run<unknown[]>(claimStatements(o.pool, workerId, owner, address, o.ttlMs, micros, parseSeen(from)))
+      const results = await run<unknown[]>(claimStatements(options.pool, workerId, owner, address, options.ttlMs, micros, parseSeen(from)))
       const before = (results[2] as RowDataPacket[])[0] as Before | undefined
       const row = (results[4] as RowDataPacket[])[0]
       return row?.owner === owner ? { issuedUntil: previousIssuedUntil(before) } : undefined
     },
     async renew (workerId, owner, issuedUntil) {
-      const result = await run<{ affectedRows: number }>(MYSQL_RENEW, [micros, issuedUntil, o.ttlMs, o.pool, workerId, owner])
+      const result = await run<{ affectedRows: number }>(MYSQL_RENEW, [micros, issuedUntil, options.ttlMs, options.pool, workerId, owner])
       return result.affectedRows === 1
     },
     async release (workerId, owner, issuedUntil) {
-      await run(MYSQL_RELEASE, [issuedUntil ?? null, issuedUntil ?? null, o.pool, workerId, owner])
+      await run(MYSQL_RELEASE, [issuedUntil ?? null, issuedUntil ?? null, options.pool, workerId, owner])
     },
     close,
   }

@@ -23,7 +23,7 @@ const SQLITE_LEASE_DDL = `CREATE TABLE IF NOT EXISTS leaf_worker_lease (
 )`
 
 /** The embedded store's pool: the same rows in the SQLite file, for the instances of one host. */
-export function createSqliteLeaseStore (o: DbLeaseStoreOptions, path: string, embeddedDefault = false): LeaseStore {
+export function createSqliteLeaseStore (options: DbLeaseStoreOptions, path: string, embeddedDefault = false): LeaseStore {
   // Only the embedded default makes its folder: a mistyped path fails to open (SQLITE_CANTOPEN),
   // rather than giving this instance a pool of its own, whose worker ids another instance of the host may hold.
   if (path !== ':memory:' && embeddedDefault) mkdirSync(dirname(path), { recursive: true })
@@ -59,15 +59,15 @@ export function createSqliteLeaseStore (o: DbLeaseStoreOptions, path: string, em
   const list = db.prepare<[number, string, number, number], { worker_id: number, owner: string | null, generation: number, lease_ms: number | null, expires_at: number, expires_in: number }>(
     'SELECT worker_id, owner, generation, lease_ms, expires_at, expires_at - ? AS expires_in FROM leaf_worker_lease WHERE pool = ? AND worker_id BETWEEN ? AND ?')
   const now = db.prepare(`SELECT ${NOW} AS now`).pluck()
-  const where = `sqlite:${path} ${LEASE_TABLE} (pool ${o.pool})`
+  const where = `sqlite:${path} ${LEASE_TABLE} (pool ${options.pool})`
   try {
     db.transaction(() => {
-      const recorded = db.prepare('SELECT address FROM leaf_worker_lease WHERE pool = ? AND worker_id = ?').pluck().get(o.pool, LAYOUT_ROW) as string | null | undefined
+      const recorded = db.prepare('SELECT address FROM leaf_worker_lease WHERE pool = ? AND worker_id = ?').pluck().get(options.pool, LAYOUT_ROW) as string | null | undefined
       if (recorded === undefined) {
-        checkLayoutRecord(where, undefined, db.prepare('SELECT 1 FROM leaf_worker_lease WHERE pool = ? AND worker_id >= 0 LIMIT 1').get(o.pool) !== undefined, o.layout)
-        db.prepare(`INSERT INTO leaf_worker_lease (pool, worker_id, address, expires_at) VALUES (?, ?, ?, ${NOW})`).run(o.pool, LAYOUT_ROW, o.layout.signature)
+        checkLayoutRecord(where, undefined, db.prepare('SELECT 1 FROM leaf_worker_lease WHERE pool = ? AND worker_id >= 0 LIMIT 1').get(options.pool) !== undefined, options.layout)
+        db.prepare(`INSERT INTO leaf_worker_lease (pool, worker_id, address, expires_at) VALUES (?, ?, ?, ${NOW})`).run(options.pool, LAYOUT_ROW, options.layout.signature)
       } else {
-        checkLayoutRecord(where, recorded ?? '', true, o.layout)
+        checkLayoutRecord(where, recorded ?? '', true, options.layout)
       }
     }).immediate()
   } catch (err) {
@@ -76,26 +76,26 @@ export function createSqliteLeaseStore (o: DbLeaseStoreOptions, path: string, em
   }
   db.pragma('busy_timeout = 100')
   const claim = db.transaction((workerId: number, owner: string, address: string, from: string | undefined) => {
-    insert.run(o.pool, workerId)
-    const found = before.get(o.pool, workerId)
+    insert.run(options.pool, workerId)
+    const found = before.get(options.pool, workerId)
     const [seenOwner, seenGeneration, seenExpires] = parseSeen(from)
-    take.run(owner, address, o.ttlMs, o.ttlMs, o.pool, workerId, seenOwner, seenGeneration === null ? null : Number(seenGeneration), seenExpires)
-    return read.get(o.pool, workerId)?.owner === owner ? { issuedUntil: previousIssuedUntil(found) } : undefined
+    take.run(owner, address, options.ttlMs, options.ttlMs, options.pool, workerId, seenOwner, seenGeneration === null ? null : Number(seenGeneration), seenExpires)
+    return read.get(options.pool, workerId)?.owner === owner ? { issuedUntil: previousIssuedUntil(found) } : undefined
   })
   return {
     where,
-    ttlMs: () => o.ttlMs,
+    ttlMs: () => options.ttlMs,
     async list (min, max) {
-      return list.all(now.get() as number, o.pool, min, max).map((r) => slotOf(r.worker_id, r.owner, r.generation, r.lease_ms, r.expires_at, r.expires_in))
+      return list.all(now.get() as number, options.pool, min, max).map((r) => slotOf(r.worker_id, r.owner, r.generation, r.lease_ms, r.expires_at, r.expires_in))
     },
     async claim (workerId, owner, address, from) {
       return claim.immediate(workerId, owner, address, from)
     },
     async renew (workerId, owner, issuedUntil) {
-      return renew.run(o.ttlMs, issuedUntil, o.ttlMs, o.pool, workerId, owner).changes === 1
+      return renew.run(options.ttlMs, issuedUntil, options.ttlMs, options.pool, workerId, owner).changes === 1
     },
     async release (workerId, owner, issuedUntil) {
-      release.run(issuedUntil ?? null, issuedUntil ?? null, o.pool, workerId, owner)
+      release.run(issuedUntil ?? null, issuedUntil ?? null, options.pool, workerId, owner)
     },
     async close () {
       db.close()

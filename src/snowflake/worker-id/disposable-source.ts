@@ -90,20 +90,20 @@ type Row = [hostName: string, port: string, type: number]
 
 /** leaf.snowflake.worker-id.source=disposable. */
 export function disposableSource (config: ResolvedConfig, logger: Logger, clock: () => number): WorkerIdSource {
-  const s = config.snowflake
+  const snowflake = config.snowflake
   return {
     kind: 'disposable',
     acquire: async () => await acquireDisposableWorkerId({
       store: config.segment.store,
       // As UidGenerator: the host's address, and a port no other start shares.
-      hostName: s.ip || firstNonLoopbackIPv4() || '127.0.0.1',
-      port: `${s.port}-${Date.now()}-${randomInt(100_000)}`,
+      hostName: snowflake.ip || firstNonLoopbackIPv4() || '127.0.0.1',
+      port: `${snowflake.port}-${Date.now()}-${randomInt(100_000)}`,
       type: process.env.KUBERNETES_SERVICE_HOST !== undefined ? 1 : 2,
-      min: s.workerIdMin,
-      max: s.workerIdMax,
+      min: snowflake.workerIdMin,
+      max: snowflake.workerIdMax,
       connectTimeoutMs: config.segment.connectTimeoutMs,
       queryTimeoutMs: config.segment.queryTimeoutMs,
-      borrowAheadMs: s.borrowAheadMs,
+      borrowAheadMs: snowflake.borrowAheadMs,
       clock,
       logger,
     }),
@@ -111,27 +111,27 @@ export function disposableSource (config: ResolvedConfig, logger: Logger, clock:
 }
 
 /** A new worker id, never handed out before: the ID of a new WORKER_NODE row. */
-export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): Promise<WorkerLease> {
-  const where = `${describeStore(o.store)} ${WORKER_NODE_TABLE}`
-  const row: Row = [o.hostName.slice(0, COLUMN_LENGTH), o.port.slice(0, COLUMN_LENGTH), o.type]
+export async function acquireDisposableWorkerId (options: DisposableWorkerIdOptions): Promise<WorkerLease> {
+  const where = `${describeStore(options.store)} ${WORKER_NODE_TABLE}`
+  const row: Row = [options.hostName.slice(0, COLUMN_LENGTH), options.port.slice(0, COLUMN_LENGTH), options.type]
   let workerId: number
   try {
-    workerId = o.store.kind === 'sqlite'
-      ? insertSqlite(o.store.path, o.store.embeddedDefault === true, row)
-      : o.store.kind === 'postgres' ? await insertPostgres(o, o.store, where, row) : await insertMysql(o, where, row)
+    workerId = options.store.kind === 'sqlite'
+      ? insertSqlite(options.store.path, options.store.embeddedDefault === true, row)
+      : options.store.kind === 'postgres' ? await insertPostgres(options, options.store, where, row) : await insertMysql(options, where, row)
   } catch (err) {
     if (err instanceof LeaseRefused) throw err
     throw new LeaseRefused(`${where}: no WORKER_NODE row could be inserted, so no worker id is taken (${(err as Error).message})`)
   }
   // The row stays: its id is spent either way, as in UidGenerator.
-  if (workerId > o.max) {
-    throw new LeaseRefused(`${where}: worker id ${workerId} exceeds the max ${o.max} of the range [${o.min}, ${o.max}]: ` +
+  if (workerId > options.max) {
+    throw new LeaseRefused(`${where}: worker id ${workerId} exceeds the max ${options.max} of the range [${options.min}, ${options.max}]: ` +
       'every start takes a new id and none is reused, so the range is used up; as with UidGenerator, use a new WORKER_NODE table or give the worker id more bits')
   }
-  if (workerId < o.min) {
-    throw new LeaseRefused(`${where}: worker id ${workerId} is below the range [${o.min}, ${o.max}]: raise the table's next ID to at least ${o.min}`)
+  if (workerId < options.min) {
+    throw new LeaseRefused(`${where}: worker id ${workerId} is below the range [${options.min}, ${options.max}]: raise the table's next ID to at least ${options.min}`)
   }
-  o.logger.info({ workerId, table: where }, 'worker id claimed: a new WORKER_NODE row, never handed out again')
+  options.logger.info({ workerId, table: where }, 'worker id claimed: a new WORKER_NODE row, never handed out again')
 
   let unavailable: string | undefined
   const lease = {
@@ -139,7 +139,7 @@ export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): 
     // Nothing records how far an earlier start borrowed: it ended before now, and never issued
     // more than borrowAheadMs past its clock. Past that, this start's IDs (a higher worker id
     // in the same unit) are above all of its IDs: a restart never goes back (UidGenerator's #85).
-    notBefore: (o.borrowAheadMs ?? 0) > 0 ? (o.clock ?? Date.now)() + (o.borrowAheadMs ?? 0) + 1 : 0,
+    notBefore: (options.borrowAheadMs ?? 0) > 0 ? (options.clock ?? Date.now)() + (options.borrowAheadMs ?? 0) + 1 : 0,
     issuableUntil: Infinity,
     // Never reached: the id is ours for good, nothing is recorded as IDs are issued.
     extend () {},
@@ -154,7 +154,7 @@ export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): 
         temporaryPath: undefined,
         cacheFile: '',
         pool: where,
-        range: [o.min, o.max],
+        range: [options.min, options.max],
       }
     },
     async close () {
@@ -165,9 +165,9 @@ export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): 
   return lease
 }
 
-async function insertMysql (o: DisposableWorkerIdOptions, where: string, row: Row): Promise<number> {
-  if (o.store.kind !== 'mysql') throw new Error('not a MySQL store')
-  const { run, close } = createMysqlRunner({ ...o.store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 1, logger: o.logger })
+async function insertMysql (options: DisposableWorkerIdOptions, where: string, row: Row): Promise<number> {
+  if (options.store.kind !== 'mysql') throw new Error('not a MySQL store')
+  const { run, close } = createMysqlRunner({ ...options.store, connectTimeoutMs: options.connectTimeoutMs, queryTimeoutMs: options.queryTimeoutMs, poolSize: 1, logger: options.logger })
   try {
     try {
       return Number((await run<ResultSetHeader>(MYSQL_INSERT, row)).insertId)
@@ -185,8 +185,8 @@ async function insertMysql (o: DisposableWorkerIdOptions, where: string, row: Ro
   }
 }
 
-async function insertPostgres (o: DisposableWorkerIdOptions, store: Extract<StoreConfig, { kind: 'postgres' }>, where: string, row: Row): Promise<number> {
-  const { query, close } = createPostgresRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 1, logger: o.logger })
+async function insertPostgres (options: DisposableWorkerIdOptions, store: Extract<StoreConfig, { kind: 'postgres' }>, where: string, row: Row): Promise<number> {
+  const { query, close } = createPostgresRunner({ ...store, connectTimeoutMs: options.connectTimeoutMs, queryTimeoutMs: options.queryTimeoutMs, poolSize: 1, logger: options.logger })
   const insert = async () => Number((await query<{ id: string }>(PG_INSERT, row)).rows[0]?.id)
   try {
     try {

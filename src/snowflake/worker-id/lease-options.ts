@@ -29,7 +29,7 @@ export interface WorkerLeaseOptions {
   zkSessionTimeoutMs: number
   clock: () => number
   logger: Logger
-  /** The ID layout: its worker bits bound the ids, and the ZooKeeper tree records it. Default: Leaf's. */
+  /** The ID layout: its worker bits bound the ids, and the ZooKeeper tree records it. Default: Leaf'snowflake. */
   layout?: Layout
   /** How far past the clock the generator may record (borrowed time, a unit's rest); default 0. */
   aheadMs?: number
@@ -46,27 +46,27 @@ export function aheadOfClockMs (config: ResolvedConfig): number {
 
 /** The options every source of these takes from the configuration (the zookeeper address and the static id apart). */
 export function leaseOptions (config: ResolvedConfig, logger: Logger, clock: () => number): Omit<WorkerLeaseOptions, 'zkAddress' | 'staticWorkerId'> {
-  const s = config.snowflake
+  const snowflake = config.snowflake
   return {
     name: config.name,
-    ip: s.ip,
-    port: s.port,
-    cacheDir: s.cacheDir,
-    heartbeatIntervalMs: s.heartbeatIntervalMs,
-    maxClockDriftMs: s.maxClockDriftMs,
-    zkConnectTimeoutMs: s.zkConnectTimeoutMs,
-    zkSessionTimeoutMs: s.zkSessionTimeoutMs,
-    zkAuth: s.zkAuth,
+    ip: snowflake.ip,
+    port: snowflake.port,
+    cacheDir: snowflake.cacheDir,
+    heartbeatIntervalMs: snowflake.heartbeatIntervalMs,
+    maxClockDriftMs: snowflake.maxClockDriftMs,
+    zkConnectTimeoutMs: snowflake.zkConnectTimeoutMs,
+    zkSessionTimeoutMs: snowflake.zkSessionTimeoutMs,
+    zkAuth: snowflake.zkAuth,
     clock,
     logger,
-    layout: s.layout,
+    layout: snowflake.layout,
     aheadMs: aheadOfClockMs(config),
   }
 }
 
 /** The cache file's folder: as configured, or `<tmpdir>/<name>/leafconf/<port>` as Java Leaf. */
-export function workerCacheDir (o: { cacheDir: string, name: string, port: number }): string {
-  return o.cacheDir || join(tmpdir(), o.name, 'leafconf', String(o.port))
+export function workerCacheDir (options: { cacheDir: string, name: string, port: number }): string {
+  return options.cacheDir || join(tmpdir(), options.name, 'leafconf', String(options.port))
 }
 
 export function refuseIfAhead (stored: number | undefined, now: number, where: string): void {
@@ -84,9 +84,9 @@ export function refuseIfAhead (stored: number | undefined, now: number, where: s
  * not at all while it is away. The earlier life ended before now, and never issued more than
  * `aheadMs` past its clock: so the first ID comes after both bounds.
  */
-export function restartWindow (last: number | undefined, fromCache: boolean, o: Pick<WorkerLeaseOptions, 'heartbeatIntervalMs' | 'aheadMs'>, now: number): number {
-  const recorded = last === undefined ? 0 : last + o.heartbeatIntervalMs + 1
-  const ahead = o.aheadMs ?? 0
+export function restartWindow (last: number | undefined, fromCache: boolean, options: Pick<WorkerLeaseOptions, 'heartbeatIntervalMs' | 'aheadMs'>, now: number): number {
+  const recorded = last === undefined ? 0 : last + options.heartbeatIntervalMs + 1
+  const ahead = options.aheadMs ?? 0
   if (fromCache || ahead === 0) return recorded
   return Math.max(recorded + ahead, now + ahead + 1)
 }

@@ -20,22 +20,22 @@ export interface RecyclableHooks {
 
 /** leaf.snowflake.worker-id.source=db-lease or zookeeper-lease. */
 export function recyclableSource (kind: RecyclableSource, config: ResolvedConfig, logger: Logger, hooks: RecyclableHooks): WorkerIdSource {
-  const s = config.snowflake
+  const snowflake = config.snowflake
   return {
     kind,
     async acquire () {
       const pool: LeaseStore = kind === 'db-lease'
-        ? await createDbLeaseStore({ store: config.segment.store, pool: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: config.segment.connectTimeoutMs, queryTimeoutMs: config.segment.queryTimeoutMs, layout: s.layout, logger })
-        : await createZookeeperLeaseStore({ address: s.zkAddress, name: config.name, ttlMs: s.leaseTtlMs, connectTimeoutMs: s.zkConnectTimeoutMs, auth: s.zkAuth, logger, layout: s.layout })
+        ? await createDbLeaseStore({ store: config.segment.store, pool: config.name, ttlMs: snowflake.leaseTtlMs, connectTimeoutMs: config.segment.connectTimeoutMs, queryTimeoutMs: config.segment.queryTimeoutMs, layout: snowflake.layout, logger })
+        : await createZookeeperLeaseStore({ address: snowflake.zkAddress, name: config.name, ttlMs: snowflake.leaseTtlMs, connectTimeoutMs: snowflake.zkConnectTimeoutMs, auth: snowflake.zkAuth, logger, layout: snowflake.layout })
       return await acquireRecyclableLease({
         source: kind,
         pool,
-        address: `${s.ip || firstNonLoopbackIPv4() || '127.0.0.1'}:${s.port}`,
-        min: s.workerIdMin,
-        max: s.workerIdMax,
-        cacheDir: workerCacheDir({ cacheDir: s.cacheDir, name: config.name, port: s.port }),
-        heartbeatIntervalMs: s.heartbeatIntervalMs,
-        maxClockDriftMs: s.maxClockDriftMs,
+        address: `${snowflake.ip || firstNonLoopbackIPv4() || '127.0.0.1'}:${snowflake.port}`,
+        min: snowflake.workerIdMin,
+        max: snowflake.workerIdMax,
+        cacheDir: workerCacheDir({ cacheDir: snowflake.cacheDir, name: config.name, port: snowflake.port }),
+        heartbeatIntervalMs: snowflake.heartbeatIntervalMs,
+        maxClockDriftMs: snowflake.maxClockDriftMs,
         aheadMs: aheadOfClockMs(config),
         clock: hooks.clock,
         logger,

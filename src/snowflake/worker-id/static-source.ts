@@ -12,13 +12,13 @@ import type { WorkerIdSource, WorkerLease } from './source.js'
 
 /** leaf.snowflake.worker-id.source=static or statefulset. */
 export function staticSource (kind: 'static' | 'statefulset', config: ResolvedConfig, logger: Logger, clock: () => number): WorkerIdSource {
-  const s = config.snowflake
+  const snowflake = config.snowflake
   return {
     kind,
     async acquire () {
-      let staticWorkerId = s.workerId
+      let staticWorkerId = snowflake.workerId
       if (kind === 'statefulset') {
-        const hostname = s.hostname || process.env.HOSTNAME || ''
+        const hostname = snowflake.hostname || process.env.HOSTNAME || ''
         const ordinal = ordinalOf(hostname)
         if (ordinal === undefined) {
           throw new LeaseRefused(`the statefulset source takes the worker id from the ordinal at the end of the host name (leaf-3 -> 3), and "${hostname}" has none: ` +
@@ -55,14 +55,14 @@ export function refuseOutOfRange (workerId: number, config: ResolvedConfig, sour
 }
 
 /** `staticWorkerId` as the worker id, after the clock is checked against the cache file. */
-export function acquireStaticLease (o: WorkerLeaseOptions): WorkerLease {
-  const cacheDir = workerCacheDir(o)
+export function acquireStaticLease (options: WorkerLeaseOptions): WorkerLease {
+  const cacheDir = workerCacheDir(options)
   const cacheFile = join(cacheDir, CACHE_FILE)
   const cached = readWorkerCache(cacheDir)
-  const now = o.clock()
-  const source = o.staticSource ?? 'static'
-  if (source === 'static') o.logger.warn({ workerId: o.staticWorkerId }, 'snowflake without ZooKeeper: leaf.snowflake.worker.id must be unique per instance')
-  const last = cached?.workerId === o.staticWorkerId ? cached.lastTimestamp : undefined
-  refuseIfAhead(last, now + (o.aheadMs ?? 0), `the worker-id cache ${cacheFile}`)
-  return new HeartbeatLease(o, cacheDir, source, o.staticWorkerId, restartWindow(last, last !== undefined, o, now), undefined).start()
+  const now = options.clock()
+  const source = options.staticSource ?? 'static'
+  if (source === 'static') options.logger.warn({ workerId: options.staticWorkerId }, 'snowflake without ZooKeeper: leaf.snowflake.worker.id must be unique per instance')
+  const last = cached?.workerId === options.staticWorkerId ? cached.lastTimestamp : undefined
+  refuseIfAhead(last, now + (options.aheadMs ?? 0), `the worker-id cache ${cacheFile}`)
+  return new HeartbeatLease(options, cacheDir, source, options.staticWorkerId, restartWindow(last, last !== undefined, options, now), undefined).start()
 }

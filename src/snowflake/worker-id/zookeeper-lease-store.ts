@@ -41,27 +41,27 @@ interface Issued { issuedUntil: number, by: string | undefined, released: boolea
 
 function parseIssued (data: Buffer | undefined): Issued {
   try {
-    const v = JSON.parse(data?.toString('utf8') ?? '{}') as { issuedUntil?: unknown, by?: unknown, released?: unknown }
+    const recorded = JSON.parse(data?.toString('utf8') ?? '{}') as { issuedUntil?: unknown, by?: unknown, released?: unknown }
     return {
-      issuedUntil: typeof v.issuedUntil === 'number' && Number.isFinite(v.issuedUntil) ? v.issuedUntil : 0,
-      by: typeof v.by === 'string' ? v.by : undefined,
-      released: v.released === true,
+      issuedUntil: typeof recorded.issuedUntil === 'number' && Number.isFinite(recorded.issuedUntil) ? recorded.issuedUntil : 0,
+      by: typeof recorded.by === 'string' ? recorded.by : undefined,
+      released: recorded.released === true,
     }
   } catch {
     return { issuedUntil: 0, by: undefined, released: false }
   }
 }
 
-export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions): Promise<LeaseStore> {
-  const tree = `/snowflake/${o.name}`
+export async function createZookeeperLeaseStore (options: ZookeeperLeaseStoreOptions): Promise<LeaseStore> {
+  const tree = `/snowflake/${options.name}`
   const base = `${tree}/lease`
   const holders = `${base}/holders`
   const issued = `${base}/issued`
   /** One call to ZooKeeper may take this long: a silent connection never answers at all. */
-  const callTimeoutMs = Math.max(500, Math.round(o.ttlMs / 3))
+  const callTimeoutMs = Math.max(500, Math.round(options.ttlMs / 3))
   let closed = false
   /** The session timeout ZooKeeper granted last (a client not connected yet reports 0). */
-  let granted = o.ttlMs
+  let granted = options.ttlMs
   /** The start's connect timeout (the connection and the tree's set-up) counts from here. */
   const connecting = performance.now()
   let client = connect()
@@ -71,14 +71,14 @@ export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions):
   const tails = new WeakMap<Client, Promise<unknown>>()
 
   function connect (): Client {
-    const c = createZookeeper(o.address, o.ttlMs, o.auth ?? '')
+    const c = createZookeeper(options.address, options.ttlMs, options.auth ?? '')
     c.on('connected', () => {
       if (c.getSessionTimeout() > 0) granted = c.getSessionTimeout()
     })
     c.on('expired', () => {
       if (closed || client !== c) return
       // Our holder node went with the session: the lease finds it gone and claims again.
-      o.logger.warn('ZooKeeper session of the worker-id lease expired: reconnecting with a new session')
+      options.logger.warn('ZooKeeper session of the worker-id lease expired: reconnecting with a new session')
       client = connect()
     })
     return c
@@ -122,23 +122,23 @@ export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions):
   async function current (): Promise<Client> {
     const c = client
     // (A client whose authentication ZooKeeper refused never connects again: that refusal.)
-    if (!isConnected(c)) throw authRefusal(c, new Error(`not connected to ZooKeeper at ${o.address}`), tree)
+    if (!isConnected(c)) throw authRefusal(c, new Error(`not connected to ZooKeeper at ${options.address}`), tree)
     const silentMs = performance.now() - answeredAt
     if (closed || silentMs <= ttlMs()) return c
     if (await call(c, zk.getWithStat(c, base)).then(() => true, () => false)) return c
     if (client === c) {
-      o.logger.warn({ silentMs: Math.round(silentMs) }, 'ZooKeeper has not answered the worker-id lease for a whole session timeout: starting a new session')
+      options.logger.warn({ silentMs: Math.round(silentMs) }, 'ZooKeeper has not answered the worker-id lease for a whole session timeout: starting a new session')
       client = connect()
       answeredAt = performance.now()
       closeZookeeper(c).catch(() => {})
     }
-    throw new Error(`ZooKeeper at ${o.address} went silent: reconnecting with a new session`)
+    throw new Error(`ZooKeeper at ${options.address} went silent: reconnecting with a new session`)
   }
 
-  if (!await waitConnected(client, o.connectTimeoutMs)) {
+  if (!await waitConnected(client, options.connectTimeoutMs)) {
     closed = true
     await closeZookeeper(client)
-    throw new LeaseRefused(`ZooKeeper at ${o.address} did not answer within ${o.connectTimeoutMs} ms: the zookeeper-lease source cannot lease a worker id without it`)
+    throw new LeaseRefused(`ZooKeeper at ${options.address} did not answer within ${options.connectTimeoutMs} ms: the zookeeper-lease source cannot lease a worker id without it`)
   }
   // The tree's set-up holds no lease yet, so nothing needs fencing: it may take what is left
   // of the connect timeout (a loaded ZooKeeper or host answers a first call slowly), not the
@@ -146,11 +146,11 @@ export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions):
   const setUp = async () => {
     await zk.mkdirp(client, holders)
     await zk.mkdirp(client, issued)
-    await recordZookeeperLayout(client, o.name, o.layout)
+    await recordZookeeperLayout(client, options.name, options.layout)
   }
   try {
-    await withTimeout(setUp(), Math.max(callTimeoutMs, o.connectTimeoutMs - (performance.now() - connecting)),
-      `ZooKeeper at ${o.address} did not set up ${base} within leaf.snowflake.zk.connect-timeout-ms (${o.connectTimeoutMs} ms)`)
+    await withTimeout(setUp(), Math.max(callTimeoutMs, options.connectTimeoutMs - (performance.now() - connecting)),
+      `ZooKeeper at ${options.address} did not set up ${base} within leaf.snowflake.zk.connect-timeout-ms (${options.connectTimeoutMs} ms)`)
     answeredAt = performance.now()
   } catch (err) {
     closed = true
@@ -186,7 +186,7 @@ export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions):
           return true
         } catch (err) {
           // The holder node is gone (the id is no longer ours) or issued/<id> changed meanwhile: look again.
-          o.logger.debug({ err: (err as Error).message, workerId }, 'worker-id lease transaction failed: checked again')
+          options.logger.debug({ err: (err as Error).message, workerId }, 'worker-id lease transaction failed: checked again')
         }
       }
       return false
@@ -194,7 +194,7 @@ export async function createZookeeperLeaseStore (o: ZookeeperLeaseStoreOptions):
   }
 
   return {
-    where: `zookeeper://${o.address}${base}`,
+    where: `zookeeper://${options.address}${base}`,
     expirySlackMs: EXPIRY_MARGIN_MS,
     ttlMs,
     connected: () => isConnected(client),

@@ -38,26 +38,26 @@ export function zookeeperSource (config: ResolvedConfig, logger: Logger, clock: 
  * (LeaseRefused) whenever the clock or another live holder says IDs could repeat. The cache
  * is written before the lease is returned, whatever the source.
  */
-export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<WorkerLease> {
-  if (o.zkAddress === '') return acquireStaticLease(o)
-  const cacheDir = workerCacheDir(o)
+export async function acquireWorkerLease (options: WorkerLeaseOptions): Promise<WorkerLease> {
+  if (options.zkAddress === '') return acquireStaticLease(options)
+  const cacheDir = workerCacheDir(options)
   const cacheFile = join(cacheDir, CACHE_FILE)
   const cached = readWorkerCache(cacheDir)
-  const now = o.clock()
+  const now = options.clock()
 
-  if (o.port === 0) {
+  if (options.port === 0) {
     throw new LeaseRefused('the registration port is 0, which every such instance would share: set leaf.snowflake.port (or server.port) to the port this instance is reached on')
   }
-  const ip = o.ip || firstNonLoopbackIPv4()
+  const ip = options.ip || firstNonLoopbackIPv4()
   if (ip === undefined) throw new LeaseRefused('no non-loopback IPv4 address found: set leaf.snowflake.ip')
-  const paths = zkPaths(o.name, ip, o.port)
+  const paths = zkPaths(options.name, ip, options.port)
 
   // One client for the lease's life: it retries by itself, and is never closed before it has
   // connected (zookeeper.ts says why).
-  const client = createZookeeper(o.zkAddress, o.zkSessionTimeoutMs, o.zkAuth ?? '')
-  if (!await waitConnected(client, o.zkConnectTimeoutMs)) {
+  const client = createZookeeper(options.zkAddress, options.zkSessionTimeoutMs, options.zkAuth ?? '')
+  if (!await waitConnected(client, options.zkConnectTimeoutMs)) {
     try {
-      return fromCache(o, cacheDir, cached, paths, now, `ZooKeeper at ${o.zkAddress} did not answer within ${o.zkConnectTimeoutMs} ms`, client)
+      return fromCache(options, cacheDir, cached, paths, now, `ZooKeeper at ${options.zkAddress} did not answer within ${options.zkConnectTimeoutMs} ms`, client)
     } catch (err) {
       await closeZookeeper(client)
       throw err
@@ -65,14 +65,14 @@ export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<Worker
   }
   try {
     // A connection lost during registration queues requests without a timeout: bound it.
-    const { workerId, storedTimestamp } = await withTimeout(register(client, o, paths, now),
-      o.zkConnectTimeoutMs + o.zkSessionTimeoutMs + EXPIRY_MARGIN_MS, 'ZooKeeper stopped answering during registration')
+    const { workerId, storedTimestamp } = await withTimeout(register(client, options, paths, now),
+      options.zkConnectTimeoutMs + options.zkSessionTimeoutMs + EXPIRY_MARGIN_MS, 'ZooKeeper stopped answering during registration')
     // The cache may know a later time than ZooKeeper (heartbeats while it was down): it is
     // checked against the clock as ZooKeeper's time is.
     const cachedTime = cached?.workerId === workerId && cached.address === paths.address ? cached.lastTimestamp : undefined
-    refuseIfAhead(cachedTime, now + (o.aheadMs ?? 0), `the worker-id cache ${cacheFile}`)
+    refuseIfAhead(cachedTime, now + (options.aheadMs ?? 0), `the worker-id cache ${cacheFile}`)
     const last = Math.max(storedTimestamp ?? 0, cachedTime ?? 0)
-    const lease = new HeartbeatLease(o, cacheDir, 'zookeeper', workerId, restartWindow(last || undefined, cachedTime !== undefined, o, now), paths)
+    const lease = new HeartbeatLease(options, cacheDir, 'zookeeper', workerId, restartWindow(last || undefined, cachedTime !== undefined, options, now), paths)
     lease.attach(client, sessionIdOf(client))
     lease.start()
     await lease.heartbeat()
@@ -80,11 +80,11 @@ export async function acquireWorkerLease (o: WorkerLeaseOptions): Promise<Worker
   } catch (err) {
     await closeZookeeper(client)
     // A tree of another identity refuses at its first node: no worker id is read or made.
-    throw authRefusal(client, err, `/snowflake/${o.name}`)
+    throw authRefusal(client, err, `/snowflake/${options.name}`)
   }
 }
 
-function fromCache (o: WorkerLeaseOptions, cacheDir: string, cached: CachedWorker | undefined, paths: ZkPaths, now: number, why: string, client: Client): WorkerLease {
+function fromCache (options: WorkerLeaseOptions, cacheDir: string, cached: CachedWorker | undefined, paths: ZkPaths, now: number, why: string, client: Client): WorkerLease {
   const file = join(cacheDir, CACHE_FILE)
   if (cached === undefined) throw new LeaseRefused(`ZooKeeper unreachable (${why}) and no cached worker id in ${file}`)
   if (cached.lastTimestamp === undefined) throw new LeaseRefused(`ZooKeeper unreachable (${why}) and ${file} holds no lastTimestamp to check the clock against`)
@@ -92,11 +92,11 @@ function fromCache (o: WorkerLeaseOptions, cacheDir: string, cached: CachedWorke
     throw new LeaseRefused(`ZooKeeper unreachable (${why}) and the worker id in ${file} was leased for ${cached.address ?? 'an unrecorded address'}, ` +
       `not for ${paths.address}: another instance may hold it now`)
   }
-  if (now + (o.aheadMs ?? 0) <= cached.lastTimestamp) {
+  if (now + (options.aheadMs ?? 0) <= cached.lastTimestamp) {
     throw new LeaseRefused(`ZooKeeper unreachable (${why}) and the clock (${now}) is not past the cached lastTimestamp (${cached.lastTimestamp})`)
   }
-  o.logger.warn({ workerId: cached.workerId, file, why }, 'ZooKeeper unreachable at start: using the cached worker id')
-  const lease = new HeartbeatLease(o, cacheDir, 'cache', cached.workerId, restartWindow(cached.lastTimestamp, true, o, now), paths)
+  options.logger.warn({ workerId: cached.workerId, file, why }, 'ZooKeeper unreachable at start: using the cached worker id')
+  const lease = new HeartbeatLease(options, cacheDir, 'cache', cached.workerId, restartWindow(cached.lastTimestamp, true, options, now), paths)
   lease.start()
   lease.attach(client, undefined)
   return lease

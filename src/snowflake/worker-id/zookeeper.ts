@@ -94,8 +94,8 @@ function authFirst (client: Client): void {
     onSocketConnected.call(this)
     const packets = this.packetQueue
     if (!Array.isArray(packets?.queue)) return
-    const auth = packets.queue.filter((p) => p.request.header?.type === AUTH_OPCODE)
-    packets.queue = [...auth, ...packets.queue.filter((p) => !auth.includes(p))]
+    const auth = packets.queue.filter((packet) => packet.request.header?.type === AUTH_OPCODE)
+    packets.queue = [...auth, ...packets.queue.filter((packet) => !auth.includes(packet))]
   }
 }
 
