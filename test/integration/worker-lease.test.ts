@@ -2,11 +2,11 @@ import { writeFileSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { readWorkerCache, writeWorkerCache } from '../../src/snowflake/worker-id/cache-file.js'
-import { restartWindow, type WorkerLeaseOptions } from '../../src/snowflake/worker-id/lease-options.js'
-import type { WorkerLease } from '../../src/snowflake/worker-id/source.js'
-import { acquireWorkerLease } from '../../src/snowflake/worker-id/zookeeper-source.js'
+import { restartWindow, type WorkerLeaseOptions } from '../../src/snowflake/worker-id/zookeeper/heartbeat-lease-options.js'
+import type { WorkerLease } from '../../src/snowflake/worker-id/worker-id-source.js'
+import { acquireWorkerLease } from '../../src/snowflake/worker-id/zookeeper/zookeeper-source.js'
 import { parseLayout } from '../../src/snowflake/layout-spec.js'
-import { CreateMode, connectZookeeper, sessionIdOf } from '../../src/snowflake/worker-id/zookeeper.js'
+import { CreateMode, connectZookeeper, sessionIdOf } from '../../src/snowflake/worker-id/zookeeper-client.js'
 import { tempDir } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'
 import { createProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
@@ -46,7 +46,7 @@ const zkProxy = () => createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })
 /**
  * A ZooKeeper address that resets every connection until `proxy.unblock()`. At teardown the
  * proxy lets clients through for a moment first: a client is only closed once it has
- * connected (zookeeper.ts), so one left retrying would keep the test process alive.
+ * connected (zookeeper-client.ts), so one left retrying would keep the test process alive.
  */
 async function unreachableZk (t: Test): Promise<TcpProxy> {
   const proxy = await zookeeperProxy(t)

@@ -1,4 +1,5 @@
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parse, stringify } from 'dot-properties'
 
@@ -39,4 +40,9 @@ export function writeWorkerCache (dir: string, worker: { workerId: number, lastT
   if (worker.address !== undefined) values.address = worker.address
   writeFileSync(tmp, stringify(values) + '\n')
   renameSync(tmp, file)
+}
+
+/** The cache file's folder: as configured, or `<tmpdir>/<name>/leafconf/<port>` as Java Leaf. */
+export function workerCacheDir (options: { cacheDir: string, name: string, port: number }): string {
+  return options.cacheDir || join(tmpdir(), options.name, 'leafconf', String(options.port))
 }

@@ -1,6 +1,6 @@
 import { LeaseRefused } from '../../errors.js'
 import type { Layout } from '../layout.js'
-import { CreateMode, isNoNode, isNodeExists, zk, type Client } from './zookeeper.js'
+import { CreateMode, isNoNode, isNodeExists, zk, type Client } from './zookeeper-client.js'
 
 // The ID layout is part of a fleet's identity: two instances of one leaf.name with different
 // layouts can make the same 64-bit number from different fields. So every worker-id pool

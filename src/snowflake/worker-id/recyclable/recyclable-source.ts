@@ -1,13 +1,14 @@
-import type { Logger } from '../../logger.js'
-import type { ResolvedConfig } from '../settings.js'
-import { createDbLeaseStore } from './db-lease-store.js'
-import { aheadOfClockMs, workerCacheDir } from './lease-options.js'
-import type { LeaseStore } from './lease-store.js'
-import { firstNonLoopbackIPv4 } from './local-ip.js'
+import type { Logger } from '../../../logger.js'
+import type { ResolvedConfig } from '../../settings.js'
+import { createDbLeaseStore } from '../db-lease/db-lease-store.js'
+import { aheadOfClockMs } from '../ahead-of-clock.js'
+import { workerCacheDir } from '../cache-file.js'
+import type { LeaseStore } from '../lease-store.js'
+import { firstNonLoopbackIPv4 } from '../local-ip.js'
 import { acquireRecyclableLease } from './recyclable-lease.js'
-import type { ClaimResult, RecyclableSource } from './recyclable-options.js'
-import type { WorkerIdSource } from './source.js'
-import { createZookeeperLeaseStore } from './zookeeper-lease-store.js'
+import type { ClaimResult, RecyclableSource } from './recyclable-lease-options.js'
+import type { WorkerIdSource } from '../worker-id-source.js'
+import { createZookeeperLeaseStore } from '../zookeeper-lease/zookeeper-lease-store.js'
 
 // The zookeeper-lease and db-lease sources: the recyclable lease protocol (recyclable-lease.ts)
 // over the LeaseStore of each (zookeeper-lease-store.ts, db-lease-store.ts).

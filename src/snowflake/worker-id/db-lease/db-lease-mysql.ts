@@ -1,14 +1,14 @@
 import type { RowDataPacket } from 'mysql2/promise'
-import type { StoreConfig } from '../../config/jdbc-url.js'
-import type { MysqlRunner, Statement } from '../../segment/stores/mysql-pool.js'
-import { createMysqlRunner } from '../../segment/stores/mysql-hosts.js'
-import { describeStore } from '../../segment/stores/create-store.js'
-import { checkLayoutRecord } from './layout-record.js'
-import type { Claimed, LeaseStore } from './lease-store.js'
-import { LeaseRefused } from '../../errors.js'
+import type { StoreConfig } from '../../../config/jdbc-url.js'
+import type { MysqlRunner, Statement } from '../../../segment/stores/mysql-pool.js'
+import { createMysqlRunner } from '../../../segment/stores/mysql-hosts.js'
+import { describeStore } from '../../../segment/stores/create-store.js'
+import { checkLayoutRecord } from '../layout-record.js'
+import type { Claimed, LeaseStore } from '../lease-store.js'
+import { LeaseRefused } from '../../../errors.js'
 import { ADDED_COLUMNS, LAYOUT_ROW, LEASE_TABLE, parseSeen, previousIssuedUntil, slotOf, type Before, type DbLeaseStoreOptions } from './db-lease-rows.js'
 
-// The db-lease pool's statements on MySQL/MariaDB (db-lease-store.ts describes the rows).
+// The db-lease pool's statements on MySQL/MariaDB (db-lease-rows.ts describes the rows).
 
 /** The MySQL DDL, as shipped in sql/leaf_worker_lease.sql (test/integration/worker-id-sources.test.ts compares them). */
 export const MYSQL_LEASE_DDL = `CREATE TABLE IF NOT EXISTS \`leaf_worker_lease\` (

@@ -1,4 +1,4 @@
-import type { LeaseStore } from './lease-store.js'
+import type { LeaseStore } from '../lease-store.js'
 import type { DbLeaseStoreOptions } from './db-lease-rows.js'
 import { createMysqlLeaseStore } from './db-lease-mysql.js'
 import { createPostgresLeaseStore } from './db-lease-postgres.js'

@@ -1,9 +1,9 @@
-import type { StoreConfig } from '../../config/jdbc-url.js'
-import { createPostgresRunner, type PostgresRunner } from '../../segment/stores/postgres-pool.js'
-import { describeStore } from '../../segment/stores/create-store.js'
-import { checkLayoutRecord } from './layout-record.js'
-import type { Claimed, LeaseStore } from './lease-store.js'
-import { LeaseRefused } from '../../errors.js'
+import type { StoreConfig } from '../../../config/jdbc-url.js'
+import { createPostgresRunner, type PostgresRunner } from '../../../segment/stores/postgres-pool.js'
+import { describeStore } from '../../../segment/stores/create-store.js'
+import { checkLayoutRecord } from '../layout-record.js'
+import type { Claimed, LeaseStore } from '../lease-store.js'
+import { LeaseRefused } from '../../../errors.js'
 import { LAYOUT_ROW, LEASE_TABLE, parseSeen, previousIssuedUntil, slotOf, type Before, type DbLeaseStoreOptions } from './db-lease-rows.js'
 
 // The db-lease pool's statements on PostgreSQL, each the MySQL one's twin (db-lease-mysql.ts;

@@ -1,12 +1,12 @@
 import { existsSync, mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
-import { LeaseRefused } from '../../errors.js'
-import { checkLayoutRecord } from './layout-record.js'
-import type { LeaseStore } from './lease-store.js'
+import { LeaseRefused } from '../../../errors.js'
+import { checkLayoutRecord } from '../layout-record.js'
+import type { LeaseStore } from '../lease-store.js'
 import { ADDED_COLUMNS, LAYOUT_ROW, LEASE_TABLE, parseSeen, previousIssuedUntil, slotOf, type Before, type DbLeaseStoreOptions } from './db-lease-rows.js'
 
-// The db-lease pool's statements on the embedded SQLite file (db-lease-store.ts describes the rows).
+// The db-lease pool's statements on the embedded SQLite file (db-lease-rows.ts describes the rows).
 
 const SQLITE_LEASE_DDL = `CREATE TABLE IF NOT EXISTS leaf_worker_lease (
   pool           VARCHAR(128) NOT NULL,

@@ -1,16 +1,15 @@
 import { join } from 'node:path'
-import { LeaseRefused } from '../../errors.js'
-import type { Logger } from '../../logger.js'
-import { withTimeout } from '../../timers.js'
-import type { ResolvedConfig } from '../settings.js'
-import { CACHE_FILE, readWorkerCache, type CachedWorker } from './cache-file.js'
-import { HeartbeatLease } from './heartbeat-lease.js'
-import { leaseOptions, refuseIfAhead, restartWindow, workerCacheDir, type WorkerLeaseOptions } from './lease-options.js'
-import { firstNonLoopbackIPv4 } from './local-ip.js'
-import type { WorkerIdSource, WorkerLease } from './source.js'
-import { acquireStaticLease, refuseOutOfRange } from './static-source.js'
+import { LeaseRefused } from '../../../errors.js'
+import type { Logger } from '../../../logger.js'
+import { withTimeout } from '../../../timers.js'
+import type { ResolvedConfig } from '../../settings.js'
+import { CACHE_FILE, readWorkerCache, workerCacheDir, type CachedWorker } from '../cache-file.js'
+import { acquireStaticLease, HeartbeatLease } from './heartbeat-lease.js'
+import { leaseOptions, refuseIfAhead, refuseOutOfRange, restartWindow, type WorkerLeaseOptions } from './heartbeat-lease-options.js'
+import { firstNonLoopbackIPv4 } from '../local-ip.js'
+import type { WorkerIdSource, WorkerLease } from '../worker-id-source.js'
 import { register, zkPaths, type ZkPaths } from './zookeeper-registration.js'
-import { EXPIRY_MARGIN_MS, authRefusal, closeZookeeper, createZookeeper, sessionIdOf, waitConnected, type Client } from './zookeeper.js'
+import { EXPIRY_MARGIN_MS, authRefusal, closeZookeeper, createZookeeper, sessionIdOf, waitConnected, type Client } from '../zookeeper-client.js'
 
 // The zookeeper source: Java Leaf's registration (zookeeper-registration.ts), or its cache file
 // when ZooKeeper cannot be reached at start, kept by a HeartbeatLease.
@@ -53,7 +52,7 @@ export async function acquireWorkerLease (options: WorkerLeaseOptions): Promise<
   const paths = zkPaths(options.name, ip, options.port)
 
   // One client for the lease's life: it retries by itself, and is never closed before it has
-  // connected (zookeeper.ts says why).
+  // connected (zookeeper-client.ts says why).
   const client = createZookeeper(options.zkAddress, options.zkSessionTimeoutMs, options.zkAuth ?? '')
   if (!await waitConnected(client, options.zkConnectTimeoutMs)) {
     try {

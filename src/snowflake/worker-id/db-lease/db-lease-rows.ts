@@ -1,7 +1,7 @@
-import type { Logger } from '../../logger.js'
-import type { StoreConfig } from '../../config/jdbc-url.js'
-import type { Layout } from '../layout.js'
-import type { PoolSlot } from './lease-store.js'
+import type { Logger } from '../../../logger.js'
+import type { StoreConfig } from '../../../config/jdbc-url.js'
+import type { Layout } from '../../layout.js'
+import type { PoolSlot } from '../lease-store.js'
 
 // The db-lease pool: one row per (pool, worker id) in `leaf_worker_lease`, beside leaf_alloc.
 // `owner` is the token of one claim (NULL: released); `generation` counts the claims and

@@ -1,15 +1,15 @@
 import { join } from 'node:path'
-import { LeafError, LeaseRefused } from '../../errors.js'
-import { createLogThrottle, type LogThrottle } from '../../log-throttle.js'
-import { sleep, withTimeout } from '../../timers.js'
-import { leafLayout } from '../layout.js'
-import { DEFAULT_TWEPOCH } from '../leaf-ids.js'
-import { CACHE_FILE, writeWorkerCache } from './cache-file.js'
-import { recordZookeeperLayout } from './layout-record.js'
-import type { WorkerLeaseOptions } from './lease-options.js'
-import type { LeaseSource, LeaseStatus, WorkerLease } from './source.js'
+import { LeafError, LeaseRefused } from '../../../errors.js'
+import { createLogThrottle, type LogThrottle } from '../../../log-throttle.js'
+import { sleep, withTimeout } from '../../../timers.js'
+import { leafLayout } from '../../layout.js'
+import { DEFAULT_TWEPOCH } from '../../leaf-ids.js'
+import { CACHE_FILE, readWorkerCache, workerCacheDir, writeWorkerCache } from '../cache-file.js'
+import { recordZookeeperLayout } from '../layout-record.js'
+import { refuseIfAhead, restartWindow, type WorkerLeaseOptions } from './heartbeat-lease-options.js'
+import type { LeaseSource, LeaseStatus, WorkerLease } from '../worker-id-source.js'
 import { nodeData, takeEphemeral, type ZkPaths } from './zookeeper-registration.js'
-import { authFailedRefusal, authRefusal, closeZookeeper, createZookeeper, isConnected, isNoNode, sessionIdOf, zk, type Client } from './zookeeper.js'
+import { authFailedRefusal, authRefusal, closeZookeeper, createZookeeper, isConnected, isNoNode, sessionIdOf, zk, type Client } from '../zookeeper-client.js'
 
 // The lease of the static, statefulset and zookeeper sources: a heartbeat writes the cache file
 // and, with ZooKeeper, Java Leaf's two nodes; IDs may be issued up to one heartbeat past the
@@ -17,6 +17,19 @@ import { authFailedRefusal, authRefusal, closeZookeeper, createZookeeper, isConn
 
 /** How late a heartbeat may be before it counts as a pause (see HeartbeatLease.pauseLimitMs). */
 const PAUSE_SLACK_MS = 1000
+
+/** `staticWorkerId` as the worker id, after the clock is checked against the cache file. */
+export function acquireStaticLease (options: WorkerLeaseOptions): WorkerLease {
+  const cacheDir = workerCacheDir(options)
+  const cacheFile = join(cacheDir, CACHE_FILE)
+  const cached = readWorkerCache(cacheDir)
+  const now = options.clock()
+  const source = options.staticSource ?? 'static'
+  if (source === 'static') options.logger.warn({ workerId: options.staticWorkerId }, 'snowflake without ZooKeeper: leaf.snowflake.worker.id must be unique per instance')
+  const last = cached?.workerId === options.staticWorkerId ? cached.lastTimestamp : undefined
+  refuseIfAhead(last, now + (options.aheadMs ?? 0), `the worker-id cache ${cacheFile}`)
+  return new HeartbeatLease(options, cacheDir, source, options.staticWorkerId, restartWindow(last, last !== undefined, options, now), undefined).start()
+}
 
 export class HeartbeatLease implements WorkerLease {
   onConnectionChange?: (connected: boolean) => void

@@ -1,19 +1,17 @@
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { LeaseRefused } from '../../errors.js'
-import type { Logger } from '../../logger.js'
-import type { Layout } from '../layout.js'
-import type { ResolvedConfig } from '../settings.js'
+import { LeaseRefused } from '../../../errors.js'
+import type { Logger } from '../../../logger.js'
+import type { Layout } from '../../layout.js'
+import type { ResolvedConfig } from '../../settings.js'
+import { aheadOfClockMs } from '../ahead-of-clock.js'
 
 // What the static, statefulset and zookeeper sources (and their heartbeat lease) are given, and
-// the restart rules they share: where the cache file is, and the first millisecond a restart
-// may issue in.
+// the restart rules they share: the first millisecond a restart may issue in.
 
 export interface WorkerLeaseOptions {
   name: string
   /** Empty: no ZooKeeper, `staticWorkerId` is the worker id. */
   zkAddress: string
-  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none (zookeeper.ts). */
+  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none (zookeeper-client.ts). */
   zkAuth?: string
   /** Empty: the first non-loopback IPv4 address. */
   ip: string
@@ -33,15 +31,6 @@ export interface WorkerLeaseOptions {
   layout?: Layout
   /** How far past the clock the generator may record (borrowed time, a unit's rest); default 0. */
   aheadMs?: number
-}
-
-/**
- * How far past the clock the generator may take the time it records with the lease: the time it
- * borrows, plus the rest of a time unit longer than a millisecond (an ID of a second is
- * recorded at that second's last millisecond).
- */
-export function aheadOfClockMs (config: ResolvedConfig): number {
-  return config.snowflake.borrowAheadMs + config.snowflake.layout.unitMs - 1
 }
 
 /** The options every source of these takes from the configuration (the zookeeper address and the static id apart). */
@@ -64,11 +53,6 @@ export function leaseOptions (config: ResolvedConfig, logger: Logger, clock: () 
   }
 }
 
-/** The cache file's folder: as configured, or `<tmpdir>/<name>/leafconf/<port>` as Java Leaf. */
-export function workerCacheDir (options: { cacheDir: string, name: string, port: number }): string {
-  return options.cacheDir || join(tmpdir(), options.name, 'leafconf', String(options.port))
-}
-
 export function refuseIfAhead (stored: number | undefined, now: number, where: string): void {
   if (stored !== undefined && stored > now) {
     throw new LeaseRefused(`the clock is behind ${where}: stored ${stored} (${new Date(stored).toISOString()}), now ${now} (${new Date(now).toISOString()})`)
@@ -89,4 +73,12 @@ export function restartWindow (last: number | undefined, fromCache: boolean, opt
   const ahead = options.aheadMs ?? 0
   if (fromCache || ahead === 0) return recorded
   return Math.max(recorded + ahead, now + ahead + 1)
+}
+
+export function refuseOutOfRange (workerId: number, config: ResolvedConfig, source: string): void {
+  const { workerIdMin: min, workerIdMax: max } = config.snowflake
+  if (workerId < min || workerId > max) {
+    throw new LeaseRefused(`worker id ${workerId} from the ${source} source is outside [${min}, ${max}] ` +
+      '(leaf.snowflake.worker-id.min and leaf.snowflake.worker-id.max): another range, or another ID space, may use it')
+  }
 }

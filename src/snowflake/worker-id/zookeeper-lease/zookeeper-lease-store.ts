@@ -1,13 +1,13 @@
-import type { Logger } from '../../logger.js'
-import type { Layout } from '../layout.js'
-import { recordZookeeperLayout } from './layout-record.js'
-import { withTimeout } from '../../timers.js'
-import type { Claimed, LeaseStore, PoolSlot } from './lease-store.js'
+import type { Logger } from '../../../logger.js'
+import type { Layout } from '../../layout.js'
+import { recordZookeeperLayout } from '../layout-record.js'
+import { withTimeout } from '../../../timers.js'
+import type { Claimed, LeaseStore, PoolSlot } from '../lease-store.js'
 import {
   CreateMode, EXPIRY_MARGIN_MS, aclOf, authRefusal, closeZookeeper, createZookeeper, isConnected, isNoNode, isNodeExists, ownerOf, sessionIdOf, waitConnected, zk,
   type Client,
-} from './zookeeper.js'
-import { LeaseRefused } from '../../errors.js'
+} from '../zookeeper-client.js'
+import { LeaseRefused } from '../../../errors.js'
 
 // The zookeeper-lease pool, under /snowflake/<leaf.name>/lease:
 // - holders/<id>: an ephemeral node per leased id. Creating it is the claim; ZooKeeper deletes
@@ -30,7 +30,7 @@ export interface ZookeeperLeaseStoreOptions {
   /** The session timeout asked for; ZooKeeper may grant another within its bounds. */
   ttlMs: number
   connectTimeoutMs: number
-  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none (zookeeper.ts). */
+  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none (zookeeper-client.ts). */
   auth?: string
   logger: Logger
   /** Recorded by the tree's first instance; another layout refuses to start (layout-record.ts). */

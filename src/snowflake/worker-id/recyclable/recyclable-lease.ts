@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
-import { LeafError, LeaseRefused } from '../../errors.js'
-import { mayStillRun } from '../../driver-errors.js'
-import { createLogThrottle, type LogThrottle } from '../../log-throttle.js'
-import { settlesWithin, sleep, withTimeout } from '../../timers.js'
-import { CACHE_FILE, readWorkerCache, writeWorkerCache } from './cache-file.js'
-import type { Claimed, PoolSlot } from './lease-store.js'
-import { fenceMarginMs, type RecyclableLeaseOptions } from './recyclable-options.js'
-import type { LeaseStatus, WorkerLease } from './source.js'
+import { LeafError, LeaseRefused } from '../../../errors.js'
+import { mayStillRun } from '../../../driver-errors.js'
+import { createLogThrottle, type LogThrottle } from '../../../log-throttle.js'
+import { settlesWithin, sleep, withTimeout } from '../../../timers.js'
+import { CACHE_FILE, readWorkerCache, writeWorkerCache } from '../cache-file.js'
+import type { Claimed, PoolSlot } from '../lease-store.js'
+import { fenceMarginMs, type RecyclableLeaseOptions } from './recyclable-lease-options.js'
+import type { LeaseStatus, WorkerLease } from '../worker-id-source.js'
 
 // The lease protocol of the recyclable sources (db-lease, zookeeper-lease), over any store
 // that offers the LeaseStore operations (lease-store.ts). docs/worker-ids.md argues each rule, for statements

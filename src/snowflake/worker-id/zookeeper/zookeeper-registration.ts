@@ -1,11 +1,11 @@
-import type { Logger } from '../../logger.js'
-import { LeaseRefused } from '../../errors.js'
-import { sleep } from '../../timers.js'
-import { leafLayout } from '../layout.js'
-import { DEFAULT_TWEPOCH, MAX_WORKER_ID } from '../leaf-ids.js'
-import { recordZookeeperLayout } from './layout-record.js'
-import { refuseIfAhead, type WorkerLeaseOptions } from './lease-options.js'
-import { CreateMode, EXPIRY_MARGIN_MS, isNoNode, isNodeExists, sessionIdOf, zk, type Client } from './zookeeper.js'
+import type { Logger } from '../../../logger.js'
+import { LeaseRefused } from '../../../errors.js'
+import { sleep } from '../../../timers.js'
+import { leafLayout } from '../../layout.js'
+import { DEFAULT_TWEPOCH, MAX_WORKER_ID } from '../../leaf-ids.js'
+import { recordZookeeperLayout } from '../layout-record.js'
+import { refuseIfAhead, type WorkerLeaseOptions } from './heartbeat-lease-options.js'
+import { CreateMode, EXPIRY_MARGIN_MS, isNoNode, isNodeExists, sessionIdOf, zk, type Client } from '../zookeeper-client.js'
 
 // Java Leaf's ZooKeeper registration, with its exact paths and JSON: /snowflake/<name>/forever/
 // <ip:port>-<sequence> (the worker id, for ever) and /snowflake/<name>/temporary/<ip:port> (an
