@@ -91,6 +91,7 @@ t.test('zookeeper-lease with ZooKeeper silent at start: refused within the conne
     layout: LEAF,
   }).then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof LeaseRefused)
+  t.equal((err as LeaseRefused).code, 'LEASE_STORE_UNAVAILABLE')
   t.match((err as Error).message, new RegExp(`ZooKeeper at 127\\.0\\.0\\.1:${proxy.port} did not answer within 300 ms`))
   const tookMs = performance.now() - started
   t.ok(tookMs >= 290 && tookMs < 300 + 500, `refused at the connect timeout (300 ms), not much later (${Math.round(tookMs)} ms; 500 ms of scheduling slack)`)

@@ -117,6 +117,7 @@ async function refusal (config: ResolvedConfig, logger: Logger = silentLogger): 
 /** A refusal in one line, naming the key and the fix, and never the password. */
 function isAuthRefusal (t: Test, err: Error, what: string, parts: string[] = []): void {
   t.ok(err instanceof LeaseRefused, `${what}: LeaseRefused (${err.name}: ${err.message})`)
+  t.equal((err as LeaseRefused).code, 'LEASE_AUTH_REFUSED', `${what}: its code`)
   t.match(err.message, /NO_AUTH|AUTH_FAILED/, `${what}: ZooKeeper's answer`)
   t.match(err.message, /set leaf\.snowflake\.zk\.auth|give it as digest:user:password/, `${what}: the key and the fix`)
   t.notOk(err.message.includes('\n'), `${what}: one line`)

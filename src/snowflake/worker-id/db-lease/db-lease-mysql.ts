@@ -76,8 +76,8 @@ async function upgradeMysqlTable (run: MysqlRunner['run'], where: string): Promi
       await run(`ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${name} ${type}`)
     } catch (err) {
       if ((err as { errno?: number }).errno === ER_DUP_FIELDNAME) continue
-      throw new LeaseRefused(`${where}: the table predates the lease generations and cannot be altered (${(err as Error).message}): ` +
-        `run ${ADDED_COLUMNS.map(([n, t]) => `ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${n} ${t};`).join(' ')}`)
+      throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table predates the lease generations and cannot be altered (${(err as Error).message}): ` +
+        `run ${ADDED_COLUMNS.map(([name, type]) => `ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${name} ${type};`).join(' ')}`, { cause: err })
     }
   }
 }
@@ -96,7 +96,7 @@ export async function createMysqlLeaseStore (options: DbLeaseStoreOptions, store
       await run(MYSQL_LEASE_DDL)
     } catch (ddlErr) {
       await close()
-      throw new LeaseRefused(`${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/leaf_worker_lease.sql`)
+      throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/leaf_worker_lease.sql`, { cause: ddlErr })
     }
   }
   try {
@@ -120,7 +120,7 @@ export async function createMysqlLeaseStore (options: DbLeaseStoreOptions, store
     ttlMs: () => options.ttlMs,
     async list (min, max) {
       const rows = await run<RowDataPacket[]>(MYSQL_LIST, [options.pool, min, max])
-      return rows.map((r) => slotOf(Number(r.worker_id), r.owner as string | null, r.generation as string, r.lease_ms === null ? null : Number(r.lease_ms), r.expires as string, Number(r.expires_in)))
+      return rows.map((row) => slotOf(Number(row.worker_id), row.owner as string | null, row.generation as string, row.lease_ms === null ? null : Number(row.lease_ms), row.expires as string, Number(row.expires_in)))
     },
     async claim (workerId, owner, address, from): Promise<Claimed | undefined> {
       const results = await run<unknown[]>(claimStatements(options.pool, workerId, owner, address, options.ttlMs, micros, parseSeen(from)))

@@ -62,7 +62,7 @@ async function ensureTable (query: PostgresRunner['query'], where: string): Prom
   } catch (err) {
     // Another instance created it at the same moment.
     if (codeOf(err) === UNIQUE_VIOLATION) return
-    throw new LeaseRefused(`${where}: the table does not exist and cannot be created (${(err as Error).message}): run sql/leaf_worker_lease.postgres.sql`)
+    throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table does not exist and cannot be created (${(err as Error).message}): run sql/leaf_worker_lease.postgres.sql`, { cause: err })
   }
 }
 
@@ -89,17 +89,17 @@ export async function createPostgresLeaseStore (options: DbLeaseStoreOptions, st
     ttlMs: () => options.ttlMs,
     async list (min, max) {
       const { rows } = await query<{ worker_id: number, owner: string | null, generation: string, lease_ms: number | null, expires: string, expires_in: string }>(LIST, [options.pool, min, max])
-      return rows.map((r) => slotOf(Number(r.worker_id), r.owner, r.generation, r.lease_ms === null ? null : Number(r.lease_ms), r.expires, Number(r.expires_in)))
+      return rows.map((row) => slotOf(Number(row.worker_id), row.owner, row.generation, row.lease_ms === null ? null : Number(row.lease_ms), row.expires, Number(row.expires_in)))
     },
     async claim (workerId, owner, address, from): Promise<Claimed | undefined> {
       const [seenOwner, seenGeneration, seenExpires] = parseSeen(from)
       // One transaction: the row made (free) if it never was, locked and read (the wait comes
       // from it), taken when the rules allow, and its owner read back: who won.
-      return await transaction(async (q) => {
-        await q(INSERT_FREE, [options.pool, workerId])
-        const before = (await q(SELECT_BEFORE, [options.pool, workerId])).rows[0] as Before | undefined
-        await q(TAKE, [owner, address, options.ttlMs, options.pool, workerId, seenOwner, seenGeneration, seenExpires === null ? null : String(seenExpires)])
-        const row = (await q(SELECT_OWNER, [options.pool, workerId])).rows[0] as { owner: string | null } | undefined
+      return await transaction(async (inTransaction) => {
+        await inTransaction(INSERT_FREE, [options.pool, workerId])
+        const before = (await inTransaction(SELECT_BEFORE, [options.pool, workerId])).rows[0] as Before | undefined
+        await inTransaction(TAKE, [owner, address, options.ttlMs, options.pool, workerId, seenOwner, seenGeneration, seenExpires === null ? null : String(seenExpires)])
+        const row = (await inTransaction(SELECT_OWNER, [options.pool, workerId])).rows[0] as { owner: string | null } | undefined
         return row?.owner === owner ? { issuedUntil: previousIssuedUntil(before) } : undefined
       })
     },

@@ -28,12 +28,12 @@ export function createSqliteLeaseStore (options: DbLeaseStoreOptions, path: stri
   // rather than giving this instance a pool of its own, whose worker ids another instance of the host may hold.
   if (path !== ':memory:' && embeddedDefault) mkdirSync(dirname(path), { recursive: true })
   else if (path !== ':memory:' && !existsSync(dirname(path))) {
-    throw new LeaseRefused(`worker-id lease pool sqlite:${path}: the folder ${dirname(path)} does not exist: correct leaf.jdbc.url, or create the folder (only the embedded default's folder is made)`)
+    throw new LeaseRefused('LEASE_STORE_UNAVAILABLE', `worker-id lease pool sqlite:${path}: the folder ${dirname(path)} does not exist: correct leaf.jdbc.url, or create the folder (only the embedded default's folder is made)`)
   }
   const db = new Database(path, { timeout: 5000 })
   db.pragma('journal_mode = WAL')
   db.exec(SQLITE_LEASE_DDL)
-  const columns = new Set((db.pragma(`table_info(${LEASE_TABLE})`) as { name: string }[]).map((c) => c.name))
+  const columns = new Set((db.pragma(`table_info(${LEASE_TABLE})`) as { name: string }[]).map((column) => column.name))
   for (const [name, , type] of ADDED_COLUMNS) {
     if (columns.has(name)) continue
     try {
@@ -86,7 +86,7 @@ export function createSqliteLeaseStore (options: DbLeaseStoreOptions, path: stri
     where,
     ttlMs: () => options.ttlMs,
     async list (min, max) {
-      return list.all(now.get() as number, options.pool, min, max).map((r) => slotOf(r.worker_id, r.owner, r.generation, r.lease_ms, r.expires_at, r.expires_in))
+      return list.all(now.get() as number, options.pool, min, max).map((row) => slotOf(row.worker_id, row.owner, row.generation, row.lease_ms, row.expires_at, row.expires_in))
     },
     async claim (workerId, owner, address, from) {
       return claim.immediate(workerId, owner, address, from)

@@ -121,15 +121,15 @@ export async function acquireDisposableWorkerId (options: DisposableWorkerIdOpti
       : options.store.kind === 'postgres' ? await insertPostgres(options, options.store, where, row) : await insertMysql(options, where, row)
   } catch (err) {
     if (err instanceof LeaseRefused) throw err
-    throw new LeaseRefused(`${where}: no WORKER_NODE row could be inserted, so no worker id is taken (${(err as Error).message})`)
+    throw new LeaseRefused('LEASE_STORE_UNAVAILABLE', `${where}: no WORKER_NODE row could be inserted, so no worker id is taken (${(err as Error).message})`, { cause: err })
   }
   // The row stays: its id is spent either way, as in UidGenerator.
   if (workerId > options.max) {
-    throw new LeaseRefused(`${where}: worker id ${workerId} exceeds the max ${options.max} of the range [${options.min}, ${options.max}]: ` +
+    throw new LeaseRefused('LEASE_ID_OUT_OF_RANGE', `${where}: worker id ${workerId} exceeds the max ${options.max} of the range [${options.min}, ${options.max}]: ` +
       'every start takes a new id and none is reused, so the range is used up; as with UidGenerator, use a new WORKER_NODE table or give the worker id more bits')
   }
   if (workerId < options.min) {
-    throw new LeaseRefused(`${where}: worker id ${workerId} is below the range [${options.min}, ${options.max}]: raise the table's next ID to at least ${options.min}`)
+    throw new LeaseRefused('LEASE_ID_OUT_OF_RANGE', `${where}: worker id ${workerId} is below the range [${options.min}, ${options.max}]: raise the table's next ID to at least ${options.min}`)
   }
   options.logger.info({ workerId, table: where }, 'worker id claimed: a new WORKER_NODE row, never handed out again')
 
@@ -177,7 +177,7 @@ async function insertMysql (options: DisposableWorkerIdOptions, where: string, r
     try {
       await run(MYSQL_WORKER_NODE_DDL)
     } catch (ddlErr) {
-      throw new LeaseRefused(`${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/worker_node.sql`)
+      throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/worker_node.sql`, { cause: ddlErr })
     }
     return Number((await run<ResultSetHeader>(MYSQL_INSERT, row)).insertId)
   } finally {
@@ -199,7 +199,7 @@ async function insertPostgres (options: DisposableWorkerIdOptions, store: Extrac
     } catch (ddlErr) {
       // Another start created it at the same moment.
       if ((ddlErr as { code?: unknown }).code !== PG_UNIQUE_VIOLATION) {
-        throw new LeaseRefused(`${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/worker_node.postgres.sql`)
+        throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/worker_node.postgres.sql`, { cause: ddlErr })
       }
     }
     return await insert()

@@ -45,7 +45,7 @@ export async function acquireRecyclableLease (options: RecyclableLeaseOptions): 
   if (ttl < 3 * options.heartbeatIntervalMs) {
     // ZooKeeper grants a session timeout within its own bounds, whatever was asked for.
     await options.pool.close()
-    throw new LeaseRefused(`${options.pool.where} grants a lease of ${ttl} ms, less than 3 heartbeat intervals ` +
+    throw new LeaseRefused('LEASE_TTL_TOO_SHORT', `${options.pool.where} grants a lease of ${ttl} ms, less than 3 heartbeat intervals ` +
       `(leaf.snowflake.heartbeat-interval-ms is ${options.heartbeatIntervalMs}): one late renewal would stop issuing`)
   }
   const lease = new RecyclableLease(options)
@@ -307,17 +307,17 @@ export class RecyclableLease implements WorkerLease {
       if (this.monotonic() + waitMs > deadline) {
         if (this.storeError !== undefined) {
           this.options.onClaim?.('error')
-          throw new LeaseRefused(`no worker id could be leased from ${this.options.pool.where} within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
-            `the store failed (${this.storeError.message})`)
+          throw new LeaseRefused('LEASE_STORE_UNAVAILABLE', `no worker id could be leased from ${this.options.pool.where} within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
+            `the store failed (${this.storeError.message})`, { cause: this.storeError })
         }
         this.options.onClaim?.('exhausted')
         const range = `${this.options.pool.where} in [${this.options.min}, ${this.options.max}] (${this.options.max - this.options.min + 1} ids)`
         if (this.driftRefused.size > 0) {
-          throw new LeaseRefused(`no worker id of ${range} could be leased within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
+          throw new LeaseRefused('LEASE_CLOCK_DRIFT', `no worker id of ${range} could be leased within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
             `${this.driftRefused.size} (${[...this.driftRefused].slice(0, 10).join(', ')}) were passed over because their previous holder's last millisecond ` +
             `is more than leaf.snowflake.max-clock-drift-ms (${this.options.maxClockDriftMs} ms) ahead of this clock, and the others are leased: check the clocks`)
         }
-        throw new LeaseRefused(`every worker id of ${range} is leased, and none expires within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
+        throw new LeaseRefused('LEASE_POOL_EXHAUSTED', `every worker id of ${range} is leased, and none expires within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
           'stop an instance, or widen leaf.snowflake.worker-id.min/max')
       }
       this.throttle.warn('exhausted', undefined, 'every worker id is leased: waiting for the oldest lease to expire', { waitMs, pool: this.options.pool.where })

@@ -20,7 +20,7 @@ export function staticSource (kind: 'static' | 'statefulset', config: ResolvedCo
         const hostname = snowflake.hostname || process.env.HOSTNAME || ''
         const ordinal = ordinalOf(hostname)
         if (ordinal === undefined) {
-          throw new LeaseRefused(`the statefulset source takes the worker id from the ordinal at the end of the host name (leaf-3 -> 3), and "${hostname}" has none: ` +
+          throw new LeaseRefused('LEASE_NO_IDENTITY', `the statefulset source takes the worker id from the ordinal at the end of the host name (leaf-3 -> 3), and "${hostname}" has none: ` +
             'set leaf.snowflake.worker-id.hostname, or run as a StatefulSet pod')
         }
         staticWorkerId = ordinal

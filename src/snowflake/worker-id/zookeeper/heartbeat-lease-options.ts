@@ -55,7 +55,7 @@ export function leaseOptions (config: ResolvedConfig, logger: Logger, clock: () 
 
 export function refuseIfAhead (stored: number | undefined, now: number, where: string): void {
   if (stored !== undefined && stored > now) {
-    throw new LeaseRefused(`the clock is behind ${where}: stored ${stored} (${new Date(stored).toISOString()}), now ${now} (${new Date(now).toISOString()})`)
+    throw new LeaseRefused('LEASE_CLOCK_BEHIND', `the clock is behind ${where}: stored ${stored} (${new Date(stored).toISOString()}), now ${now} (${new Date(now).toISOString()})`)
   }
 }
 
@@ -78,7 +78,7 @@ export function restartWindow (last: number | undefined, fromCache: boolean, opt
 export function refuseOutOfRange (workerId: number, config: ResolvedConfig, source: string): void {
   const { workerIdMin: min, workerIdMax: max } = config.snowflake
   if (workerId < min || workerId > max) {
-    throw new LeaseRefused(`worker id ${workerId} from the ${source} source is outside [${min}, ${max}] ` +
+    throw new LeaseRefused('LEASE_ID_OUT_OF_RANGE', `worker id ${workerId} from the ${source} source is outside [${min}, ${max}] ` +
       '(leaf.snowflake.worker-id.min and leaf.snowflake.worker-id.max): another range, or another ID space, may use it')
   }
 }

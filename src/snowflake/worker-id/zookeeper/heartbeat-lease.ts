@@ -76,8 +76,8 @@ export class HeartbeatLease implements WorkerLease {
       this.record(this.options.clock())
     } catch (err) {
       clearInterval(this.timer)
-      throw new LeaseRefused(`the worker-id cache ${join(this.cacheDir, CACHE_FILE)} cannot be written (${(err as Error).message}); ` +
-        'without it a restart could not tell which milliseconds were used')
+      throw new LeaseRefused('LEASE_CACHE_UNWRITABLE', `the worker-id cache ${join(this.cacheDir, CACHE_FILE)} cannot be written (${(err as Error).message}); ` +
+        'without it a restart could not tell which milliseconds were used', { cause: err })
     }
     return this
   }
@@ -173,9 +173,9 @@ export class HeartbeatLease implements WorkerLease {
       await zk.mkdirp(client, paths.forever)
       // A start from the cache saw no layout record: it is checked (or written) now.
       await recordZookeeperLayout(client, this.options.name, this.options.layout ?? leafLayout(DEFAULT_TWEPOCH))
-      const own = (await zk.getChildren(client, paths.forever)).find((c) => c.startsWith(paths.prefix))
+      const own = (await zk.getChildren(client, paths.forever)).find((child) => child.startsWith(paths.prefix))
       if (own === undefined || Number(own.slice(paths.prefix.length)) !== this.workerId) {
-        throw new LeaseRefused(`ZooKeeper holds ${own === undefined ? 'no node' : `${paths.forever}/${own}`} for ${paths.address}, ` +
+        throw new LeaseRefused('LEASE_HELD_ELSEWHERE', `ZooKeeper holds ${own === undefined ? 'no node' : `${paths.forever}/${own}`} for ${paths.address}, ` +
           `not worker id ${this.workerId}: restart this instance with ZooKeeper up to lease a worker id of its own`)
       }
       paths.own = `${paths.forever}/${own}`

@@ -51,7 +51,7 @@ export async function takeEphemeral (client: Client, paths: ZkPaths, data: strin
     }
     const left = deadline - performance.now()
     if (left <= 0) {
-      throw new LeaseRefused(`another live instance holds ${paths.temporary} (ZooKeeper session ${node.owner}, data ${String(node.data)}); ` +
+      throw new LeaseRefused('LEASE_HELD_ELSEWHERE', `another live instance holds ${paths.temporary} (ZooKeeper session ${node.owner}, data ${String(node.data)}); ` +
         `this instance (session ${mine}) registers as the same ${paths.address} and would issue with the same worker id: ` +
         'give each instance its own leaf.snowflake.ip or leaf.snowflake.port')
     }
@@ -71,7 +71,7 @@ export async function register (client: Client, options: WorkerLeaseOptions, pat
   // this line, so the forever node below is ours alone to read or create.
   await takeEphemeral(client, paths, nodeData(paths.ip, options.port, now), options.zkSessionTimeoutMs + EXPIRY_MARGIN_MS, options.logger)
   const children = await zk.getChildren(client, paths.forever)
-  const own = children.find((c) => c.startsWith(paths.prefix))
+  const own = children.find((child) => child.startsWith(paths.prefix))
   let workerId: number
   let storedTimestamp: number | undefined
   if (own !== undefined) {
@@ -90,7 +90,7 @@ export async function register (client: Client, options: WorkerLeaseOptions, pat
   const max = options.layout?.maxWorkerId ?? MAX_WORKER_ID
   if (!Number.isInteger(workerId) || workerId > max) {
     // ZooKeeper's sequence counter of a folder never goes back: removing nodes frees nothing.
-    throw new LeaseRefused(`worker id ${workerId} from ${paths.own} is above ${max}. ZooKeeper numbers ${paths.forever}'s children ` +
+    throw new LeaseRefused('LEASE_ID_OUT_OF_RANGE', `worker id ${workerId} from ${paths.own} is above ${max}. ZooKeeper numbers ${paths.forever}'s children ` +
       'with a counter that never goes back, so deleting the nodes of instances that no longer exist does not help. ' +
       `In Leaf's layout the only remedy is to stop every instance of ${options.name} in a maintenance window, delete and recreate ${paths.forever}, and start them again`)
   }
@@ -105,18 +105,18 @@ async function checkPeerClocks (client: Client, options: WorkerLeaseOptions, pat
   for (const peer of peers) {
     // A peer that stopped meanwhile has no clock to compare; one this identity may not read
     // (NO_AUTH) refuses the start, rather than leave its clock unchecked.
-    const t = parseTimestamp(await zk.getData(client, `${dir}/${peer}`).catch((err: unknown) => {
+    const time = parseTimestamp(await zk.getData(client, `${dir}/${peer}`).catch((err: unknown) => {
       if (isNoNode(err)) return undefined
       throw err
     }))
-    if (t !== undefined) times.push(t)
+    if (time !== undefined) times.push(time)
   }
   if (times.length === 0) return
   const average = times.reduce((sum, time) => sum + time, 0) / times.length
   // A peer's heartbeat may carry time recorded ahead of its clock (borrowed time, a unit's rest).
   const peersAhead = options.aheadMs ?? 0
   if (now - average > options.maxClockDriftMs || average - now > options.maxClockDriftMs + peersAhead) {
-    throw new LeaseRefused(`this clock (${now}) is ${Math.round(now - average)} ms off the average of ${times.length} live peers (${Math.round(average)}); ` +
+    throw new LeaseRefused('LEASE_CLOCK_DRIFT', `this clock (${now}) is ${Math.round(now - average)} ms off the average of ${times.length} live peers (${Math.round(average)}); ` +
       `leaf.snowflake.max-clock-drift-ms is ${options.maxClockDriftMs}`)
   }
 }
@@ -124,8 +124,8 @@ async function checkPeerClocks (client: Client, options: WorkerLeaseOptions, pat
 function parseTimestamp (data: Buffer | undefined): number | undefined {
   if (data === undefined) return undefined
   try {
-    const t = (JSON.parse(data.toString('utf8')) as { timestamp?: unknown }).timestamp
-    return typeof t === 'number' && Number.isFinite(t) ? t : undefined
+    const timestamp = (JSON.parse(data.toString('utf8')) as { timestamp?: unknown }).timestamp
+    return typeof timestamp === 'number' && Number.isFinite(timestamp) ? timestamp : undefined
   } catch {
     return undefined
   }

@@ -45,10 +45,10 @@ export async function acquireWorkerLease (options: WorkerLeaseOptions): Promise<
   const now = options.clock()
 
   if (options.port === 0) {
-    throw new LeaseRefused('the registration port is 0, which every such instance would share: set leaf.snowflake.port (or server.port) to the port this instance is reached on')
+    throw new LeaseRefused('LEASE_NO_IDENTITY', 'the registration port is 0, which every such instance would share: set leaf.snowflake.port (or server.port) to the port this instance is reached on')
   }
   const ip = options.ip || firstNonLoopbackIPv4()
-  if (ip === undefined) throw new LeaseRefused('no non-loopback IPv4 address found: set leaf.snowflake.ip')
+  if (ip === undefined) throw new LeaseRefused('LEASE_NO_IDENTITY', 'no non-loopback IPv4 address found: set leaf.snowflake.ip')
   const paths = zkPaths(options.name, ip, options.port)
 
   // One client for the lease's life: it retries by itself, and is never closed before it has
@@ -85,14 +85,14 @@ export async function acquireWorkerLease (options: WorkerLeaseOptions): Promise<
 
 function fromCache (options: WorkerLeaseOptions, cacheDir: string, cached: CachedWorker | undefined, paths: ZkPaths, now: number, why: string, client: Client): WorkerLease {
   const file = join(cacheDir, CACHE_FILE)
-  if (cached === undefined) throw new LeaseRefused(`ZooKeeper unreachable (${why}) and no cached worker id in ${file}`)
-  if (cached.lastTimestamp === undefined) throw new LeaseRefused(`ZooKeeper unreachable (${why}) and ${file} holds no lastTimestamp to check the clock against`)
+  if (cached === undefined) throw new LeaseRefused('LEASE_CACHE_UNUSABLE', `ZooKeeper unreachable (${why}) and no cached worker id in ${file}`)
+  if (cached.lastTimestamp === undefined) throw new LeaseRefused('LEASE_CACHE_UNUSABLE', `ZooKeeper unreachable (${why}) and ${file} holds no lastTimestamp to check the clock against`)
   if (cached.address !== paths.address) {
-    throw new LeaseRefused(`ZooKeeper unreachable (${why}) and the worker id in ${file} was leased for ${cached.address ?? 'an unrecorded address'}, ` +
+    throw new LeaseRefused('LEASE_CACHE_UNUSABLE', `ZooKeeper unreachable (${why}) and the worker id in ${file} was leased for ${cached.address ?? 'an unrecorded address'}, ` +
       `not for ${paths.address}: another instance may hold it now`)
   }
   if (now + (options.aheadMs ?? 0) <= cached.lastTimestamp) {
-    throw new LeaseRefused(`ZooKeeper unreachable (${why}) and the clock (${now}) is not past the cached lastTimestamp (${cached.lastTimestamp})`)
+    throw new LeaseRefused('LEASE_CLOCK_BEHIND', `ZooKeeper unreachable (${why}) and the clock (${now}) is not past the cached lastTimestamp (${cached.lastTimestamp})`)
   }
   options.logger.warn({ workerId: cached.workerId, file, why }, 'ZooKeeper unreachable at start: using the cached worker id')
   const lease = new HeartbeatLease(options, cacheDir, 'cache', cached.workerId, restartWindow(cached.lastTimestamp, true, options, now), paths)
