@@ -164,6 +164,8 @@ export class RecyclableLease implements WorkerLease {
     if (soonest !== undefined && soonest >= 0 && !this.closed) this.throttle.warn('exhausted', undefined, 'no worker id free to lease again: retried at the next heartbeat', { pool: this.options.pool.where })
   }
 
+  // The check on the ID path, the fence, and the renewal that moves it on.
+
   /** Before every new millisecond: refuses once the lease may have run out (a pause, a partition). */
   check (ms: number): void {
     this.fenceIfDue()
@@ -267,6 +269,9 @@ export class RecyclableLease implements WorkerLease {
   private renewSoon (): void {
     setImmediate(() => { this.heartbeat().catch(() => {}) })
   }
+
+  // The claims: a pass over the pool, the hand-over from the id's previous holders, and the
+  // hand-backs of claims given up on.
 
   /** A token for a new claim: no statement of another claim matches it. */
   private newToken (): string {
@@ -486,6 +491,8 @@ export class RecyclableLease implements WorkerLease {
     }
     return true
   }
+
+  // The status, and the release.
 
   status (): LeaseStatus {
     return {
