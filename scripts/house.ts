@@ -83,9 +83,11 @@ export function renderRooms (graph = importGraph()): string {
     }
   }
   const rooms = [...arrows.keys()].sort((a, b) => layerOfPath(b) - layerOfPath(a) || a.localeCompare(b))
+  // Rooms line up under the longest name (22 columns at least).
+  const width = Math.max(22, ...rooms.map((room) => room.length))
   return rooms.map((room) => {
     const to = [...(arrows.get(room) ?? [])].sort()
-    return `${room.padEnd(22)} ${to.length === 0 ? '(imports only the base layer)' : `-> ${to.join('  ')}`}`
+    return `${room.padEnd(width)} ${to.length === 0 ? '(imports only the base layer)' : `-> ${to.join('  ')}`}`
   }).join('\n')
 }
 

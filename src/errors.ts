@@ -67,10 +67,43 @@ export class StartRefused extends Error {
   }
 }
 
+/** Why a worker id may not be leased (or kept): the stable part of a LeaseRefused. */
+export type LeaseRefusedCode =
+  /** Every id of the range is leased, and none expires within one TTL. */
+  | 'LEASE_POOL_EXHAUSTED'
+  /** A previous holder ran further ahead than leaf.snowflake.max-clock-drift-ms, or this clock is off its live peers'. */
+  | 'LEASE_CLOCK_DRIFT'
+  /** The clock is behind a time recorded for the id (the cache file, ZooKeeper, the pool). */
+  | 'LEASE_CLOCK_BEHIND'
+  /** The pool's store failed or did not answer in time. */
+  | 'LEASE_STORE_UNAVAILABLE'
+  /** The pool's table is missing (or too old) and cannot be created (or altered). */
+  | 'LEASE_TABLE_MISSING'
+  /** The pool records another ID layout. */
+  | 'LEASE_LAYOUT_MISMATCH'
+  /** The store grants a lease shorter than 3 heartbeat intervals. */
+  | 'LEASE_TTL_TOO_SHORT'
+  /** The worker id lies outside leaf.snowflake.worker-id.min/max (or the layout's worker bits). */
+  | 'LEASE_ID_OUT_OF_RANGE'
+  /** Another live instance holds the id, or ZooKeeper holds another id for this address. */
+  | 'LEASE_HELD_ELSEWHERE'
+  /** This instance has no identity to lease under: no address, port 0, no StatefulSet ordinal. */
+  | 'LEASE_NO_IDENTITY'
+  /** ZooKeeper is unreachable and the cache file cannot stand in for it. */
+  | 'LEASE_CACHE_UNUSABLE'
+  /** The worker-id cache file cannot be written. */
+  | 'LEASE_CACHE_UNWRITABLE'
+  /** ZooKeeper refused leaf.snowflake.zk.auth (AUTH_FAILED) or access to the tree (NO_AUTH). */
+  | 'LEASE_AUTH_REFUSED'
+
 /** No worker id may be leased (or kept): the pool, the clock or another live holder says IDs could repeat. */
 export class LeaseRefused extends StartRefused {
-  constructor (message: string) {
+  readonly code: LeaseRefusedCode
+
+  constructor (code: LeaseRefusedCode, message: string, options?: { cause?: unknown }) {
     super(message)
     this.name = 'LeaseRefused'
+    this.code = code
+    if (options?.cause !== undefined) this.cause = options.cause
   }
 }

@@ -3,7 +3,7 @@ import { neverLoaded, type SegmentBufferView, type ViewPage } from '../segment/s
 import { MIN_HORIZON_RATE, horizonSeconds } from '../segment/rate-meter.js'
 import type { HostFenceView } from '../segment/host-fence.js'
 import type { GuardView } from '../segment/max-id-guard.js'
-import type { LeaseStatus } from '../snowflake/worker-id/source.js'
+import type { LeaseStatus } from '../snowflake/worker-id/worker-id-source.js'
 import { CRITICAL_SECONDS_LEFT, WARN_SECONDS_LEFT, YEAR_SECONDS } from '../snowflake/time-left.js'
 
 // Server-rendered pages for a person: Leaf's /cache and /db monitors, with pictures where they

@@ -1,6 +1,6 @@
 import { Gauge } from 'prom-client'
 import type { SnowflakeMode } from '../modes/snowflake-mode.js'
-import type { LeaseSource } from '../snowflake/worker-id/source.js'
+import type { LeaseSource } from '../snowflake/worker-id/worker-id-source.js'
 import { timeLeftSeconds } from '../snowflake/time-left.js'
 import { valuesMetric } from './values-metric.js'
 

@@ -3,9 +3,9 @@ import { layoutEnd, type Layout } from '../snowflake/layout.js'
 import { createSnowflakeGenerator, type SnowflakeGenerator, type SnowflakeGeneratorOptions } from '../snowflake/snowflake-generator.js'
 import type { ResolvedConfig } from '../snowflake/settings.js'
 import { timeLeftSeconds, WARN_SECONDS_LEFT, YEAR_SECONDS } from '../snowflake/time-left.js'
-import { aheadOfClockMs } from '../snowflake/worker-id/lease-options.js'
-import { acquireWorkerId, type SourceHooks } from '../snowflake/worker-id/sources.js'
-import type { WorkerLease } from '../snowflake/worker-id/source.js'
+import { aheadOfClockMs } from '../snowflake/worker-id/ahead-of-clock.js'
+import { acquireWorkerId, type SourceHooks } from '../snowflake/worker-id/create-source.js'
+import type { WorkerLease } from '../snowflake/worker-id/worker-id-source.js'
 
 export interface SnowflakeMode {
   lease: WorkerLease

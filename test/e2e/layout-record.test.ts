@@ -8,11 +8,11 @@ import type { ResolvedConfig } from '../../src/snowflake/settings.js'
 import { LeaseRefused, StartRefused } from '../../src/errors.js'
 import type { Layout } from '../../src/snowflake/layout.js'
 import { parseLayout } from '../../src/snowflake/layout-spec.js'
-import { MYSQL_LEASE_DDL, createDbLeaseStore } from '../../src/snowflake/worker-id/db-lease-store.js'
+import { MYSQL_LEASE_DDL, createDbLeaseStore } from '../../src/snowflake/worker-id/db-lease/db-lease-store.js'
 import { checkLayoutRecord, recordZookeeperLayout } from '../../src/snowflake/worker-id/layout-record.js'
-import { acquireWorkerId } from '../../src/snowflake/worker-id/sources.js'
-import type { WorkerLease } from '../../src/snowflake/worker-id/source.js'
-import { CreateMode, isNoNode, type Client } from '../../src/snowflake/worker-id/zookeeper.js'
+import { acquireWorkerId } from '../../src/snowflake/worker-id/create-source.js'
+import type { WorkerLease } from '../../src/snowflake/worker-id/worker-id-source.js'
+import { CreateMode, isNoNode, type Client } from '../../src/snowflake/worker-id/zookeeper-client.js'
 import { tempDir, testConfig } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'
 import { createTestDatabase } from '../helpers/mysql.js'
@@ -75,6 +75,7 @@ async function refusal (config: ResolvedConfig): Promise<Error> {
 /** The error is a LeaseRefused whose message holds every part. */
 function isRefused (t: Test, err: Error, parts: string[], what: string): void {
   t.ok(err instanceof LeaseRefused, `${what}: LeaseRefused (${err.name}: ${err.message})`)
+  t.equal((err as LeaseRefused).code, 'LEASE_LAYOUT_MISMATCH', `${what}: its code`)
   for (const part of parts) t.ok(err.message.includes(part), `${what}: the message says ${JSON.stringify(part)}`)
 }
 
@@ -421,7 +422,7 @@ t.test('recordZookeeperLayout: a fresh tree gets the record; then the same layou
   t.equal(await layoutNode(zkc, name), JS_SAFE_SIGNATURE, 'recorded, /snowflake/<name> made on the way')
   await recordZookeeperLayout(zkc, name, layoutOf('js-safe'))
   t.pass('the same layout passes')
-  await t.rejects(recordZookeeperLayout(zkc, name, layoutOf('leaf')), { name: 'LeaseRefused', message: `records the ID layout "${JS_SAFE_SIGNATURE}"` })
+  await t.rejects(recordZookeeperLayout(zkc, name, layoutOf('leaf')), { name: 'LeaseRefused', code: 'LEASE_LAYOUT_MISMATCH', message: `records the ID layout "${JS_SAFE_SIGNATURE}"` })
   t.equal(await layoutNode(zkc, name), JS_SAFE_SIGNATURE)
 })
 
@@ -438,7 +439,7 @@ t.test('recordZookeeperLayout: another instance records between our read and our
     })
     const result = recordZookeeperLayout(client, name, layoutOf(ours))
     if (passes) await t.resolves(result, `theirs ${theirs}, ours ${ours}: passes`)
-    else await t.rejects(result, { name: 'LeaseRefused', message: `records the ID layout "${layoutOf(theirs).signature}", and this instance's is "${layoutOf(ours).signature}"` }, `theirs ${theirs}, ours ${ours}: refused`)
+    else await t.rejects(result, { name: 'LeaseRefused', code: 'LEASE_LAYOUT_MISMATCH', message: `records the ID layout "${layoutOf(theirs).signature}", and this instance's is "${layoutOf(ours).signature}"` }, `theirs ${theirs}, ours ${ours}: refused`)
     t.ok(raced, 'the rival wrote first')
     t.equal(await layoutNode(zkc, name), layoutOf(theirs).signature, 'the rival\'s record stays')
   }
@@ -474,7 +475,7 @@ t.test('recordZookeeperLayout: a record that vanishes right after beating our cr
       return typeof value === 'function' ? value.bind(target) : value
     },
   })
-  await t.rejects(recordZookeeperLayout(client, name, layoutOf('leaf')), { name: 'LeaseRefused', message: 'records the ID layout ""' })
+  await t.rejects(recordZookeeperLayout(client, name, layoutOf('leaf')), { name: 'LeaseRefused', code: 'LEASE_LAYOUT_MISMATCH', message: 'records the ID layout ""' })
   t.equal(await layoutNode(zkc, name), undefined, 'no record was written')
 })
 
@@ -484,7 +485,7 @@ t.test('recordZookeeperLayout: a layout node with no data refuses every layout',
   await zk.mkdirp(zkc, `/snowflake/${name}`)
   await zk.create(zkc, `/snowflake/${name}/layout`, '', CreateMode.PERSISTENT)
   for (const spec of ['leaf', 'js-safe']) {
-    await t.rejects(recordZookeeperLayout(zkc, name, layoutOf(spec)), { name: 'LeaseRefused', message: `records the ID layout "", and this instance's is "${layoutOf(spec).signature}"` }, spec)
+    await t.rejects(recordZookeeperLayout(zkc, name, layoutOf(spec)), { name: 'LeaseRefused', code: 'LEASE_LAYOUT_MISMATCH', message: `records the ID layout "", and this instance's is "${layoutOf(spec).signature}"` }, spec)
   }
   // And through a source: the start is refused too.
   const err = await refusal(zkConfig('zookeeper-lease', name, 'leaf'))
@@ -518,13 +519,13 @@ t.test('checkLayoutRecord: a record decides by signature; no record decides by u
   const where = 'the pool'
   t.doesNotThrow(() => checkLayoutRecord(where, undefined, false, js), 'no record, unused: any layout')
   t.doesNotThrow(() => checkLayoutRecord(where, undefined, true, leaf), 'no record, used: leaf')
-  t.throws(() => checkLayoutRecord(where, undefined, true, js), { name: 'LeaseRefused', message: 'the pool gave out worker ids before layouts were recorded, so under Leaf\'s layout, and this instance\'s layout is js-safe' })
-  t.throws(() => checkLayoutRecord(where, undefined, true, layoutOf('leaf,worker=8,sequence=14')), LeaseRefused, 'no record, used: Leaf\'s name with other widths is not Leaf\'s layout')
+  t.throws(() => checkLayoutRecord(where, undefined, true, js), { name: 'LeaseRefused', code: 'LEASE_LAYOUT_MISMATCH', message: 'the pool gave out worker ids before layouts were recorded, so under Leaf\'s layout, and this instance\'s layout is js-safe' })
+  t.throws(() => checkLayoutRecord(where, undefined, true, layoutOf('leaf,worker=8,sequence=14')), { name: 'LeaseRefused', code: 'LEASE_LAYOUT_MISMATCH' }, 'no record, used: Leaf\'s name with other widths is not Leaf\'s layout')
   t.doesNotThrow(() => checkLayoutRecord(where, undefined, true, layoutOf('leaf,epoch=1500000000000')), 'no record, used: Leaf\'s fields with another twepoch (a setting before layouts were recorded)')
   t.doesNotThrow(() => checkLayoutRecord(where, JS_SAFE_SIGNATURE, true, js), 'the recorded layout')
   t.doesNotThrow(() => checkLayoutRecord(where, LEAF_SIGNATURE, true, layoutOf(LEAF_AS_CUSTOM)), 'the recorded layout, spelled otherwise')
-  t.throws(() => checkLayoutRecord(where, LEAF_SIGNATURE, false, js), { name: 'LeaseRefused', message: `the pool records the ID layout "${LEAF_SIGNATURE}", and this instance's is "${JS_SAFE_SIGNATURE}" (js-safe)` })
-  t.throws(() => checkLayoutRecord(where, LEAF_SIGNATURE, true, layoutOf('leaf,epoch=1500000000000')), LeaseRefused, 'another epoch is another layout')
+  t.throws(() => checkLayoutRecord(where, LEAF_SIGNATURE, false, js), { name: 'LeaseRefused', code: 'LEASE_LAYOUT_MISMATCH', message: `the pool records the ID layout "${LEAF_SIGNATURE}", and this instance's is "${JS_SAFE_SIGNATURE}" (js-safe)` })
+  t.throws(() => checkLayoutRecord(where, LEAF_SIGNATURE, true, layoutOf('leaf,epoch=1500000000000')), { name: 'LeaseRefused', code: 'LEASE_LAYOUT_MISMATCH' }, 'another epoch is another layout')
   t.throws(() => checkLayoutRecord(where, '', true, leaf), { message: 'records the ID layout ""' }, 'an empty record matches nothing')
 })
 

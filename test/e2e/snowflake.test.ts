@@ -9,7 +9,7 @@ import { tempDir } from '../helpers/config.js'
 import { parseSamples, valueOf } from '../helpers/prometheus.js'
 import { get, pool, startServer, type ServerProcess } from '../helpers/server-process.js'
 import { TEST_ZK, TEST_ZK_HOST, TEST_ZK_PORT, inspector, uniqueName, zk } from '../helpers/zookeeper.js'
-import { CreateMode } from '../../src/snowflake/worker-id/zookeeper.js'
+import { CreateMode } from '../../src/snowflake/worker-id/zookeeper-client.js'
 import { textIds } from '../helpers/ids.js'
 
 function snowflakeArgs (name: string, port: number, extra: string[] = []): string[] {

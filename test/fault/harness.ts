@@ -1,6 +1,6 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { connectZookeeper, zk, type Client } from '../../src/snowflake/worker-id/zookeeper.js'
+import { connectZookeeper, zk, type Client } from '../../src/snowflake/worker-id/zookeeper-client.js'
 import { ROOT, SERVER_JS, startServer, type ServerProcess } from '../helpers/server-process.js'
 import { IdLedger, parseIds } from './ledger.js'
 import { fmtMs } from './render.js'

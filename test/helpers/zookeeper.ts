@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import type { Test } from 'tap'
-import { connectZookeeper, zk, type Client } from '../../src/snowflake/worker-id/zookeeper.js'
+import { connectZookeeper, zk, type Client } from '../../src/snowflake/worker-id/zookeeper-client.js'
 import { createProxy, type TcpProxy } from './tcp-proxy.js'
 
 /** The ZooKeeper the tests use: the one scripts/test-services.sh starts, or LEAF_TEST_ZK_ADDRESS (`host:port`). */
@@ -34,7 +34,7 @@ export { zk }
 /**
  * A TCP proxy in front of the test ZooKeeper, for cutting a client off (`block()`) without a FIN
  * or RST. Its teardown lets the cut-off clients reach ZooKeeper again before it closes, so they
- * can end themselves (src/snowflake/worker-id/zookeeper.ts says why they must).
+ * can end themselves (src/snowflake/worker-id/zookeeper-client.ts says why they must).
  */
 export async function zookeeperProxy (t: Test): Promise<TcpProxy> {
   const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })

@@ -4,7 +4,7 @@ import Database from 'better-sqlite3'
 import t, { type Test } from 'tap'
 import { parseJdbcUrl, type StoreConfig } from '../../src/config/jdbc-url.js'
 import { describeStore } from '../../src/segment/stores/create-store.js'
-import { MYSQL_WORKER_NODE_DDL, PG_WORKER_NODE_DDL, acquireDisposableWorkerId, type DisposableWorkerIdOptions } from '../../src/snowflake/worker-id/disposable-source.js'
+import { MYSQL_WORKER_NODE_DDL, PG_WORKER_NODE_DDL, acquireDisposableWorkerId, type DisposableWorkerIdOptions } from '../../src/snowflake/worker-id/disposable/disposable-source.js'
 import { tempDir } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'
 import { createTestDatabase } from '../helpers/mysql.js'
@@ -179,6 +179,7 @@ for (const kind of ['mysql', 'postgres', 'sqlite'] as const) {
     t.equal((await acquire(db, { max: 2 })).workerId, 2)
     const err = await acquire(db, { max: 2 }).then(() => undefined, (e: unknown) => e)
     t.type(err, LeaseRefused)
+    t.equal((err as LeaseRefused).code, 'LEASE_ID_OUT_OF_RANGE')
     t.match((err as Error).message, /worker id 3 exceeds the max 2 of the range \[0, 2\].*a new WORKER_NODE table or give the worker id more bits/)
     t.equal((await db.rows()).length, 3, 'the third row was inserted, as UidGenerator does')
   })
@@ -187,6 +188,7 @@ for (const kind of ['mysql', 'postgres', 'sqlite'] as const) {
     const db = await nodeDb(t, kind)
     const err = await acquire(db, { min: 5, max: 9 }).then(() => undefined, (e: unknown) => e)
     t.type(err, LeaseRefused)
+    t.equal((err as LeaseRefused).code, 'LEASE_ID_OUT_OF_RANGE')
     t.match((err as Error).message, /worker id 1 is below the range \[5, 9\]/)
   })
 }
@@ -208,6 +210,7 @@ t.test('disposable: a store that cannot take the row refuses the start in one li
     store: { kind: 'sqlite', path: join(file, 'leaf.db') }, hostName: '10.1.2.3', port: '8080', type: 2, min: 0, max: 1023, connectTimeoutMs: 2000, queryTimeoutMs: 2000, logger: silentLogger,
   }).then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof LeaseRefused, `a LeaseRefused (${String(err)})`)
+  t.equal((err as LeaseRefused).code, 'LEASE_STORE_UNAVAILABLE')
   t.match((err as Error).message, /WORKER_NODE: no WORKER_NODE row could be inserted, so no worker id is taken \(unable to open database file\)$/, 'the driver\'s cause (a path through a file: no folder is made for a path that is not the embedded default)')
 })
 

@@ -2,8 +2,8 @@ import { join } from 'node:path'
 import t from 'tap'
 import { buildApp } from '../../src/app.js'
 import { leafLayout } from '../../src/snowflake/layout.js'
-import { createDbLeaseStore } from '../../src/snowflake/worker-id/db-lease-store.js'
-import { createZookeeperLeaseStore } from '../../src/snowflake/worker-id/zookeeper-lease-store.js'
+import { createDbLeaseStore } from '../../src/snowflake/worker-id/db-lease/db-lease-store.js'
+import { createZookeeperLeaseStore } from '../../src/snowflake/worker-id/zookeeper-lease/zookeeper-lease-store.js'
 import { withTimeout } from '../../src/timers.js'
 import { tempDir, testConfig } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'
@@ -74,7 +74,7 @@ t.test('db-lease on a MySQL database that does not exist: the driver\'s error, n
 
 t.test('zookeeper-lease with ZooKeeper silent at start: refused within the connect timeout, naming the address', async (t) => {
   const proxy = await createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })
-  // An unconnected client is only closed once it connects (zookeeper.ts): let it, at the end.
+  // An unconnected client is only closed once it connects (zookeeper-client.ts): let it, at the end.
   t.teardown(async () => {
     proxy.unblock()
     await new Promise((resolve) => setTimeout(resolve, 1500))
@@ -91,6 +91,7 @@ t.test('zookeeper-lease with ZooKeeper silent at start: refused within the conne
     layout: LEAF,
   }).then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof LeaseRefused)
+  t.equal((err as LeaseRefused).code, 'LEASE_STORE_UNAVAILABLE')
   t.match((err as Error).message, new RegExp(`ZooKeeper at 127\\.0\\.0\\.1:${proxy.port} did not answer within 300 ms`))
   const tookMs = performance.now() - started
   t.ok(tookMs >= 290 && tookMs < 300 + 500, `refused at the connect timeout (300 ms), not much later (${Math.round(tookMs)} ms; 500 ms of scheduling slack)`)

@@ -5,8 +5,8 @@ import { createStore } from '../../src/segment/stores/create-store.js'
 import { createPostgresRunner, serverOf } from '../../src/segment/stores/postgres-pool.js'
 import { createPostgresStore } from '../../src/segment/stores/postgres-store.js'
 import { leafLayout } from '../../src/snowflake/layout.js'
-import { createDbLeaseStore } from '../../src/snowflake/worker-id/db-lease-store.js'
-import { acquireDisposableWorkerId } from '../../src/snowflake/worker-id/disposable-source.js'
+import { createDbLeaseStore } from '../../src/snowflake/worker-id/db-lease/db-lease-store.js'
+import { acquireDisposableWorkerId } from '../../src/snowflake/worker-id/disposable/disposable-source.js'
 import { silentLogger } from '../helpers/logger.js'
 import { freePort } from '../helpers/ports.js'
 import { TEST_PG_HOST, TEST_PG_PORT, createTestPgDatabase } from '../helpers/postgres.js'
@@ -84,13 +84,13 @@ t.test('tables that cannot be created: the hand-over off, db-lease and disposabl
   for (const name of ['leaf_alloc_parked', 'leaf_worker_lease', 'worker_node']) await db.query(`CREATE DOMAIN ${name} AS int`)
   t.equal(await segments.claimParked('order', 'A', 60_000), undefined, 'no hand-over')
   const lease = { store, pool: 'p', ttlMs: 3000, connectTimeoutMs: 1000, queryTimeoutMs: 1000 }
-  await t.rejects(createDbLeaseStore({ ...lease, layout: leafLayout(1288834974657) }), { name: 'LeaseRefused', message: /leaf_worker_lease \(pool p\): the table does not exist and cannot be created .*: run sql\/leaf_worker_lease\.postgres\.sql$/ })
+  await t.rejects(createDbLeaseStore({ ...lease, layout: leafLayout(1288834974657) }), { name: 'LeaseRefused', code: 'LEASE_TABLE_MISSING', message: /leaf_worker_lease \(pool p\): the table does not exist and cannot be created .*: run sql\/leaf_worker_lease\.postgres\.sql$/ })
   await t.rejects(acquireDisposableWorkerId({ store, hostName: 'h', port: '1', type: 2, min: 0, max: 1023, connectTimeoutMs: 1000, queryTimeoutMs: 1000, logger: silentLogger }),
-    { name: 'LeaseRefused', message: /WORKER_NODE: the table does not exist and cannot be created .*: run sql\/worker_node\.postgres\.sql$/ })
+    { name: 'LeaseRefused', code: 'LEASE_TABLE_MISSING', message: /WORKER_NODE: the table does not exist and cannot be created .*: run sql\/worker_node\.postgres\.sql$/ })
   await db.query('DROP DOMAIN leaf_worker_lease')
   const pool = await createDbLeaseStore({ ...lease, layout: leafLayout(1288834974657) })
   await pool.close()
-  await t.rejects(createDbLeaseStore({ ...lease, layout: leafLayout(0) }), { name: 'LeaseRefused', message: /records the ID layout/ }, 'another layout: refused, its pool closed')
+  await t.rejects(createDbLeaseStore({ ...lease, layout: leafLayout(0) }), { name: 'LeaseRefused', code: 'LEASE_LAYOUT_MISMATCH' }, 'another layout: refused, its pool closed')
 })
 
 t.test('serverOf: the timeline is the current WAL file\'s first 8 hex digits; a standby (no WAL position) or a row without the columns says nothing', async (t) => {

@@ -6,14 +6,14 @@ import { ConfigError, loadConfig } from '../../src/config/load-config.js'
 import { WORKER_ID_SOURCES } from '../../src/config/keys.js'
 import { createMysqlRunner } from '../../src/segment/stores/mysql-hosts.js'
 import { CACHE_FILE } from '../../src/snowflake/worker-id/cache-file.js'
-import { MYSQL_LEASE_DDL, PG_LEASE_DDL, createDbLeaseStore } from '../../src/snowflake/worker-id/db-lease-store.js'
+import { MYSQL_LEASE_DDL, PG_LEASE_DDL, createDbLeaseStore } from '../../src/snowflake/worker-id/db-lease/db-lease-store.js'
 import type { LeaseStore } from '../../src/snowflake/worker-id/lease-store.js'
-import { RecyclableLease } from '../../src/snowflake/worker-id/recyclable-lease.js'
-import type { ClaimResult } from '../../src/snowflake/worker-id/recyclable-options.js'
-import { acquireWorkerId, workerIdSource } from '../../src/snowflake/worker-id/sources.js'
-import type { WorkerLease } from '../../src/snowflake/worker-id/source.js'
-import { ordinalOf } from '../../src/snowflake/worker-id/static-source.js'
-import { createZookeeperLeaseStore } from '../../src/snowflake/worker-id/zookeeper-lease-store.js'
+import { RecyclableLease } from '../../src/snowflake/worker-id/recyclable/recyclable-lease.js'
+import type { ClaimResult } from '../../src/snowflake/worker-id/recyclable/recyclable-lease-options.js'
+import { acquireWorkerId, workerIdSource } from '../../src/snowflake/worker-id/create-source.js'
+import type { WorkerLease } from '../../src/snowflake/worker-id/worker-id-source.js'
+import { ordinalOf } from '../../src/snowflake/worker-id/static/static-source.js'
+import { createZookeeperLeaseStore } from '../../src/snowflake/worker-id/zookeeper-lease/zookeeper-lease-store.js'
 import { tempDir, testConfig } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'
 import { TEST_MYSQL, createTestDatabase } from '../helpers/mysql.js'
@@ -511,10 +511,10 @@ t.test('statefulset: the ordinal at the end of the host name', async (t) => {
   t.equal(fromEnv.workerId, 12, 'HOSTNAME when the key is empty')
 
   await t.rejects(acquireWorkerId(sourceConfig({ 'leaf.snowflake.worker-id.source': 'statefulset', 'leaf.snowflake.worker-id.hostname': 'leaf' }), silentLogger, { clock: Date.now }),
-    { name: 'LeaseRefused', message: /"leaf" has none: set leaf\.snowflake\.worker-id\.hostname/ })
+    { name: 'LeaseRefused', code: 'LEASE_NO_IDENTITY', message: /"leaf" has none: set leaf\.snowflake\.worker-id\.hostname/ })
   const range = sourceConfig({ 'leaf.snowflake.worker-id.source': 'statefulset', 'leaf.snowflake.worker-id.hostname': 'leaf-7', 'leaf.snowflake.worker-id.max': 5 })
   await t.rejects(acquireWorkerId(range, silentLogger, { clock: Date.now }),
-    { name: 'LeaseRefused', message: 'worker id 7 from the statefulset source is outside [0, 5] (leaf.snowflake.worker-id.min and leaf.snowflake.worker-id.max): another range, or another ID space, may use it' })
+    { name: 'LeaseRefused', code: 'LEASE_ID_OUT_OF_RANGE', message: 'worker id 7 from the statefulset source is outside [0, 5] (leaf.snowflake.worker-id.min and leaf.snowflake.worker-id.max): another range, or another ID space, may use it' })
   t.notOk(existsSync(join(range.snowflake.cacheDir, CACHE_FILE)), 'refused before the cache is written')
 })
 
@@ -522,11 +522,12 @@ t.test('static: an id outside [min, max] refuses the start, before the cache is 
   const config = sourceConfig({ 'leaf.snowflake.worker-id.source': 'static', 'leaf.snowflake.worker.id': 9, 'leaf.snowflake.worker-id.min': 0, 'leaf.snowflake.worker-id.max': 5 })
   const err = await acquireWorkerId(config, silentLogger, { clock: Date.now }).then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof LeaseRefused)
+  t.equal((err as LeaseRefused).code, 'LEASE_ID_OUT_OF_RANGE')
   t.match((err as Error).message, /worker id 9 from the static source is outside \[0, 5\]/)
   t.notOk(existsSync(join(config.snowflake.cacheDir, CACHE_FILE)))
   const below = sourceConfig({ 'leaf.snowflake.worker.id': 2, 'leaf.snowflake.worker-id.min': 3 })
   t.equal(below.snowflake.workerIdSource, 'static', 'static by default without ZooKeeper')
-  await t.rejects(acquireWorkerId(below, silentLogger, { clock: Date.now }), { name: 'LeaseRefused', message: /worker id 2 from the static source is outside \[3, 1023\]/ })
+  await t.rejects(acquireWorkerId(below, silentLogger, { clock: Date.now }), { name: 'LeaseRefused', code: 'LEASE_ID_OUT_OF_RANGE', message: /worker id 2 from the static source is outside \[3, 1023\]/ })
   const inside = await acquire(t, sourceConfig({ 'leaf.snowflake.worker.id': 5, 'leaf.snowflake.worker-id.min': 5, 'leaf.snowflake.worker-id.max': 5 }))
   t.equal(inside.workerId, 5, 'the bounds are inclusive')
 })
@@ -537,7 +538,7 @@ t.test('zookeeper: a sequence number outside [min, max] refuses the start and le
   t.teardown(() => zkc.close())
   const config = sourceConfig({ 'leaf.name': name, 'leaf.snowflake.zk.address': TEST_ZK, 'leaf.snowflake.worker-id.min': 1, 'leaf.snowflake.worker-id.max': 5 })
   t.equal(config.snowflake.workerIdSource, 'zookeeper', 'zookeeper by default with an address')
-  await t.rejects(acquireWorkerId(config, silentLogger, { clock: Date.now }), { name: 'LeaseRefused', message: /worker id 0 from the zookeeper source is outside \[1, 5\]/ })
+  await t.rejects(acquireWorkerId(config, silentLogger, { clock: Date.now }), { name: 'LeaseRefused', code: 'LEASE_ID_OUT_OF_RANGE', message: /worker id 0 from the zookeeper source is outside \[1, 5\]/ })
   t.same(await zkc.children(`/snowflake/${name}/temporary`), [], 'the lease was closed')
   t.same(await zkc.children(`/snowflake/${name}/forever`), ['10.1.2.3:8080-0000000000'])
 })

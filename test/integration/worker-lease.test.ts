@@ -2,11 +2,11 @@ import { writeFileSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { readWorkerCache, writeWorkerCache } from '../../src/snowflake/worker-id/cache-file.js'
-import { restartWindow, type WorkerLeaseOptions } from '../../src/snowflake/worker-id/lease-options.js'
-import type { WorkerLease } from '../../src/snowflake/worker-id/source.js'
-import { acquireWorkerLease } from '../../src/snowflake/worker-id/zookeeper-source.js'
+import { restartWindow, type WorkerLeaseOptions } from '../../src/snowflake/worker-id/zookeeper/heartbeat-lease-options.js'
+import type { WorkerLease } from '../../src/snowflake/worker-id/worker-id-source.js'
+import { acquireWorkerLease } from '../../src/snowflake/worker-id/zookeeper/zookeeper-source.js'
 import { parseLayout } from '../../src/snowflake/layout-spec.js'
-import { CreateMode, connectZookeeper, sessionIdOf } from '../../src/snowflake/worker-id/zookeeper.js'
+import { CreateMode, connectZookeeper, sessionIdOf } from '../../src/snowflake/worker-id/zookeeper-client.js'
 import { tempDir } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'
 import { createProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
@@ -46,7 +46,7 @@ const zkProxy = () => createProxy(TEST_ZK_PORT, { targetHost: TEST_ZK_HOST })
 /**
  * A ZooKeeper address that resets every connection until `proxy.unblock()`. At teardown the
  * proxy lets clients through for a moment first: a client is only closed once it has
- * connected (zookeeper.ts), so one left retrying would keep the test process alive.
+ * connected (zookeeper-client.ts), so one left retrying would keep the test process alive.
  */
 async function unreachableZk (t: Test): Promise<TcpProxy> {
   const proxy = await zookeeperProxy(t)
@@ -91,7 +91,7 @@ t.test('without ZooKeeper: the configured worker id, guarded by the cache', asyn
   t.equal(again.notBefore, (written?.lastTimestamp as number) + HEARTBEAT + 1, 'restart window: past the last millisecond the old life could issue (recorded time + heartbeat, included)')
 
   writeWorkerCache(o.cacheDir, { workerId: 9, lastTimestamp: Date.now() + 60_000 })
-  await t.rejects(acquireWorkerLease(o), LeaseRefused, 'clock behind the cache: refused')
+  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', code: 'LEASE_CLOCK_BEHIND' }, 'clock behind the cache: refused')
 })
 
 t.test('first start creates both nodes with worker id 0 and Leaf\'s JSON', async (t) => {
@@ -145,6 +145,7 @@ t.test('a stored timestamp ahead of the clock refuses the start, naming both tim
   await zk.create(zkc, `${forever}/10.1.2.3:8080-`, JSON.stringify({ ip: '10.1.2.3', port: '8080', timestamp: future }), CreateMode.PERSISTENT_SEQUENTIAL)
   const err = await acquireWorkerLease(o).then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof LeaseRefused)
+  t.equal((err as LeaseRefused).code, 'LEASE_CLOCK_BEHIND')
   t.match((err as Error).message, new RegExp(`stored ${future} .*now \\d+`))
 })
 
@@ -156,7 +157,7 @@ t.test('a worker id past 1023 refuses the start: recreating forever is the remed
   await zk.mkdirp(zkc, forever)
   await Promise.all(Array.from({ length: 1024 }, (_, i) => zk.create(zkc, `${forever}/10.9.9.9:${i + 1}-`, '{}', CreateMode.PERSISTENT_SEQUENTIAL)))
   const err = await acquireWorkerLease(o).then(() => undefined, (e: Error) => e)
-  t.match(err, { name: 'LeaseRefused', message: new RegExp(`worker id 1024 .*never goes back.*does not help.*recreate ${forever}`) })
+  t.match(err, { name: 'LeaseRefused', code: 'LEASE_ID_OUT_OF_RANGE', message: new RegExp(`worker id 1024 .*never goes back.*does not help.*recreate ${forever}`) })
   t.notMatch(err?.message, /remove the nodes/, 'no advice that cannot work')
 })
 
@@ -168,7 +169,7 @@ t.test('a new instance whose clock is far from its live peers\' refuses to start
   await zk.mkdirp(zkc, temporary)
   const peerTime = Date.now() - 60_000
   await zk.create(zkc, `${temporary}/10.0.0.1:1`, JSON.stringify({ ip: '10.0.0.1', port: '1', timestamp: peerTime }), CreateMode.EPHEMERAL)
-  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /ms off the average of 1 live peers/ })
+  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', code: 'LEASE_CLOCK_DRIFT', message: /ms off the average of 1 live peers/ })
   t.same(await zkc.children(`/snowflake/${o.name}/forever`), [], 'nothing registered')
   const tolerant = await lease(t, { ...o, maxClockDriftMs: 120_000 })
   t.equal(tolerant.workerId, 0)
@@ -185,6 +186,7 @@ t.test('a second live instance on the same ip:port waits for the first\'s sessio
   const err = await acquireWorkerLease({ ...o, cacheDir: tempDir() }).then(() => undefined, (e: Error) => e)
   const waited = Date.now() - started
   t.ok(err instanceof LeaseRefused, 'refused')
+  t.equal((err as LeaseRefused).code, 'LEASE_HELD_ELSEWHERE')
   t.match(err?.message, new RegExp(`another live instance holds ${temporary} \\(ZooKeeper session ${owner}.*this instance \\(session 0x[0-9a-f]{16}\\)`))
   t.ok(waited >= 2000, `waited out the session timeout first (${waited} ms)`)
   t.equal((await zk.getOwned(zkc, temporary))?.owner, owner, 'the first instance keeps its node')
@@ -216,20 +218,20 @@ t.test('a node left by a dead session (a killed process) is taken once that sess
 })
 
 t.test('port 0 is refused as a registration port', async (t) => {
-  await t.rejects(acquireWorkerLease(options({ port: 0 })), { name: 'LeaseRefused', message: /registration port is 0/ })
+  await t.rejects(acquireWorkerLease(options({ port: 0 })), { name: 'LeaseRefused', code: 'LEASE_NO_IDENTITY', message: /registration port is 0/ })
 })
 
 t.test('ZooKeeper unreachable at start: the cached worker id, only with the clock past it and the same ip:port', async (t) => {
   const proxy = await unreachableZk(t)
   const o = options({ zkAddress: `127.0.0.1:${proxy.port}`, zkConnectTimeoutMs: 500 })
-  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /no cached worker id/ })
+  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', code: 'LEASE_CACHE_UNUSABLE', message: /no cached worker id/ })
   writeWorkerCache(o.cacheDir, { workerId: 77, lastTimestamp: Date.now() + 60_000, address: '10.1.2.3:8080' })
-  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /not past the cached lastTimestamp/ })
+  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', code: 'LEASE_CLOCK_BEHIND', message: /not past the cached lastTimestamp/ })
   const last = Date.now() - 1000
   writeWorkerCache(o.cacheDir, { workerId: 77, lastTimestamp: last, address: '10.9.9.9:8080' })
-  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /leased for 10\.9\.9\.9:8080, not for 10\.1\.2\.3:8080/ }, 'a former identity\'s id is not taken')
+  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', code: 'LEASE_CACHE_UNUSABLE', message: /leased for 10\.9\.9\.9:8080, not for 10\.1\.2\.3:8080/ }, 'a former identity\'s id is not taken')
   writeWorkerCache(o.cacheDir, { workerId: 77, lastTimestamp: last })
-  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /leased for an unrecorded address/ }, 'nor one of unknown identity')
+  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', code: 'LEASE_CACHE_UNUSABLE', message: /leased for an unrecorded address/ }, 'nor one of unknown identity')
   writeWorkerCache(o.cacheDir, { workerId: 77, lastTimestamp: last, address: '10.1.2.3:8080' })
   const before = Date.now()
   const l = await lease(t, o)
@@ -311,7 +313,7 @@ t.test('a cache ahead of the clock refuses the start even when ZooKeeper is up a
   const first = await acquireWorkerLease(o)
   await first.close()
   writeWorkerCache(o.cacheDir, { workerId: 0, lastTimestamp: Date.now() + 600_000, address: '10.1.2.3:8080' })
-  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', message: /the clock is behind the worker-id cache .*stored \d+/ })
+  await t.rejects(acquireWorkerLease(o), { name: 'LeaseRefused', code: 'LEASE_CLOCK_BEHIND', message: /the clock is behind the worker-id cache .*stored \d+/ })
 })
 
 t.test('ZooKeeper answering after the connect timeout does not crash the process', async (t) => {

@@ -5,12 +5,12 @@ import t, { type Test } from 'tap'
 import { LeaseRefused } from '../../src/errors.js'
 import { leafLayout } from '../../src/snowflake/layout.js'
 import type { Logger } from '../../src/logger.js'
-import { acquireWorkerLease } from '../../src/snowflake/worker-id/zookeeper-source.js'
-import { createZookeeperLeaseStore } from '../../src/snowflake/worker-id/zookeeper-lease-store.js'
-import { acquireWorkerId } from '../../src/snowflake/worker-id/sources.js'
-import type { WorkerLease } from '../../src/snowflake/worker-id/source.js'
+import { acquireWorkerLease } from '../../src/snowflake/worker-id/zookeeper/zookeeper-source.js'
+import { createZookeeperLeaseStore } from '../../src/snowflake/worker-id/zookeeper-lease/zookeeper-lease-store.js'
+import { acquireWorkerId } from '../../src/snowflake/worker-id/create-source.js'
+import type { WorkerLease } from '../../src/snowflake/worker-id/worker-id-source.js'
 import type { ResolvedConfig } from '../../src/snowflake/settings.js'
-import { CreateMode, closeZookeeper, connectZookeeper, createZookeeper, isNoNode, waitConnected, type Client } from '../../src/snowflake/worker-id/zookeeper.js'
+import { CreateMode, closeZookeeper, connectZookeeper, createZookeeper, isNoNode, waitConnected, type Client } from '../../src/snowflake/worker-id/zookeeper-client.js'
 import { tempDir, testConfig } from '../helpers/config.js'
 import { captureLogger, silentLogger } from '../helpers/logger.js'
 import { sleep, until } from '../helpers/time.js'
@@ -117,6 +117,7 @@ async function refusal (config: ResolvedConfig, logger: Logger = silentLogger): 
 /** A refusal in one line, naming the key and the fix, and never the password. */
 function isAuthRefusal (t: Test, err: Error, what: string, parts: string[] = []): void {
   t.ok(err instanceof LeaseRefused, `${what}: LeaseRefused (${err.name}: ${err.message})`)
+  t.equal((err as LeaseRefused).code, 'LEASE_AUTH_REFUSED', `${what}: its code`)
   t.match(err.message, /NO_AUTH|AUTH_FAILED/, `${what}: ZooKeeper's answer`)
   t.match(err.message, /set leaf\.snowflake\.zk\.auth|give it as digest:user:password/, `${what}: the key and the fix`)
   t.notOk(err.message.includes('\n'), `${what}: one line`)

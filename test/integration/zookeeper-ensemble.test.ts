@@ -2,8 +2,8 @@ import t, { type Test } from 'tap'
 import type { ResolvedConfig } from '../../src/snowflake/settings.js'
 import { isLeafError } from '../../src/errors.js'
 import { startSnowflakeMode, type SnowflakeMode } from '../../src/modes/snowflake-mode.js'
-import { fenceMarginMs, type ClaimResult } from '../../src/snowflake/worker-id/recyclable-options.js'
-import { connectZookeeper, closeZookeeper, ownerOf, zk } from '../../src/snowflake/worker-id/zookeeper.js'
+import { fenceMarginMs, type ClaimResult } from '../../src/snowflake/worker-id/recyclable/recyclable-lease-options.js'
+import { connectZookeeper, closeZookeeper, ownerOf, zk } from '../../src/snowflake/worker-id/zookeeper-client.js'
 import { sleep, waitUntil } from '../fault/services.js'
 import { tempDir, testConfig } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'
@@ -339,7 +339,7 @@ async function quorumLost (t: Test, o: { isolate: (leader: number) => number, ad
   const quorumMono = await ensemble.waitForQuorum()
   const quorumAt = restartAt + Math.round(quorumMono - restartMono)
   t.comment(`nodes ${killed.map((i) => i + 1).join(' and ')} restarted: a quorum again after ${Math.round(quorumMono - restartMono)} ms (outage ${quorumAt - killAt} ms)`)
-  // A client finds a serving node within a session timeout (its handshake guard, zookeeper.ts),
+  // A client finds a serving node within a session timeout (its handshake guard, zookeeper-client.ts),
   // and renews at the next heartbeat; one more heartbeat for a beat that began just before.
   const resumeBoundMs = Math.max(ttl, sessionTimeout) + 2 * heartbeat
   await waitUntil(() => leaseHolder.between(quorumAt).some((s) => s.ok) && (zkHolder.last()?.lastHeartbeat ?? 0) > quorumAt, resumeBoundMs + 1000, 5)

@@ -1,9 +1,9 @@
 import t from 'tap'
-import { closeZookeeper, createZookeeper, waitConnected } from '../../src/snowflake/worker-id/zookeeper.js'
+import { closeZookeeper, createZookeeper, waitConnected } from '../../src/snowflake/worker-id/zookeeper-client.js'
 import { zookeeperProxy } from '../helpers/zookeeper.js'
 
 // The proxy holds the first two connections silent, as ZooKeeper 3.8.0 does with a connect
-// request that comes while it starts (src/snowflake/worker-id/zookeeper.ts), and passes the
+// request that comes while it starts (src/snowflake/worker-id/zookeeper-client.ts), and passes the
 // later ones on to the test ZooKeeper.
 t.test('a handshake that is never answered is ended after the session timeout and tried again, until one is answered', async (t) => {
   const proxy = await zookeeperProxy(t)

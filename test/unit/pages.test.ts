@@ -2,7 +2,7 @@ import t from 'tap'
 import { duration, renderCachePage, sparkline, timeLeftLine, type InstanceView } from '../../src/http/pages.js'
 import { horizonSeconds } from '../../src/segment/rate-meter.js'
 import type { SegmentBufferView } from '../../src/segment/segment-views.js'
-import type { LeaseStatus } from '../../src/snowflake/worker-id/source.js'
+import type { LeaseStatus } from '../../src/snowflake/worker-id/worker-id-source.js'
 
 // The /cache page's snowflake panel for each kind of source and state, rendered directly
 // (the end-to-end tests see only the states their processes reach).

@@ -4,8 +4,8 @@ import t, { type Test } from 'tap'
 import { LeafError, LeaseRefused } from '../../src/errors.js'
 import { writeWorkerCache, readWorkerCache } from '../../src/snowflake/worker-id/cache-file.js'
 import type { Claimed, LeaseStore, PoolSlot } from '../../src/snowflake/worker-id/lease-store.js'
-import { acquireRecyclableLease, type RecyclableLease } from '../../src/snowflake/worker-id/recyclable-lease.js'
-import { fenceMarginMs, type ClaimResult, type RecyclableLeaseOptions } from '../../src/snowflake/worker-id/recyclable-options.js'
+import { acquireRecyclableLease, type RecyclableLease } from '../../src/snowflake/worker-id/recyclable/recyclable-lease.js'
+import { fenceMarginMs, type ClaimResult, type RecyclableLeaseOptions } from '../../src/snowflake/worker-id/recyclable/recyclable-lease-options.js'
 import { createSnowflakeGenerator } from '../../src/snowflake/snowflake-generator.js'
 import { tempDir } from '../helpers/config.js'
 import { captureLogger, silentLogger } from '../helpers/logger.js'
@@ -221,7 +221,7 @@ t.test('claim preference: the cached id, then the lowest free id (never leased o
   losing.losing = new Set([0, 1, 2, 3, 4])
   const o = options(losing, range)
   writeWorkerCache(o.cacheDir, { workerId: 2, lastTimestamp: now - 20_000, address: o.address })
-  await t.rejects(acquireRecyclableLease(o), LeaseRefused)
+  await t.rejects(acquireRecyclableLease(o), { name: 'LeaseRefused', code: 'LEASE_POOL_EXHAUSTED' })
   t.same(losing.claims, [2, 3, 4, 1], 'cached 2 first, then free 3 and 4 in order, then expired 1 (2 not asked twice); live 0 never')
   t.same(o.seen.claims, ['conflict', 'conflict', 'conflict', 'conflict', 'exhausted'])
   t.ok(losing.closed, 'a refused start closes its pool')
@@ -254,6 +254,7 @@ t.test('leases racing on one pool never both hold an id', async (t) => {
     const lost = results.flatMap((r) => r.status === 'rejected' ? [r.reason as unknown] : [])
     t.equal(won.length, 1, `round ${round}: one of two wins the only id`)
     t.ok(lost[0] instanceof LeaseRefused, `round ${round}: the other is refused (the id is leased for longer than one TTL)`)
+    t.equal((lost[0] as LeaseRefused | undefined)?.code, 'LEASE_POOL_EXHAUSTED')
     for (const l of won) await l.close()
   }
 
@@ -464,6 +465,7 @@ t.test('every free id passed over for drift: refused, naming the ids and the clo
   const o = options(pool, { min: 0, max: 1, maxClockDriftMs: 1000 })
   const err = await acquireRecyclableLease(o).then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof LeaseRefused)
+  t.equal((err as LeaseRefused).code, 'LEASE_CLOCK_DRIFT')
   t.match((err as Error).message, /no worker id of fake:\/\/pool in \[0, 1\] \(2 ids\) could be leased within leaf\.snowflake\.lease\.ttl-ms \(600 ms\): 2 \(0, 1\) were passed over/)
   t.match((err as Error).message, /max-clock-drift-ms \(1000 ms\) ahead of this clock.*check the clocks/)
   t.notMatch((err as Error).message, /every worker id/)
@@ -491,6 +493,7 @@ t.test('exhausted for longer than one TTL: refused, naming the pool, its range a
   const err = await acquireRecyclableLease(o).then(() => undefined, (e: unknown) => e)
   const waited = Date.now() - started
   t.ok(err instanceof LeaseRefused)
+  t.equal((err as LeaseRefused).code, 'LEASE_POOL_EXHAUSTED')
   t.match((err as Error).message, /every worker id of fake:\/\/pool in \[0, 1\] \(2 ids\) is leased, and none expires within leaf\.snowflake\.lease\.ttl-ms \(600 ms\)/)
   t.match((err as Error).message, /widen leaf\.snowflake\.worker-id\.min\/max/)
   t.ok(waited >= 350 && waited < 1500, `polled for about one TTL first (${waited} ms)`)
@@ -499,7 +502,7 @@ t.test('exhausted for longer than one TTL: refused, naming the pool, its range a
 
   const far = new FakePool(600, { 0: { owner: 'a', expiresAt: Date.now() + 60_000 } })
   const at = Date.now()
-  await t.rejects(acquireRecyclableLease(options(far, { min: 0, max: 0 })), { name: 'LeaseRefused', message: /\[0, 0\] \(1 ids\)/ })
+  await t.rejects(acquireRecyclableLease(options(far, { min: 0, max: 0 })), { name: 'LeaseRefused', code: 'LEASE_POOL_EXHAUSTED', message: /\[0, 0\] \(1 ids\)/ })
   t.ok(Date.now() - at < 300, 'no expiry within one TTL: refused at once')
 })
 
@@ -557,6 +560,7 @@ t.test('a store granting less than 3 heartbeats of lease is refused before any c
   const pool = new FakePool(900)
   await t.rejects(acquireRecyclableLease(options(pool, { heartbeatIntervalMs: 301 })), {
     name: 'LeaseRefused',
+    code: 'LEASE_TTL_TOO_SHORT',
     message: 'fake://pool grants a lease of 900 ms, less than 3 heartbeat intervals (leaf.snowflake.heartbeat-interval-ms is 301): one late renewal would stop issuing',
   })
   t.same(pool.claims, [], 'nothing claimed')
@@ -616,6 +620,7 @@ t.test('a store failing at start is tried again until the deadline; then refused
   const started = Date.now()
   const err = await acquireRecyclableLease(o2).then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof LeaseRefused)
+  t.equal((err as LeaseRefused).code, 'LEASE_STORE_UNAVAILABLE')
   t.match((err as Error).message, /no worker id could be leased from fake:\/\/pool within leaf\.snowflake\.lease\.ttl-ms \(600 ms\): the store failed \(lock wait timeout\)/)
   t.ok(Date.now() - started >= 450, `tried for about one TTL (${Date.now() - started} ms)`)
   t.equal(o2.seen.claims.at(-1), 'error')
@@ -714,6 +719,7 @@ t.test('versioned store (a database clock): an expired holder whose row keeps ch
   const started = performance.now()
   const err = await acquireRecyclableLease(o).then(() => undefined, (e: unknown) => e)
   t.ok(err instanceof LeaseRefused, 'refused')
+  t.equal((err as LeaseRefused).code, 'LEASE_POOL_EXHAUSTED')
   t.match((err as Error).message, /every worker id of fake:\/\/pool in \[0, 0\] \(1 ids\) is leased/)
   t.same(pool.claims, [], 'never claimed: the holder was never seen standing still')
   const waited = performance.now() - started

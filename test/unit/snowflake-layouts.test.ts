@@ -216,7 +216,7 @@ t.test('borrowing at its bound spins out the clock\'s next millisecond, as Leaf 
 t.test('a restart after borrowing never issues below the borrowed time', async (t) => {
   /**
    * A guard as the lease is: extend(ms) records ms, and allows IDs up to ms + window; a restart
-   * waits past what was allowed (lease-options.ts restartWindow: recorded + window + 1).
+   * waits past what was allowed (heartbeat-lease-options.ts restartWindow: recorded + window + 1).
    */
   function recordingGuard (window: number) {
     const guard = {

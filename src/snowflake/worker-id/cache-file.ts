@@ -1,4 +1,5 @@
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parse, stringify } from 'dot-properties'
 
@@ -23,7 +24,7 @@ export function readWorkerCache (dir: string): CachedWorker | undefined {
     return undefined
   }
   const values = parse(text) as Record<string, string>
-  const digits = (v: string | undefined) => v !== undefined && /^\d{1,15}$/.test(v.trim()) ? Number(v) : undefined
+  const digits = (value: string | undefined) => value !== undefined && /^\d{1,15}$/.test(value.trim()) ? Number(value) : undefined
   const workerId = digits(values.workerID)
   if (workerId === undefined) return undefined
   const address = values.address?.trim()
@@ -39,4 +40,9 @@ export function writeWorkerCache (dir: string, worker: { workerId: number, lastT
   if (worker.address !== undefined) values.address = worker.address
   writeFileSync(tmp, stringify(values) + '\n')
   renameSync(tmp, file)
+}
+
+/** The cache file's folder: as configured, or `<tmpdir>/<name>/leafconf/<port>` as Java Leaf. */
+export function workerCacheDir (options: { cacheDir: string, name: string, port: number }): string {
+  return options.cacheDir || join(tmpdir(), options.name, 'leafconf', String(options.port))
 }

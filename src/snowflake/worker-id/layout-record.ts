@@ -1,6 +1,6 @@
 import { LeaseRefused } from '../../errors.js'
 import type { Layout } from '../layout.js'
-import { CreateMode, isNoNode, isNodeExists, zk, type Client } from './zookeeper.js'
+import { CreateMode, isNoNode, isNodeExists, zk, type Client } from './zookeeper-client.js'
 
 // The ID layout is part of a fleet's identity: two instances of one leaf.name with different
 // layouts can make the same 64-bit number from different fields. So every worker-id pool
@@ -15,13 +15,13 @@ import { CreateMode, isNoNode, isNodeExists, zk, type Client } from './zookeeper
 export function checkLayoutRecord (where: string, recorded: string | undefined, used: boolean, layout: Layout): void {
   if (recorded === undefined) {
     if (used && !hasLeafFields(layout)) {
-      throw new LeaseRefused(`${where} gave out worker ids before layouts were recorded, so under Leaf's layout, and this instance's layout is ${layout.spec}: ` +
+      throw new LeaseRefused('LEASE_LAYOUT_MISMATCH', `${where} gave out worker ids before layouts were recorded, so under Leaf's layout, and this instance's layout is ${layout.spec}: ` +
         'mixed layouts under one leaf.name would make the same ID twice. Use another leaf.name (a pool of its own) for the new layout')
     }
     return
   }
   if (recorded !== layout.signature) {
-    throw new LeaseRefused(`${where} records the ID layout "${recorded}", and this instance's is "${layout.signature}" (${layout.spec}): ` +
+    throw new LeaseRefused('LEASE_LAYOUT_MISMATCH', `${where} records the ID layout "${recorded}", and this instance's is "${layout.signature}" (${layout.spec}): ` +
       'mixed layouts under one leaf.name would make the same ID twice. Start with the recorded layout, or use another leaf.name (a pool of its own) for the new one')
   }
 }
@@ -31,7 +31,7 @@ export function checkLayoutRecord (where: string, recorded: string | undefined, 
  * a name is not enough, `leaf,worker=8,sequence=14` is called `leaf` too.
  */
 function hasLeafFields (layout: Layout): boolean {
-  return layout.unit === 'ms' && layout.fields.map((f) => `${f.name}=${f.bits}${f.value === undefined ? '' : `:${f.value}`}`).join() === 'time=41,worker=10,sequence=12'
+  return layout.unit === 'ms' && layout.fields.map((field) => `${field.name}=${field.bits}${field.value === undefined ? '' : `:${field.value}`}`).join() === 'time=41,worker=10,sequence=12'
 }
 
 /**

@@ -3,8 +3,8 @@ import { networkInterfaces } from 'node:os'
 /** Java Leaf's identity address: the first non-loopback IPv4 address of the machine. */
 export function firstNonLoopbackIPv4 (): string | undefined {
   for (const addresses of Object.values(networkInterfaces())) {
-    for (const a of addresses ?? []) {
-      if (a.family === 'IPv4' && !a.internal) return a.address
+    for (const address of addresses ?? []) {
+      if (address.family === 'IPv4' && !address.internal) return address.address
     }
   }
   return undefined

@@ -1,7 +1,7 @@
 import { copyFileSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { decodeSnowflakeId } from '../../../src/snowflake/leaf-ids.js'
-import { fenceMarginMs } from '../../../src/snowflake/worker-id/recyclable-options.js'
+import { fenceMarginMs } from '../../../src/snowflake/worker-id/recyclable/recyclable-lease-options.js'
 import { ZooKeeperEnsemble } from '../../helpers/zookeeper-ensemble.js'
 import { SCHEDULING_SLACK_MS, errorCode, fmtMs, startLeaf, takeIds, unique, type Leaf, type Report, type Suite } from '../harness.js'
 import { HttpClient, backgroundLoad, batchMix, type Answer } from '../load.js'

@@ -12,7 +12,7 @@ import {
 const OUTAGE_MS = Math.max(TTL_MS, SESSION_TIMEOUT_MS) + 2 * HEARTBEAT_MS
 /**
  * Both instances must be back within this of the quorum's return: a client finds a serving node
- * within a session timeout (its handshake guard, src/snowflake/worker-id/zookeeper.ts) and
+ * within a session timeout (its handshake guard, src/snowflake/worker-id/zookeeper-client.ts) and
  * renews, or writes its heartbeat, at the next heartbeat; one more heartbeat for a beat that began
  * just before: max(TTL, session timeout) + 2 heartbeats = 4000 + 2 x 500 = 5000 ms (as in
  * test/integration/zookeeper-ensemble.test.ts).

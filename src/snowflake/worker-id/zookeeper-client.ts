@@ -94,8 +94,8 @@ function authFirst (client: Client): void {
     onSocketConnected.call(this)
     const packets = this.packetQueue
     if (!Array.isArray(packets?.queue)) return
-    const auth = packets.queue.filter((p) => p.request.header?.type === AUTH_OPCODE)
-    packets.queue = [...auth, ...packets.queue.filter((p) => !auth.includes(p))]
+    const auth = packets.queue.filter((packet) => packet.request.header?.type === AUTH_OPCODE)
+    packets.queue = [...auth, ...packets.queue.filter((packet) => !auth.includes(packet))]
   }
 }
 
@@ -208,7 +208,7 @@ export function isNodeExists (err: unknown): boolean {
 
 /** ZooKeeper refused the authentication (AUTH_FAILED): the client has stopped for good. */
 export function authFailedRefusal (): LeaseRefused {
-  return new LeaseRefused('ZooKeeper refused the authentication of leaf.snowflake.zk.auth (AUTH_FAILED): ' +
+  return new LeaseRefused('LEASE_AUTH_REFUSED', 'ZooKeeper refused the authentication of leaf.snowflake.zk.auth (AUTH_FAILED): ' +
     'give it as digest:user:password, to a ZooKeeper server that accepts the digest scheme')
 }
 
@@ -224,7 +224,7 @@ export function authRefusal (client: Client, err: unknown, tree: string): unknow
   if (identity?.authFailed === true || hasCode(err, zookeeper.Exception.AUTH_FAILED)) return authFailedRefusal()
   if (!hasCode(err, zookeeper.Exception.NO_AUTH)) return err
   const user = identity?.user
-  return new LeaseRefused(user === undefined
+  return new LeaseRefused('LEASE_AUTH_REFUSED', user === undefined
     ? `ZooKeeper refused access to ${tree} (NO_AUTH): its nodes are readable only by the identity that created them, and leaf.snowflake.zk.auth is not set: ` +
       'set leaf.snowflake.zk.auth (or leaf.snowflake.zk.auth-file) to the digest:user:password of the instances that created them'
     : `ZooKeeper refused access to ${tree} (NO_AUTH) to user "${user}" of leaf.snowflake.zk.auth: its nodes belong to another identity (another user, or another password): ` +
@@ -238,44 +238,44 @@ export const zk = {
    * included, lives under it, so one fleet's identity must not keep another from creating its
    * own. It holds no data, and ZooKeeper deletes no node that has children.
    */
-  async mkdirp (c: Client, path: string): Promise<string> {
+  async mkdirp (client: Client, path: string): Promise<string> {
     let at = ''
     for (const part of path.split('/').slice(1)) {
-      const acl = at === '' ? OPEN_ACL : aclOf(c)
+      const acl = at === '' ? OPEN_ACL : aclOf(client)
       at += `/${part}`
       try {
-        await call<string>((cb) => c.create(at, acl, CreateMode.PERSISTENT, cb))
+        await call<string>((cb) => client.create(at, acl, CreateMode.PERSISTENT, cb))
       } catch (err) {
         if (!isNodeExists(err)) throw err
       }
     }
     return at
   },
-  getChildren: (c: Client, path: string) => call<string[]>((cb) => c.getChildren(path, cb)),
-  getData: (c: Client, path: string) => call<Buffer | undefined>((cb) => c.getData(path, cb)),
+  getChildren: (client: Client, path: string) => call<string[]>((cb) => client.getChildren(path, cb)),
+  getData: (client: Client, path: string) => call<Buffer | undefined>((cb) => client.getData(path, cb)),
   /** The node's data and the session that owns it (hex, as sessionIdOf), or undefined when there is none. */
-  async getOwned (c: Client, path: string): Promise<{ data: Buffer | undefined, owner: string } | undefined> {
-    const node = await zk.getWithStat(c, path)
+  async getOwned (client: Client, path: string): Promise<{ data: Buffer | undefined, owner: string } | undefined> {
+    const node = await zk.getWithStat(client, path)
     return node && { data: node.data, owner: ownerOf(node.stat) }
   },
   /** The node's data and stat, or undefined when there is none. */
-  async getWithStat (c: Client, path: string): Promise<{ data: Buffer | undefined, stat: zookeeper.Stat } | undefined> {
+  async getWithStat (client: Client, path: string): Promise<{ data: Buffer | undefined, stat: zookeeper.Stat } | undefined> {
     try {
-      return await new Promise((resolve, reject) => c.getData(path, (err, data, stat) => err ? reject(err) : resolve({ data, stat })))
+      return await new Promise((resolve, reject) => client.getData(path, (err, data, stat) => err ? reject(err) : resolve({ data, stat })))
     } catch (err) {
       if (isNoNode(err)) return undefined
       throw err
     }
   },
   /** Runs a multi-operation transaction: all of its operations, or none. */
-  commit: (t: zookeeper.Transaction) => call<unknown>((cb) => t.commit(cb)),
-  setData: (c: Client, path: string, data: string) => call<unknown>((cb) => c.setData(path, Buffer.from(data), cb)),
-  create: (c: Client, path: string, data: string, mode: number) => call<string>((cb) => c.create(path, Buffer.from(data), aclOf(c), mode, cb)),
-  remove: (c: Client, path: string) => call<void>((cb) => c.remove(path, (err) => cb(err, undefined))),
+  commit: (transaction: zookeeper.Transaction) => call<unknown>((cb) => transaction.commit(cb)),
+  setData: (client: Client, path: string, data: string) => call<unknown>((cb) => client.setData(path, Buffer.from(data), cb)),
+  create: (client: Client, path: string, data: string, mode: number) => call<string>((cb) => client.create(path, Buffer.from(data), aclOf(client), mode, cb)),
+  remove: (client: Client, path: string) => call<void>((cb) => client.remove(path, (err) => cb(err, undefined))),
   /** Removes a node that may not exist. */
-  async removeIfExists (c: Client, path: string): Promise<void> {
+  async removeIfExists (client: Client, path: string): Promise<void> {
     try {
-      await zk.remove(c, path)
+      await zk.remove(client, path)
     } catch (err) {
       if (!isNoNode(err)) throw err
     }

@@ -1,4 +1,4 @@
-import type { LeaseStore } from './lease-store.js'
+import type { LeaseStore } from '../lease-store.js'
 import type { DbLeaseStoreOptions } from './db-lease-rows.js'
 import { createMysqlLeaseStore } from './db-lease-mysql.js'
 import { createPostgresLeaseStore } from './db-lease-postgres.js'
@@ -12,10 +12,10 @@ export { LEASE_TABLE, type DbLeaseStoreOptions } from './db-lease-rows.js'
 export { MYSQL_LEASE_DDL } from './db-lease-mysql.js'
 export { PG_LEASE_DDL } from './db-lease-postgres.js'
 
-export async function createDbLeaseStore (o: DbLeaseStoreOptions): Promise<LeaseStore> {
-  switch (o.store.kind) {
-    case 'sqlite': return createSqliteLeaseStore(o, o.store.path, o.store.embeddedDefault === true)
-    case 'postgres': return await createPostgresLeaseStore(o, o.store)
-    case 'mysql': return await createMysqlLeaseStore(o, o.store)
+export async function createDbLeaseStore (options: DbLeaseStoreOptions): Promise<LeaseStore> {
+  switch (options.store.kind) {
+    case 'sqlite': return createSqliteLeaseStore(options, options.store.path, options.store.embeddedDefault === true)
+    case 'postgres': return await createPostgresLeaseStore(options, options.store)
+    case 'mysql': return await createMysqlLeaseStore(options, options.store)
   }
 }

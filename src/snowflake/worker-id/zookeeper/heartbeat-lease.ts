@@ -1,15 +1,15 @@
 import { join } from 'node:path'
-import { LeafError, LeaseRefused } from '../../errors.js'
-import { createLogThrottle, type LogThrottle } from '../../log-throttle.js'
-import { sleep, withTimeout } from '../../timers.js'
-import { leafLayout } from '../layout.js'
-import { DEFAULT_TWEPOCH } from '../leaf-ids.js'
-import { CACHE_FILE, writeWorkerCache } from './cache-file.js'
-import { recordZookeeperLayout } from './layout-record.js'
-import type { WorkerLeaseOptions } from './lease-options.js'
-import type { LeaseSource, LeaseStatus, WorkerLease } from './source.js'
+import { LeafError, LeaseRefused } from '../../../errors.js'
+import { createLogThrottle, type LogThrottle } from '../../../log-throttle.js'
+import { sleep, withTimeout } from '../../../timers.js'
+import { leafLayout } from '../../layout.js'
+import { DEFAULT_TWEPOCH } from '../../leaf-ids.js'
+import { CACHE_FILE, readWorkerCache, workerCacheDir, writeWorkerCache } from '../cache-file.js'
+import { recordZookeeperLayout } from '../layout-record.js'
+import { refuseIfAhead, restartWindow, type WorkerLeaseOptions } from './heartbeat-lease-options.js'
+import type { LeaseSource, LeaseStatus, WorkerLease } from '../worker-id-source.js'
 import { nodeData, takeEphemeral, type ZkPaths } from './zookeeper-registration.js'
-import { authFailedRefusal, authRefusal, closeZookeeper, createZookeeper, isConnected, isNoNode, sessionIdOf, zk, type Client } from './zookeeper.js'
+import { authFailedRefusal, authRefusal, closeZookeeper, createZookeeper, isConnected, isNoNode, sessionIdOf, zk, type Client } from '../zookeeper-client.js'
 
 // The lease of the static, statefulset and zookeeper sources: a heartbeat writes the cache file
 // and, with ZooKeeper, Java Leaf's two nodes; IDs may be issued up to one heartbeat past the
@@ -17,6 +17,19 @@ import { authFailedRefusal, authRefusal, closeZookeeper, createZookeeper, isConn
 
 /** How late a heartbeat may be before it counts as a pause (see HeartbeatLease.pauseLimitMs). */
 const PAUSE_SLACK_MS = 1000
+
+/** `staticWorkerId` as the worker id, after the clock is checked against the cache file. */
+export function acquireStaticLease (options: WorkerLeaseOptions): WorkerLease {
+  const cacheDir = workerCacheDir(options)
+  const cacheFile = join(cacheDir, CACHE_FILE)
+  const cached = readWorkerCache(cacheDir)
+  const now = options.clock()
+  const source = options.staticSource ?? 'static'
+  if (source === 'static') options.logger.warn({ workerId: options.staticWorkerId }, 'snowflake without ZooKeeper: leaf.snowflake.worker.id must be unique per instance')
+  const last = cached?.workerId === options.staticWorkerId ? cached.lastTimestamp : undefined
+  refuseIfAhead(last, now + (options.aheadMs ?? 0), `the worker-id cache ${cacheFile}`)
+  return new HeartbeatLease(options, cacheDir, source, options.staticWorkerId, restartWindow(last, last !== undefined, options, now), undefined).start()
+}
 
 export class HeartbeatLease implements WorkerLease {
   onConnectionChange?: (connected: boolean) => void
@@ -42,7 +55,7 @@ export class HeartbeatLease implements WorkerLease {
   private readonly throttle: LogThrottle
 
   constructor (
-    private readonly o: WorkerLeaseOptions,
+    private readonly options: WorkerLeaseOptions,
     private readonly cacheDir: string,
     private source: LeaseSource,
     readonly workerId: number,
@@ -50,21 +63,21 @@ export class HeartbeatLease implements WorkerLease {
     private readonly paths: ZkPaths | undefined
   ) {
     this.address = paths?.address
-    this.throttle = createLogThrottle(o.logger)
+    this.throttle = createLogThrottle(options.logger)
     // The session timeout, unless heartbeats are further apart than it (a late timer is no pause).
-    this.pauseLimitMs = Math.max(o.zkSessionTimeoutMs, o.heartbeatIntervalMs + PAUSE_SLACK_MS)
-    this.timer = setInterval(() => { this.heartbeat() }, o.heartbeatIntervalMs)
+    this.pauseLimitMs = Math.max(options.zkSessionTimeoutMs, options.heartbeatIntervalMs + PAUSE_SLACK_MS)
+    this.timer = setInterval(() => { this.heartbeat() }, options.heartbeatIntervalMs)
     this.timer.unref()
   }
 
   /** Records the current time before any ID can be issued; refuses the start when it cannot. */
   start (): this {
     try {
-      this.record(this.o.clock())
+      this.record(this.options.clock())
     } catch (err) {
       clearInterval(this.timer)
-      throw new LeaseRefused(`the worker-id cache ${join(this.cacheDir, CACHE_FILE)} cannot be written (${(err as Error).message}); ` +
-        'without it a restart could not tell which milliseconds were used')
+      throw new LeaseRefused('LEASE_CACHE_UNWRITABLE', `the worker-id cache ${join(this.cacheDir, CACHE_FILE)} cannot be written (${(err as Error).message}); ` +
+        'without it a restart could not tell which milliseconds were used', { cause: err })
     }
     return this
   }
@@ -72,7 +85,7 @@ export class HeartbeatLease implements WorkerLease {
   /** Writes `ms` to the cache file: IDs may be issued up to one heartbeat past it. Throws when it cannot. */
   private record (ms: number): void {
     // Judged by the clock, not by `ms`: what is recorded may lie ahead of it (borrowed time).
-    const now = this.o.clock()
+    const now = this.options.clock()
     if (this.paths !== undefined && this.lastRecordedAt > 0 && now - this.lastRecordedAt > this.pauseLimitMs) {
       // Nothing was recorded for longer than the session timeout: this process was paused
       // (or starved), and ZooKeeper may have expired its session meanwhile and let another
@@ -86,7 +99,7 @@ export class HeartbeatLease implements WorkerLease {
       writeWorkerCache(this.cacheDir, { workerId: this.workerId, lastTimestamp: ms, address: this.address })
       this.lastWritten = ms
     }
-    this.issuableUntil = this.unavailable === undefined ? this.lastWritten + this.o.heartbeatIntervalMs : -Infinity
+    this.issuableUntil = this.unavailable === undefined ? this.lastWritten + this.options.heartbeatIntervalMs : -Infinity
     if (this.paths === undefined) this.lastHeartbeat = this.lastWritten
   }
 
@@ -109,10 +122,10 @@ export class HeartbeatLease implements WorkerLease {
     this.unavailable = why
     if (why !== undefined) {
       this.issuableUntil = -Infinity
-      this.o.logger.error({ workerId: this.workerId, why }, 'snowflake issuing stopped: this worker id is not ours alone')
+      this.options.logger.error({ workerId: this.workerId, why }, 'snowflake issuing stopped: this worker id is not ours alone')
     } else {
-      this.issuableUntil = this.lastWritten + this.o.heartbeatIntervalMs
-      this.o.logger.info({ workerId: this.workerId }, 'snowflake issuing resumed: the worker id is ours in ZooKeeper')
+      this.issuableUntil = this.lastWritten + this.options.heartbeatIntervalMs
+      this.options.logger.info({ workerId: this.workerId }, 'snowflake issuing resumed: the worker id is ours in ZooKeeper')
     }
   }
 
@@ -130,9 +143,9 @@ export class HeartbeatLease implements WorkerLease {
     client.on('expired', () => {
       if (this.client !== client || this.closed) return
       // The library ends an expired session itself; its ephemeral node is gone with it.
-      this.o.logger.warn('ZooKeeper session expired: reconnecting with a new session')
+      this.options.logger.warn('ZooKeeper session expired: reconnecting with a new session')
       this.setConnected(false)
-      this.attach(createZookeeper(this.o.zkAddress, this.o.zkSessionTimeoutMs, this.o.zkAuth ?? ''), undefined)
+      this.attach(createZookeeper(this.options.zkAddress, this.options.zkSessionTimeoutMs, this.options.zkAuth ?? ''), undefined)
     })
     // The library stops for good: the ephemeral node goes with the session, unseen.
     client.on('authenticationFailed', () => {
@@ -143,7 +156,7 @@ export class HeartbeatLease implements WorkerLease {
   private setConnected (connected: boolean): void {
     if (this.connected === connected) return
     this.connected = connected
-    this.o.logger[connected ? 'info' : 'warn']({ workerId: this.workerId }, connected ? 'ZooKeeper connected' : 'ZooKeeper disconnected: still serving with the leased worker id')
+    this.options.logger[connected ? 'info' : 'warn']({ workerId: this.workerId }, connected ? 'ZooKeeper connected' : 'ZooKeeper disconnected: still serving with the leased worker id')
     this.onConnectionChange?.(connected)
   }
 
@@ -159,15 +172,15 @@ export class HeartbeatLease implements WorkerLease {
     try {
       await zk.mkdirp(client, paths.forever)
       // A start from the cache saw no layout record: it is checked (or written) now.
-      await recordZookeeperLayout(client, this.o.name, this.o.layout ?? leafLayout(DEFAULT_TWEPOCH))
-      const own = (await zk.getChildren(client, paths.forever)).find((c) => c.startsWith(paths.prefix))
+      await recordZookeeperLayout(client, this.options.name, this.options.layout ?? leafLayout(DEFAULT_TWEPOCH))
+      const own = (await zk.getChildren(client, paths.forever)).find((child) => child.startsWith(paths.prefix))
       if (own === undefined || Number(own.slice(paths.prefix.length)) !== this.workerId) {
-        throw new LeaseRefused(`ZooKeeper holds ${own === undefined ? 'no node' : `${paths.forever}/${own}`} for ${paths.address}, ` +
+        throw new LeaseRefused('LEASE_HELD_ELSEWHERE', `ZooKeeper holds ${own === undefined ? 'no node' : `${paths.forever}/${own}`} for ${paths.address}, ` +
           `not worker id ${this.workerId}: restart this instance with ZooKeeper up to lease a worker id of its own`)
       }
       paths.own = `${paths.forever}/${own}`
       await zk.mkdirp(client, paths.temporary.slice(0, paths.temporary.lastIndexOf('/')))
-      await takeEphemeral(client, paths, data, 0, this.o.logger)
+      await takeEphemeral(client, paths, data, 0, this.options.logger)
       if (this.client !== client || this.closed) return
       this.ephemeralOf = sessionIdOf(client)
       if (this.source === 'cache') this.source = 'zookeeper'
@@ -175,7 +188,7 @@ export class HeartbeatLease implements WorkerLease {
       await zk.setData(client, paths.own, data)
     } catch (caught) {
       // A tree this identity may not read (leaf.snowflake.zk.auth) cannot confirm the worker id either.
-      const err = authRefusal(client, caught, `/snowflake/${this.o.name}`)
+      const err = authRefusal(client, caught, `/snowflake/${this.options.name}`)
       if (err instanceof LeaseRefused) this.setUnavailable(err.message)
       else this.throttle.warn('zookeeper-registration', err, 'ZooKeeper registration failed: retried at the next heartbeat')
     } finally {
@@ -186,9 +199,9 @@ export class HeartbeatLease implements WorkerLease {
   /** Writes the current time to the cache file and, when connected, to both ZooKeeper nodes. */
   async heartbeat (): Promise<void> {
     if (this.closed) return
-    const now = this.o.clock()
+    const now = this.options.clock()
     // (Borrowed time, or an ID of a second, is recorded ahead of the clock: that is no step back.)
-    if (now + (this.o.aheadMs ?? 0) < this.lastWritten) {
+    if (now + (this.options.aheadMs ?? 0) < this.lastWritten) {
       this.throttle.warn('clock-behind', undefined, 'clock behind the last heartbeat: heartbeat skipped', { now, last: this.lastWritten })
       return
     }
@@ -203,9 +216,9 @@ export class HeartbeatLease implements WorkerLease {
     // back, and bound a write that started before the connection went.
     if (paths === undefined || this.beating || client === undefined || !this.connected) return
     // ZooKeeper holds the last time recorded, so a restart that lost the cache file knows it too.
-    const data = nodeData(paths.ip, this.o.port, Math.max(now, this.lastWritten))
+    const data = nodeData(paths.ip, this.options.port, Math.max(now, this.lastWritten))
     if (this.ephemeralOf !== sessionIdOf(client) || this.unavailable !== undefined) {
-      await withTimeout(this.sync(client, data), this.o.heartbeatIntervalMs, `ZooKeeper did not answer within ${this.o.heartbeatIntervalMs} ms`)
+      await withTimeout(this.sync(client, data), this.options.heartbeatIntervalMs, `ZooKeeper did not answer within ${this.options.heartbeatIntervalMs} ms`)
         .then(() => { if (this.unavailable === undefined) this.lastHeartbeat = now },
           (err: unknown) => this.throttle.warn('zookeeper-registration', err, 'ZooKeeper registration failed: retried at the next heartbeat'))
       return
@@ -215,7 +228,7 @@ export class HeartbeatLease implements WorkerLease {
       await withTimeout((async () => {
         await zk.setData(client, paths.own as string, data)
         await zk.setData(client, paths.temporary, data)
-      })(), this.o.heartbeatIntervalMs, `ZooKeeper did not answer within ${this.o.heartbeatIntervalMs} ms`)
+      })(), this.options.heartbeatIntervalMs, `ZooKeeper did not answer within ${this.options.heartbeatIntervalMs} ms`)
       this.lastHeartbeat = now
     } catch (err) {
       // Our ephemeral node is gone though the session lives on: take it again at the next beat.

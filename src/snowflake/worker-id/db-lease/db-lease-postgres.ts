@@ -1,9 +1,9 @@
-import type { StoreConfig } from '../../config/jdbc-url.js'
-import { createPostgresRunner, type PostgresRunner } from '../../segment/stores/postgres-pool.js'
-import { describeStore } from '../../segment/stores/create-store.js'
-import { checkLayoutRecord } from './layout-record.js'
-import type { Claimed, LeaseStore } from './lease-store.js'
-import { LeaseRefused } from '../../errors.js'
+import type { StoreConfig } from '../../../config/jdbc-url.js'
+import { createPostgresRunner, type PostgresRunner } from '../../../segment/stores/postgres-pool.js'
+import { describeStore } from '../../../segment/stores/create-store.js'
+import { checkLayoutRecord } from '../layout-record.js'
+import type { Claimed, LeaseStore } from '../lease-store.js'
+import { LeaseRefused } from '../../../errors.js'
 import { LAYOUT_ROW, LEASE_TABLE, parseSeen, previousIssuedUntil, slotOf, type Before, type DbLeaseStoreOptions } from './db-lease-rows.js'
 
 // The db-lease pool's statements on PostgreSQL, each the MySQL one's twin (db-lease-mysql.ts;
@@ -62,52 +62,52 @@ async function ensureTable (query: PostgresRunner['query'], where: string): Prom
   } catch (err) {
     // Another instance created it at the same moment.
     if (codeOf(err) === UNIQUE_VIOLATION) return
-    throw new LeaseRefused(`${where}: the table does not exist and cannot be created (${(err as Error).message}): run sql/leaf_worker_lease.postgres.sql`)
+    throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table does not exist and cannot be created (${(err as Error).message}): run sql/leaf_worker_lease.postgres.sql`, { cause: err })
   }
 }
 
-export async function createPostgresLeaseStore (o: DbLeaseStoreOptions, store: Extract<StoreConfig, { kind: 'postgres' }>): Promise<LeaseStore> {
-  const { query, transaction, close } = createPostgresRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 2, ...(o.logger === undefined ? {} : { logger: o.logger }) })
-  const where = `${describeStore(store)} ${LEASE_TABLE} (pool ${o.pool})`
+export async function createPostgresLeaseStore (options: DbLeaseStoreOptions, store: Extract<StoreConfig, { kind: 'postgres' }>): Promise<LeaseStore> {
+  const { query, transaction, close } = createPostgresRunner({ ...store, connectTimeoutMs: options.connectTimeoutMs, queryTimeoutMs: options.queryTimeoutMs, poolSize: 2, ...(options.logger === undefined ? {} : { logger: options.logger }) })
+  const where = `${describeStore(store)} ${LEASE_TABLE} (pool ${options.pool})`
   try {
     await ensureTable(query, where)
-    const read = async () => (await query<{ address: string | null }>('SELECT address FROM leaf_worker_lease WHERE pool = $1 AND worker_id = $2', [o.pool, LAYOUT_ROW])).rows[0]?.address
+    const read = async () => (await query<{ address: string | null }>('SELECT address FROM leaf_worker_lease WHERE pool = $1 AND worker_id = $2', [options.pool, LAYOUT_ROW])).rows[0]?.address
     let recorded = await read()
     if (recorded === undefined) {
-      const used = (await query('SELECT 1 FROM leaf_worker_lease WHERE pool = $1 AND worker_id >= 0 LIMIT 1', [o.pool])).rows.length > 0
-      checkLayoutRecord(where, undefined, used, o.layout)
-      await query(`INSERT INTO leaf_worker_lease (pool, worker_id, address, expires_at) VALUES ($1, $2, $3, ${NOW}) ON CONFLICT (pool, worker_id) DO NOTHING`, [o.pool, LAYOUT_ROW, o.layout.signature])
+      const used = (await query('SELECT 1 FROM leaf_worker_lease WHERE pool = $1 AND worker_id >= 0 LIMIT 1', [options.pool])).rows.length > 0
+      checkLayoutRecord(where, undefined, used, options.layout)
+      await query(`INSERT INTO leaf_worker_lease (pool, worker_id, address, expires_at) VALUES ($1, $2, $3, ${NOW}) ON CONFLICT (pool, worker_id) DO NOTHING`, [options.pool, LAYOUT_ROW, options.layout.signature])
       recorded = await read()
     }
-    checkLayoutRecord(where, recorded ?? '', true, o.layout)
+    checkLayoutRecord(where, recorded ?? '', true, options.layout)
   } catch (err) {
     await close()
     throw err
   }
   return {
     where,
-    ttlMs: () => o.ttlMs,
+    ttlMs: () => options.ttlMs,
     async list (min, max) {
-      const { rows } = await query<{ worker_id: number, owner: string | null, generation: string, lease_ms: number | null, expires: string, expires_in: string }>(LIST, [o.pool, min, max])
-      return rows.map((r) => slotOf(Number(r.worker_id), r.owner, r.generation, r.lease_ms === null ? null : Number(r.lease_ms), r.expires, Number(r.expires_in)))
+      const { rows } = await query<{ worker_id: number, owner: string | null, generation: string, lease_ms: number | null, expires: string, expires_in: string }>(LIST, [options.pool, min, max])
+      return rows.map((row) => slotOf(Number(row.worker_id), row.owner, row.generation, row.lease_ms === null ? null : Number(row.lease_ms), row.expires, Number(row.expires_in)))
     },
     async claim (workerId, owner, address, from): Promise<Claimed | undefined> {
       const [seenOwner, seenGeneration, seenExpires] = parseSeen(from)
       // One transaction: the row made (free) if it never was, locked and read (the wait comes
       // from it), taken when the rules allow, and its owner read back: who won.
-      return await transaction(async (q) => {
-        await q(INSERT_FREE, [o.pool, workerId])
-        const before = (await q(SELECT_BEFORE, [o.pool, workerId])).rows[0] as Before | undefined
-        await q(TAKE, [owner, address, o.ttlMs, o.pool, workerId, seenOwner, seenGeneration, seenExpires === null ? null : String(seenExpires)])
-        const row = (await q(SELECT_OWNER, [o.pool, workerId])).rows[0] as { owner: string | null } | undefined
+      return await transaction(async (inTransaction) => {
+        await inTransaction(INSERT_FREE, [options.pool, workerId])
+        const before = (await inTransaction(SELECT_BEFORE, [options.pool, workerId])).rows[0] as Before | undefined
+        await inTransaction(TAKE, [owner, address, options.ttlMs, options.pool, workerId, seenOwner, seenGeneration, seenExpires === null ? null : String(seenExpires)])
+        const row = (await inTransaction(SELECT_OWNER, [options.pool, workerId])).rows[0] as { owner: string | null } | undefined
         return row?.owner === owner ? { issuedUntil: previousIssuedUntil(before) } : undefined
       })
     },
     async renew (workerId, owner, issuedUntil) {
-      return (await query(RENEW, [o.ttlMs, issuedUntil, o.pool, workerId, owner])).rowCount === 1
+      return (await query(RENEW, [options.ttlMs, issuedUntil, options.pool, workerId, owner])).rowCount === 1
     },
     async release (workerId, owner, issuedUntil) {
-      await query(RELEASE, [issuedUntil ?? null, o.pool, workerId, owner])
+      await query(RELEASE, [issuedUntil ?? null, options.pool, workerId, owner])
     },
     close,
   }

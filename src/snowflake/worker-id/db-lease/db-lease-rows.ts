@@ -1,7 +1,7 @@
-import type { Logger } from '../../logger.js'
-import type { StoreConfig } from '../../config/jdbc-url.js'
-import type { Layout } from '../layout.js'
-import type { PoolSlot } from './lease-store.js'
+import type { Logger } from '../../../logger.js'
+import type { StoreConfig } from '../../../config/jdbc-url.js'
+import type { Layout } from '../../layout.js'
+import type { PoolSlot } from '../lease-store.js'
 
 // The db-lease pool: one row per (pool, worker id) in `leaf_worker_lease`, beside leaf_alloc.
 // `owner` is the token of one claim (NULL: released); `generation` counts the claims and
@@ -43,9 +43,9 @@ export type Seen = [owner: string, generation: string, expires: string | number]
 
 export function parseSeen (from: string | undefined): Seen | [null, null, null] {
   if (from === undefined) return [null, null, null]
-  const v = JSON.parse(from) as unknown
-  if (!Array.isArray(v) || v.length !== 3) throw new Error(`not a holder seen by list(): ${from}`)
-  return v as Seen
+  const seen = JSON.parse(from) as unknown
+  if (!Array.isArray(seen) || seen.length !== 3) throw new Error(`not a holder seen by list(): ${from}`)
+  return seen as Seen
 }
 
 export interface DbLeaseStoreOptions {

@@ -1,13 +1,13 @@
 import type { Logger } from '../../logger.js'
 import type { ResolvedConfig } from '../settings.js'
-import { disposableSource } from './disposable-source.js'
-import { recyclableSource, type RecyclableHooks } from './recyclable-source.js'
-import type { WorkerIdSource, WorkerLease } from './source.js'
-import { staticSource } from './static-source.js'
-import { zookeeperSource } from './zookeeper-source.js'
+import { disposableSource } from './disposable/disposable-source.js'
+import { recyclableSource, type RecyclableHooks } from './recyclable/recyclable-source.js'
+import type { WorkerIdSource, WorkerLease } from './worker-id-source.js'
+import { staticSource } from './static/static-source.js'
+import { zookeeperSource } from './zookeeper/zookeeper-source.js'
 
 // Where the worker id comes from (leaf.snowflake.worker-id.source). Every source returns a
-// WorkerLease (source.ts), so the generator and the routes never know which one is in use.
+// WorkerLease (worker-id-source.ts), so the generator and the routes never know which one is in use.
 
 export type SourceHooks = RecyclableHooks
 

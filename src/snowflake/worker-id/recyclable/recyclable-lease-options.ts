@@ -1,5 +1,5 @@
-import type { Logger } from '../../logger.js'
-import type { LeaseStore } from './lease-store.js'
+import type { Logger } from '../../../logger.js'
+import type { LeaseStore } from '../lease-store.js'
 
 // What a recyclable lease (recyclable-lease.ts) is given, and what it tells of its claims.
 

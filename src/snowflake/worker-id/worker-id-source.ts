@@ -3,10 +3,10 @@ import type { IssueGuard } from '../issue-guard.js'
 
 // What the snowflake generator and the routes need from wherever the worker id comes from
 // (leaf.snowflake.worker-id.source). They never know which source is behind the lease: a
-// configured id (static-source.ts: static, statefulset), Java Leaf's ZooKeeper registration
-// (zookeeper-source.ts), a recyclable lease over a LeaseStore (recyclable-source.ts:
-// zookeeper-lease, db-lease), or a row never handed out before (disposable-source.ts).
-// sources.ts picks one from the configuration.
+// configured id (static/: static, statefulset), Java Leaf's ZooKeeper registration
+// (zookeeper/), a recyclable lease (recyclable/: zookeeper-lease, db-lease) over a LeaseStore
+// (zookeeper-lease/, db-lease/), or a row never handed out before (disposable/).
+// create-source.ts picks one from the configuration.
 
 export type { SourceName }
 

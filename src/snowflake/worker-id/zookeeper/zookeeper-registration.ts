@@ -1,11 +1,11 @@
-import type { Logger } from '../../logger.js'
-import { LeaseRefused } from '../../errors.js'
-import { sleep } from '../../timers.js'
-import { leafLayout } from '../layout.js'
-import { DEFAULT_TWEPOCH, MAX_WORKER_ID } from '../leaf-ids.js'
-import { recordZookeeperLayout } from './layout-record.js'
-import { refuseIfAhead, type WorkerLeaseOptions } from './lease-options.js'
-import { CreateMode, EXPIRY_MARGIN_MS, isNoNode, isNodeExists, sessionIdOf, zk, type Client } from './zookeeper.js'
+import type { Logger } from '../../../logger.js'
+import { LeaseRefused } from '../../../errors.js'
+import { sleep } from '../../../timers.js'
+import { leafLayout } from '../../layout.js'
+import { DEFAULT_TWEPOCH, MAX_WORKER_ID } from '../../leaf-ids.js'
+import { recordZookeeperLayout } from '../layout-record.js'
+import { refuseIfAhead, type WorkerLeaseOptions } from './heartbeat-lease-options.js'
+import { CreateMode, EXPIRY_MARGIN_MS, isNoNode, isNodeExists, sessionIdOf, zk, type Client } from '../zookeeper-client.js'
 
 // Java Leaf's ZooKeeper registration, with its exact paths and JSON: /snowflake/<name>/forever/
 // <ip:port>-<sequence> (the worker id, for ever) and /snowflake/<name>/temporary/<ip:port> (an
@@ -51,7 +51,7 @@ export async function takeEphemeral (client: Client, paths: ZkPaths, data: strin
     }
     const left = deadline - performance.now()
     if (left <= 0) {
-      throw new LeaseRefused(`another live instance holds ${paths.temporary} (ZooKeeper session ${node.owner}, data ${String(node.data)}); ` +
+      throw new LeaseRefused('LEASE_HELD_ELSEWHERE', `another live instance holds ${paths.temporary} (ZooKeeper session ${node.owner}, data ${String(node.data)}); ` +
         `this instance (session ${mine}) registers as the same ${paths.address} and would issue with the same worker id: ` +
         'give each instance its own leaf.snowflake.ip or leaf.snowflake.port')
     }
@@ -63,15 +63,15 @@ export async function takeEphemeral (client: Client, paths: ZkPaths, data: strin
   }
 }
 
-export async function register (client: Client, o: WorkerLeaseOptions, paths: ZkPaths, now: number): Promise<{ workerId: number, storedTimestamp: number | undefined }> {
+export async function register (client: Client, options: WorkerLeaseOptions, paths: ZkPaths, now: number): Promise<{ workerId: number, storedTimestamp: number | undefined }> {
   await zk.mkdirp(client, paths.forever)
   await zk.mkdirp(client, paths.temporary.slice(0, paths.temporary.lastIndexOf('/')))
-  await recordZookeeperLayout(client, o.name, o.layout ?? leafLayout(DEFAULT_TWEPOCH))
+  await recordZookeeperLayout(client, options.name, options.layout ?? leafLayout(DEFAULT_TWEPOCH))
   // First the ephemeral node: while we hold it, no other instance of this ip:port gets past
   // this line, so the forever node below is ours alone to read or create.
-  await takeEphemeral(client, paths, nodeData(paths.ip, o.port, now), o.zkSessionTimeoutMs + EXPIRY_MARGIN_MS, o.logger)
+  await takeEphemeral(client, paths, nodeData(paths.ip, options.port, now), options.zkSessionTimeoutMs + EXPIRY_MARGIN_MS, options.logger)
   const children = await zk.getChildren(client, paths.forever)
-  const own = children.find((c) => c.startsWith(paths.prefix))
+  const own = children.find((child) => child.startsWith(paths.prefix))
   let workerId: number
   let storedTimestamp: number | undefined
   if (own !== undefined) {
@@ -79,53 +79,53 @@ export async function register (client: Client, o: WorkerLeaseOptions, paths: Zk
     workerId = Number(own.slice(paths.prefix.length))
     const data = await zk.getData(client, paths.own)
     storedTimestamp = parseTimestamp(data)
-    refuseIfAhead(storedTimestamp, now + (o.aheadMs ?? 0), `its ZooKeeper node ${paths.own}`)
-    o.logger.info({ workerId, path: paths.own }, 'snowflake worker id reused from ZooKeeper')
+    refuseIfAhead(storedTimestamp, now + (options.aheadMs ?? 0), `its ZooKeeper node ${paths.own}`)
+    options.logger.info({ workerId, path: paths.own }, 'snowflake worker id reused from ZooKeeper')
   } else {
-    await checkPeerClocks(client, o, paths, now)
-    paths.own = await zk.create(client, `${paths.forever}/${paths.prefix}`, nodeData(paths.ip, o.port, now), CreateMode.PERSISTENT_SEQUENTIAL)
+    await checkPeerClocks(client, options, paths, now)
+    paths.own = await zk.create(client, `${paths.forever}/${paths.prefix}`, nodeData(paths.ip, options.port, now), CreateMode.PERSISTENT_SEQUENTIAL)
     workerId = Number(paths.own.slice(paths.own.lastIndexOf('-') + 1))
-    o.logger.info({ workerId, path: paths.own }, 'snowflake worker id created in ZooKeeper')
+    options.logger.info({ workerId, path: paths.own }, 'snowflake worker id created in ZooKeeper')
   }
-  const max = o.layout?.maxWorkerId ?? MAX_WORKER_ID
+  const max = options.layout?.maxWorkerId ?? MAX_WORKER_ID
   if (!Number.isInteger(workerId) || workerId > max) {
     // ZooKeeper's sequence counter of a folder never goes back: removing nodes frees nothing.
-    throw new LeaseRefused(`worker id ${workerId} from ${paths.own} is above ${max}. ZooKeeper numbers ${paths.forever}'s children ` +
+    throw new LeaseRefused('LEASE_ID_OUT_OF_RANGE', `worker id ${workerId} from ${paths.own} is above ${max}. ZooKeeper numbers ${paths.forever}'s children ` +
       'with a counter that never goes back, so deleting the nodes of instances that no longer exist does not help. ' +
-      `In Leaf's layout the only remedy is to stop every instance of ${o.name} in a maintenance window, delete and recreate ${paths.forever}, and start them again`)
+      `In Leaf's layout the only remedy is to stop every instance of ${options.name} in a maintenance window, delete and recreate ${paths.forever}, and start them again`)
   }
   return { workerId, storedTimestamp }
 }
 
 /** A new instance compares its clock with the average of its live peers' last heartbeats. */
-async function checkPeerClocks (client: Client, o: WorkerLeaseOptions, paths: ZkPaths, now: number): Promise<void> {
+async function checkPeerClocks (client: Client, options: WorkerLeaseOptions, paths: ZkPaths, now: number): Promise<void> {
   const dir = paths.temporary.slice(0, paths.temporary.lastIndexOf('/'))
-  const peers = (await zk.getChildren(client, dir)).filter((p) => p !== paths.address)
+  const peers = (await zk.getChildren(client, dir)).filter((peer) => peer !== paths.address)
   const times: number[] = []
   for (const peer of peers) {
     // A peer that stopped meanwhile has no clock to compare; one this identity may not read
     // (NO_AUTH) refuses the start, rather than leave its clock unchecked.
-    const t = parseTimestamp(await zk.getData(client, `${dir}/${peer}`).catch((err: unknown) => {
+    const time = parseTimestamp(await zk.getData(client, `${dir}/${peer}`).catch((err: unknown) => {
       if (isNoNode(err)) return undefined
       throw err
     }))
-    if (t !== undefined) times.push(t)
+    if (time !== undefined) times.push(time)
   }
   if (times.length === 0) return
-  const average = times.reduce((a, b) => a + b, 0) / times.length
+  const average = times.reduce((sum, time) => sum + time, 0) / times.length
   // A peer's heartbeat may carry time recorded ahead of its clock (borrowed time, a unit's rest).
-  const peersAhead = o.aheadMs ?? 0
-  if (now - average > o.maxClockDriftMs || average - now > o.maxClockDriftMs + peersAhead) {
-    throw new LeaseRefused(`this clock (${now}) is ${Math.round(now - average)} ms off the average of ${times.length} live peers (${Math.round(average)}); ` +
-      `leaf.snowflake.max-clock-drift-ms is ${o.maxClockDriftMs}`)
+  const peersAhead = options.aheadMs ?? 0
+  if (now - average > options.maxClockDriftMs || average - now > options.maxClockDriftMs + peersAhead) {
+    throw new LeaseRefused('LEASE_CLOCK_DRIFT', `this clock (${now}) is ${Math.round(now - average)} ms off the average of ${times.length} live peers (${Math.round(average)}); ` +
+      `leaf.snowflake.max-clock-drift-ms is ${options.maxClockDriftMs}`)
   }
 }
 
 function parseTimestamp (data: Buffer | undefined): number | undefined {
   if (data === undefined) return undefined
   try {
-    const t = (JSON.parse(data.toString('utf8')) as { timestamp?: unknown }).timestamp
-    return typeof t === 'number' && Number.isFinite(t) ? t : undefined
+    const timestamp = (JSON.parse(data.toString('utf8')) as { timestamp?: unknown }).timestamp
+    return typeof timestamp === 'number' && Number.isFinite(timestamp) ? timestamp : undefined
   } catch {
     return undefined
   }

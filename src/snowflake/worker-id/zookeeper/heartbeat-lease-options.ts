@@ -1,19 +1,17 @@
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { LeaseRefused } from '../../errors.js'
-import type { Logger } from '../../logger.js'
-import type { Layout } from '../layout.js'
-import type { ResolvedConfig } from '../settings.js'
+import { LeaseRefused } from '../../../errors.js'
+import type { Logger } from '../../../logger.js'
+import type { Layout } from '../../layout.js'
+import type { ResolvedConfig } from '../../settings.js'
+import { aheadOfClockMs } from '../ahead-of-clock.js'
 
 // What the static, statefulset and zookeeper sources (and their heartbeat lease) are given, and
-// the restart rules they share: where the cache file is, and the first millisecond a restart
-// may issue in.
+// the restart rules they share: the first millisecond a restart may issue in.
 
 export interface WorkerLeaseOptions {
   name: string
   /** Empty: no ZooKeeper, `staticWorkerId` is the worker id. */
   zkAddress: string
-  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none (zookeeper.ts). */
+  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none (zookeeper-client.ts). */
   zkAuth?: string
   /** Empty: the first non-loopback IPv4 address. */
   ip: string
@@ -29,49 +27,35 @@ export interface WorkerLeaseOptions {
   zkSessionTimeoutMs: number
   clock: () => number
   logger: Logger
-  /** The ID layout: its worker bits bound the ids, and the ZooKeeper tree records it. Default: Leaf's. */
+  /** The ID layout: its worker bits bound the ids, and the ZooKeeper tree records it. Default: Leaf'snowflake. */
   layout?: Layout
   /** How far past the clock the generator may record (borrowed time, a unit's rest); default 0. */
   aheadMs?: number
 }
 
-/**
- * How far past the clock the generator may take the time it records with the lease: the time it
- * borrows, plus the rest of a time unit longer than a millisecond (an ID of a second is
- * recorded at that second's last millisecond).
- */
-export function aheadOfClockMs (config: ResolvedConfig): number {
-  return config.snowflake.borrowAheadMs + config.snowflake.layout.unitMs - 1
-}
-
 /** The options every source of these takes from the configuration (the zookeeper address and the static id apart). */
 export function leaseOptions (config: ResolvedConfig, logger: Logger, clock: () => number): Omit<WorkerLeaseOptions, 'zkAddress' | 'staticWorkerId'> {
-  const s = config.snowflake
+  const snowflake = config.snowflake
   return {
     name: config.name,
-    ip: s.ip,
-    port: s.port,
-    cacheDir: s.cacheDir,
-    heartbeatIntervalMs: s.heartbeatIntervalMs,
-    maxClockDriftMs: s.maxClockDriftMs,
-    zkConnectTimeoutMs: s.zkConnectTimeoutMs,
-    zkSessionTimeoutMs: s.zkSessionTimeoutMs,
-    zkAuth: s.zkAuth,
+    ip: snowflake.ip,
+    port: snowflake.port,
+    cacheDir: snowflake.cacheDir,
+    heartbeatIntervalMs: snowflake.heartbeatIntervalMs,
+    maxClockDriftMs: snowflake.maxClockDriftMs,
+    zkConnectTimeoutMs: snowflake.zkConnectTimeoutMs,
+    zkSessionTimeoutMs: snowflake.zkSessionTimeoutMs,
+    zkAuth: snowflake.zkAuth,
     clock,
     logger,
-    layout: s.layout,
+    layout: snowflake.layout,
     aheadMs: aheadOfClockMs(config),
   }
 }
 
-/** The cache file's folder: as configured, or `<tmpdir>/<name>/leafconf/<port>` as Java Leaf. */
-export function workerCacheDir (o: { cacheDir: string, name: string, port: number }): string {
-  return o.cacheDir || join(tmpdir(), o.name, 'leafconf', String(o.port))
-}
-
 export function refuseIfAhead (stored: number | undefined, now: number, where: string): void {
   if (stored !== undefined && stored > now) {
-    throw new LeaseRefused(`the clock is behind ${where}: stored ${stored} (${new Date(stored).toISOString()}), now ${now} (${new Date(now).toISOString()})`)
+    throw new LeaseRefused('LEASE_CLOCK_BEHIND', `the clock is behind ${where}: stored ${stored} (${new Date(stored).toISOString()}), now ${now} (${new Date(now).toISOString()})`)
   }
 }
 
@@ -84,9 +68,17 @@ export function refuseIfAhead (stored: number | undefined, now: number, where: s
  * not at all while it is away. The earlier life ended before now, and never issued more than
  * `aheadMs` past its clock: so the first ID comes after both bounds.
  */
-export function restartWindow (last: number | undefined, fromCache: boolean, o: Pick<WorkerLeaseOptions, 'heartbeatIntervalMs' | 'aheadMs'>, now: number): number {
-  const recorded = last === undefined ? 0 : last + o.heartbeatIntervalMs + 1
-  const ahead = o.aheadMs ?? 0
+export function restartWindow (last: number | undefined, fromCache: boolean, options: Pick<WorkerLeaseOptions, 'heartbeatIntervalMs' | 'aheadMs'>, now: number): number {
+  const recorded = last === undefined ? 0 : last + options.heartbeatIntervalMs + 1
+  const ahead = options.aheadMs ?? 0
   if (fromCache || ahead === 0) return recorded
   return Math.max(recorded + ahead, now + ahead + 1)
+}
+
+export function refuseOutOfRange (workerId: number, config: ResolvedConfig, source: string): void {
+  const { workerIdMin: min, workerIdMax: max } = config.snowflake
+  if (workerId < min || workerId > max) {
+    throw new LeaseRefused('LEASE_ID_OUT_OF_RANGE', `worker id ${workerId} from the ${source} source is outside [${min}, ${max}] ` +
+      '(leaf.snowflake.worker-id.min and leaf.snowflake.worker-id.max): another range, or another ID space, may use it')
+  }
 }

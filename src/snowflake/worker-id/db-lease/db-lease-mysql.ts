@@ -1,14 +1,14 @@
 import type { RowDataPacket } from 'mysql2/promise'
-import type { StoreConfig } from '../../config/jdbc-url.js'
-import type { MysqlRunner, Statement } from '../../segment/stores/mysql-pool.js'
-import { createMysqlRunner } from '../../segment/stores/mysql-hosts.js'
-import { describeStore } from '../../segment/stores/create-store.js'
-import { checkLayoutRecord } from './layout-record.js'
-import type { Claimed, LeaseStore } from './lease-store.js'
-import { LeaseRefused } from '../../errors.js'
+import type { StoreConfig } from '../../../config/jdbc-url.js'
+import type { MysqlRunner, Statement } from '../../../segment/stores/mysql-pool.js'
+import { createMysqlRunner } from '../../../segment/stores/mysql-hosts.js'
+import { describeStore } from '../../../segment/stores/create-store.js'
+import { checkLayoutRecord } from '../layout-record.js'
+import type { Claimed, LeaseStore } from '../lease-store.js'
+import { LeaseRefused } from '../../../errors.js'
 import { ADDED_COLUMNS, LAYOUT_ROW, LEASE_TABLE, parseSeen, previousIssuedUntil, slotOf, type Before, type DbLeaseStoreOptions } from './db-lease-rows.js'
 
-// The db-lease pool's statements on MySQL/MariaDB (db-lease-store.ts describes the rows).
+// The db-lease pool's statements on MySQL/MariaDB (db-lease-rows.ts describes the rows).
 
 /** The MySQL DDL, as shipped in sql/leaf_worker_lease.sql (test/integration/worker-id-sources.test.ts compares them). */
 export const MYSQL_LEASE_DDL = `CREATE TABLE IF NOT EXISTS \`leaf_worker_lease\` (
@@ -76,15 +76,15 @@ async function upgradeMysqlTable (run: MysqlRunner['run'], where: string): Promi
       await run(`ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${name} ${type}`)
     } catch (err) {
       if ((err as { errno?: number }).errno === ER_DUP_FIELDNAME) continue
-      throw new LeaseRefused(`${where}: the table predates the lease generations and cannot be altered (${(err as Error).message}): ` +
-        `run ${ADDED_COLUMNS.map(([n, t]) => `ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${n} ${t};`).join(' ')}`)
+      throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table predates the lease generations and cannot be altered (${(err as Error).message}): ` +
+        `run ${ADDED_COLUMNS.map(([name, type]) => `ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${name} ${type};`).join(' ')}`, { cause: err })
     }
   }
 }
 
-export async function createMysqlLeaseStore (o: DbLeaseStoreOptions, store: Extract<StoreConfig, { kind: 'mysql' }>): Promise<LeaseStore> {
-  const { run, close } = createMysqlRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 2, ...(o.logger === undefined ? {} : { logger: o.logger }) })
-  const where = `${describeStore(store)} ${LEASE_TABLE} (pool ${o.pool})`
+export async function createMysqlLeaseStore (options: DbLeaseStoreOptions, store: Extract<StoreConfig, { kind: 'mysql' }>): Promise<LeaseStore> {
+  const { run, close } = createMysqlRunner({ ...store, connectTimeoutMs: options.connectTimeoutMs, queryTimeoutMs: options.queryTimeoutMs, poolSize: 2, ...(options.logger === undefined ? {} : { logger: options.logger }) })
+  const where = `${describeStore(store)} ${LEASE_TABLE} (pool ${options.pool})`
   try {
     await run(`SELECT 1 FROM ${LEASE_TABLE} LIMIT 1`)
   } catch (err) {
@@ -96,44 +96,44 @@ export async function createMysqlLeaseStore (o: DbLeaseStoreOptions, store: Extr
       await run(MYSQL_LEASE_DDL)
     } catch (ddlErr) {
       await close()
-      throw new LeaseRefused(`${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/leaf_worker_lease.sql`)
+      throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/leaf_worker_lease.sql`, { cause: ddlErr })
     }
   }
   try {
     await upgradeMysqlTable(run, where)
-    const read = async () => (await run<RowDataPacket[]>('SELECT address FROM leaf_worker_lease WHERE pool = ? AND worker_id = ?', [o.pool, LAYOUT_ROW]))[0]?.address as string | null | undefined
+    const read = async () => (await run<RowDataPacket[]>('SELECT address FROM leaf_worker_lease WHERE pool = ? AND worker_id = ?', [options.pool, LAYOUT_ROW]))[0]?.address as string | null | undefined
     let recorded = await read()
     if (recorded === undefined) {
-      const used = (await run<RowDataPacket[]>('SELECT 1 FROM leaf_worker_lease WHERE pool = ? AND worker_id >= 0 LIMIT 1', [o.pool])).length > 0
-      checkLayoutRecord(where, undefined, used, o.layout)
-      await run('INSERT INTO leaf_worker_lease (pool, worker_id, address, expires_at) VALUES (?, ?, ?, NOW(3)) ON DUPLICATE KEY UPDATE pool = pool', [o.pool, LAYOUT_ROW, o.layout.signature])
+      const used = (await run<RowDataPacket[]>('SELECT 1 FROM leaf_worker_lease WHERE pool = ? AND worker_id >= 0 LIMIT 1', [options.pool])).length > 0
+      checkLayoutRecord(where, undefined, used, options.layout)
+      await run('INSERT INTO leaf_worker_lease (pool, worker_id, address, expires_at) VALUES (?, ?, ?, NOW(3)) ON DUPLICATE KEY UPDATE pool = pool', [options.pool, LAYOUT_ROW, options.layout.signature])
       recorded = await read()
     }
-    checkLayoutRecord(where, recorded ?? '', true, o.layout)
+    checkLayoutRecord(where, recorded ?? '', true, options.layout)
   } catch (err) {
     await close()
     throw err
   }
-  const micros = o.ttlMs * 1000
+  const micros = options.ttlMs * 1000
   return {
     where,
-    ttlMs: () => o.ttlMs,
+    ttlMs: () => options.ttlMs,
     async list (min, max) {
-      const rows = await run<RowDataPacket[]>(MYSQL_LIST, [o.pool, min, max])
-      return rows.map((r) => slotOf(Number(r.worker_id), r.owner as string | null, r.generation as string, r.lease_ms === null ? null : Number(r.lease_ms), r.expires as string, Number(r.expires_in)))
+      const rows = await run<RowDataPacket[]>(MYSQL_LIST, [options.pool, min, max])
+      return rows.map((row) => slotOf(Number(row.worker_id), row.owner as string | null, row.generation as string, row.lease_ms === null ? null : Number(row.lease_ms), row.expires as string, Number(row.expires_in)))
     },
     async claim (workerId, owner, address, from): Promise<Claimed | undefined> {
-      const results = await run<unknown[]>(claimStatements(o.pool, workerId, owner, address, o.ttlMs, micros, parseSeen(from)))
+      const results = await run<unknown[]>(claimStatements(options.pool, workerId, owner, address, options.ttlMs, micros, parseSeen(from)))
       const before = (results[2] as RowDataPacket[])[0] as Before | undefined
       const row = (results[4] as RowDataPacket[])[0]
       return row?.owner === owner ? { issuedUntil: previousIssuedUntil(before) } : undefined
     },
     async renew (workerId, owner, issuedUntil) {
-      const result = await run<{ affectedRows: number }>(MYSQL_RENEW, [micros, issuedUntil, o.ttlMs, o.pool, workerId, owner])
+      const result = await run<{ affectedRows: number }>(MYSQL_RENEW, [micros, issuedUntil, options.ttlMs, options.pool, workerId, owner])
       return result.affectedRows === 1
     },
     async release (workerId, owner, issuedUntil) {
-      await run(MYSQL_RELEASE, [issuedUntil ?? null, issuedUntil ?? null, o.pool, workerId, owner])
+      await run(MYSQL_RELEASE, [issuedUntil ?? null, issuedUntil ?? null, options.pool, workerId, owner])
     },
     close,
   }

@@ -3,15 +3,15 @@ import { dirname } from 'node:path'
 import { randomInt } from 'node:crypto'
 import Database from 'better-sqlite3'
 import type { ResultSetHeader } from 'mysql2/promise'
-import type { StoreConfig } from '../../config/jdbc-url.js'
-import type { Logger } from '../../logger.js'
-import { createMysqlRunner } from '../../segment/stores/mysql-hosts.js'
-import { createPostgresRunner } from '../../segment/stores/postgres-pool.js'
-import { describeStore } from '../../segment/stores/create-store.js'
-import type { ResolvedConfig } from '../settings.js'
-import { firstNonLoopbackIPv4 } from './local-ip.js'
-import type { LeaseStatus, WorkerIdSource, WorkerLease } from './source.js'
-import { LeaseRefused } from '../../errors.js'
+import type { StoreConfig } from '../../../config/jdbc-url.js'
+import type { Logger } from '../../../logger.js'
+import { createMysqlRunner } from '../../../segment/stores/mysql-hosts.js'
+import { createPostgresRunner } from '../../../segment/stores/postgres-pool.js'
+import { describeStore } from '../../../segment/stores/create-store.js'
+import type { ResolvedConfig } from '../../settings.js'
+import { firstNonLoopbackIPv4 } from '../local-ip.js'
+import type { LeaseStatus, WorkerIdSource, WorkerLease } from '../worker-id-source.js'
+import { LeaseRefused } from '../../../errors.js'
 
 // The disposable source, Baidu UidGenerator's DisposableWorkerIdAssigner: every start inserts
 // one row into WORKER_NODE and takes the row's auto-increment ID as its worker id. No id is
@@ -90,20 +90,20 @@ type Row = [hostName: string, port: string, type: number]
 
 /** leaf.snowflake.worker-id.source=disposable. */
 export function disposableSource (config: ResolvedConfig, logger: Logger, clock: () => number): WorkerIdSource {
-  const s = config.snowflake
+  const snowflake = config.snowflake
   return {
     kind: 'disposable',
     acquire: async () => await acquireDisposableWorkerId({
       store: config.segment.store,
       // As UidGenerator: the host's address, and a port no other start shares.
-      hostName: s.ip || firstNonLoopbackIPv4() || '127.0.0.1',
-      port: `${s.port}-${Date.now()}-${randomInt(100_000)}`,
+      hostName: snowflake.ip || firstNonLoopbackIPv4() || '127.0.0.1',
+      port: `${snowflake.port}-${Date.now()}-${randomInt(100_000)}`,
       type: process.env.KUBERNETES_SERVICE_HOST !== undefined ? 1 : 2,
-      min: s.workerIdMin,
-      max: s.workerIdMax,
+      min: snowflake.workerIdMin,
+      max: snowflake.workerIdMax,
       connectTimeoutMs: config.segment.connectTimeoutMs,
       queryTimeoutMs: config.segment.queryTimeoutMs,
-      borrowAheadMs: s.borrowAheadMs,
+      borrowAheadMs: snowflake.borrowAheadMs,
       clock,
       logger,
     }),
@@ -111,27 +111,27 @@ export function disposableSource (config: ResolvedConfig, logger: Logger, clock:
 }
 
 /** A new worker id, never handed out before: the ID of a new WORKER_NODE row. */
-export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): Promise<WorkerLease> {
-  const where = `${describeStore(o.store)} ${WORKER_NODE_TABLE}`
-  const row: Row = [o.hostName.slice(0, COLUMN_LENGTH), o.port.slice(0, COLUMN_LENGTH), o.type]
+export async function acquireDisposableWorkerId (options: DisposableWorkerIdOptions): Promise<WorkerLease> {
+  const where = `${describeStore(options.store)} ${WORKER_NODE_TABLE}`
+  const row: Row = [options.hostName.slice(0, COLUMN_LENGTH), options.port.slice(0, COLUMN_LENGTH), options.type]
   let workerId: number
   try {
-    workerId = o.store.kind === 'sqlite'
-      ? insertSqlite(o.store.path, o.store.embeddedDefault === true, row)
-      : o.store.kind === 'postgres' ? await insertPostgres(o, o.store, where, row) : await insertMysql(o, where, row)
+    workerId = options.store.kind === 'sqlite'
+      ? insertSqlite(options.store.path, options.store.embeddedDefault === true, row)
+      : options.store.kind === 'postgres' ? await insertPostgres(options, options.store, where, row) : await insertMysql(options, where, row)
   } catch (err) {
     if (err instanceof LeaseRefused) throw err
-    throw new LeaseRefused(`${where}: no WORKER_NODE row could be inserted, so no worker id is taken (${(err as Error).message})`)
+    throw new LeaseRefused('LEASE_STORE_UNAVAILABLE', `${where}: no WORKER_NODE row could be inserted, so no worker id is taken (${(err as Error).message})`, { cause: err })
   }
   // The row stays: its id is spent either way, as in UidGenerator.
-  if (workerId > o.max) {
-    throw new LeaseRefused(`${where}: worker id ${workerId} exceeds the max ${o.max} of the range [${o.min}, ${o.max}]: ` +
+  if (workerId > options.max) {
+    throw new LeaseRefused('LEASE_ID_OUT_OF_RANGE', `${where}: worker id ${workerId} exceeds the max ${options.max} of the range [${options.min}, ${options.max}]: ` +
       'every start takes a new id and none is reused, so the range is used up; as with UidGenerator, use a new WORKER_NODE table or give the worker id more bits')
   }
-  if (workerId < o.min) {
-    throw new LeaseRefused(`${where}: worker id ${workerId} is below the range [${o.min}, ${o.max}]: raise the table's next ID to at least ${o.min}`)
+  if (workerId < options.min) {
+    throw new LeaseRefused('LEASE_ID_OUT_OF_RANGE', `${where}: worker id ${workerId} is below the range [${options.min}, ${options.max}]: raise the table's next ID to at least ${options.min}`)
   }
-  o.logger.info({ workerId, table: where }, 'worker id claimed: a new WORKER_NODE row, never handed out again')
+  options.logger.info({ workerId, table: where }, 'worker id claimed: a new WORKER_NODE row, never handed out again')
 
   let unavailable: string | undefined
   const lease = {
@@ -139,7 +139,7 @@ export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): 
     // Nothing records how far an earlier start borrowed: it ended before now, and never issued
     // more than borrowAheadMs past its clock. Past that, this start's IDs (a higher worker id
     // in the same unit) are above all of its IDs: a restart never goes back (UidGenerator's #85).
-    notBefore: (o.borrowAheadMs ?? 0) > 0 ? (o.clock ?? Date.now)() + (o.borrowAheadMs ?? 0) + 1 : 0,
+    notBefore: (options.borrowAheadMs ?? 0) > 0 ? (options.clock ?? Date.now)() + (options.borrowAheadMs ?? 0) + 1 : 0,
     issuableUntil: Infinity,
     // Never reached: the id is ours for good, nothing is recorded as IDs are issued.
     extend () {},
@@ -154,7 +154,7 @@ export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): 
         temporaryPath: undefined,
         cacheFile: '',
         pool: where,
-        range: [o.min, o.max],
+        range: [options.min, options.max],
       }
     },
     async close () {
@@ -165,9 +165,9 @@ export async function acquireDisposableWorkerId (o: DisposableWorkerIdOptions): 
   return lease
 }
 
-async function insertMysql (o: DisposableWorkerIdOptions, where: string, row: Row): Promise<number> {
-  if (o.store.kind !== 'mysql') throw new Error('not a MySQL store')
-  const { run, close } = createMysqlRunner({ ...o.store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 1, logger: o.logger })
+async function insertMysql (options: DisposableWorkerIdOptions, where: string, row: Row): Promise<number> {
+  if (options.store.kind !== 'mysql') throw new Error('not a MySQL store')
+  const { run, close } = createMysqlRunner({ ...options.store, connectTimeoutMs: options.connectTimeoutMs, queryTimeoutMs: options.queryTimeoutMs, poolSize: 1, logger: options.logger })
   try {
     try {
       return Number((await run<ResultSetHeader>(MYSQL_INSERT, row)).insertId)
@@ -177,7 +177,7 @@ async function insertMysql (o: DisposableWorkerIdOptions, where: string, row: Ro
     try {
       await run(MYSQL_WORKER_NODE_DDL)
     } catch (ddlErr) {
-      throw new LeaseRefused(`${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/worker_node.sql`)
+      throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/worker_node.sql`, { cause: ddlErr })
     }
     return Number((await run<ResultSetHeader>(MYSQL_INSERT, row)).insertId)
   } finally {
@@ -185,8 +185,8 @@ async function insertMysql (o: DisposableWorkerIdOptions, where: string, row: Ro
   }
 }
 
-async function insertPostgres (o: DisposableWorkerIdOptions, store: Extract<StoreConfig, { kind: 'postgres' }>, where: string, row: Row): Promise<number> {
-  const { query, close } = createPostgresRunner({ ...store, connectTimeoutMs: o.connectTimeoutMs, queryTimeoutMs: o.queryTimeoutMs, poolSize: 1, logger: o.logger })
+async function insertPostgres (options: DisposableWorkerIdOptions, store: Extract<StoreConfig, { kind: 'postgres' }>, where: string, row: Row): Promise<number> {
+  const { query, close } = createPostgresRunner({ ...store, connectTimeoutMs: options.connectTimeoutMs, queryTimeoutMs: options.queryTimeoutMs, poolSize: 1, logger: options.logger })
   const insert = async () => Number((await query<{ id: string }>(PG_INSERT, row)).rows[0]?.id)
   try {
     try {
@@ -199,7 +199,7 @@ async function insertPostgres (o: DisposableWorkerIdOptions, store: Extract<Stor
     } catch (ddlErr) {
       // Another start created it at the same moment.
       if ((ddlErr as { code?: unknown }).code !== PG_UNIQUE_VIOLATION) {
-        throw new LeaseRefused(`${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/worker_node.postgres.sql`)
+        throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/worker_node.postgres.sql`, { cause: ddlErr })
       }
     }
     return await insert()
