@@ -98,12 +98,10 @@ export type LeaseRefusedCode =
 
 /** No worker id may be leased (or kept): the pool, the clock or another live holder says IDs could repeat. */
 export class LeaseRefused extends StartRefused {
-  readonly code: LeaseRefusedCode
+  declare readonly code: LeaseRefusedCode
 
   constructor (code: LeaseRefusedCode, message: string, options?: { cause?: unknown }) {
-    super(message)
+    super(message, { code, cause: options?.cause })
     this.name = 'LeaseRefused'
-    this.code = code
-    if (options?.cause !== undefined) this.cause = options.cause
   }
 }
