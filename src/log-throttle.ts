@@ -1,4 +1,4 @@
-import { driverError } from './driver-errors.js'
+import { driverError } from './database/driver-errors.js'
 import type { Logger } from './logger.js'
 
 /** One line per cause per this many ms, unless told otherwise. */

@@ -1,7 +1,7 @@
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import { BACKOFF_MAX_MS, BACKOFF_MIN_MS, createMysqlRunner, hostFailed } from '../../src/segment/stores/mysql-hosts.js'
+import { BACKOFF_MAX_MS, BACKOFF_MIN_MS, createMysqlRunner, hostFailed } from '../../src/database/mysql-hosts.js'
 import { createHostFence } from '../../src/segment/host-fence.js'
 import { createMysqlStore } from '../../src/segment/stores/mysql-store.js'
 import { PrivateMariaDb } from '../fault/services.js'
@@ -11,7 +11,7 @@ import { createTestDatabase, TEST_MYSQL } from '../helpers/mysql.js'
 import { freePort } from '../helpers/ports.js'
 import { createProxy } from '../helpers/tcp-proxy.js'
 
-// The hosts of leaf.jdbc.url (src/segment/stores/mysql-hosts.ts), against real servers: the
+// The hosts of leaf.jdbc.url (src/database/mysql-hosts.ts), against real servers: the
 // suite's MariaDB behind proxies that can refuse or hold, and a private MariaDB that says it
 // is read-only.
 

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { createMysqlRunner } from '../../src/segment/stores/mysql-hosts.js'
+import { createMysqlRunner } from '../../src/database/mysql-hosts.js'
 import { PrivateMariaDb } from '../fault/services.js'
 import { tempDir } from '../helpers/config.js'
 import { TEST_MYSQL_HOST, TEST_MYSQL_PORT } from '../helpers/mysql.js'
@@ -9,7 +9,7 @@ import { createProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { sleep } from '../helpers/time.js'
 
 // The kill of a statement without an answer goes only to the server process that ran its
-// thread (segment/stores/mysql-pool.ts): a thread id means nothing on another server, or on the
+// thread (database/mysql-pool.ts): a thread id means nothing on another server, or on the
 // same one after a restart. A private MariaDB beside the suite's plays the other server, then
 // restarts under a held statement.
 

@@ -2,7 +2,7 @@ import { Writable } from 'node:stream'
 import pino from 'pino'
 import t from 'tap'
 import { createLogThrottle } from '../../src/log-throttle.js'
-import { describeCause, driverError, isPermanentStoreError } from '../../src/driver-errors.js'
+import { describeCause, driverError, isPermanentStoreError } from '../../src/database/driver-errors.js'
 import { withTimeout } from '../../src/timers.js'
 
 /** A real pino logger whose lines land in `lines`, parsed. */

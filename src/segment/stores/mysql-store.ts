@@ -1,7 +1,7 @@
 import type { RowDataPacket, ResultSetHeader } from 'mysql2/promise'
-import { createMysqlRunner, type MysqlOptions } from './mysql-hosts.js'
-import type { Statement } from './mysql-pool.js'
-import { storeIdOf } from './server-identity.js'
+import { createMysqlRunner, type MysqlOptions } from '../../database/mysql-hosts.js'
+import type { Statement } from '../../database/mysql-pool.js'
+import { storeIdOf } from '../../database/server-identity.js'
 import { sleep } from '../../timers.js'
 import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type UnusedRange } from '../store.js'
 

@@ -1,5 +1,5 @@
 import type pg from 'pg'
-import { createPostgresRunner, pgStoreId, type PgServer, type PostgresOptions } from './postgres-pool.js'
+import { createPostgresRunner, pgStoreId, type PgServer, type PostgresOptions } from '../../database/postgres-pool.js'
 import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type UnusedRange } from '../store.js'
 
 // The segment store on PostgreSQL: Java Leaf's table (sql/leaf_alloc.postgres.sql) and its

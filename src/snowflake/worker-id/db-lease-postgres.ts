@@ -1,6 +1,6 @@
 import type { StoreConfig } from '../../config/jdbc-url.js'
-import { createPostgresRunner, type PostgresRunner } from '../../segment/stores/postgres-pool.js'
-import { describeStore } from '../../segment/stores/create-store.js'
+import { createPostgresRunner, type PostgresRunner } from '../../database/postgres-pool.js'
+import { describeStore } from '../../database/describe-store.js'
 import { checkLayoutRecord } from './layout-record.js'
 import type { Claimed, LeaseStore } from './lease-store.js'
 import { LeaseRefused } from '../../errors.js'

@@ -5,7 +5,7 @@
 // CONNECTION_LOSS). Such an error says all there is in its code and message: its stack is
 // the driver's own frames, noise in a log line written every few seconds.
 
-/** A statement that got no answer (segment/stores/mysql-pool.ts): whether it may still run on the server. */
+/** A statement that got no answer (mysql-pool.ts): whether it may still run on the server. */
 export interface UnansweredError extends Error {
   /** false once its server thread was killed (it ran before, or never will). */
   mayStillRun: boolean

@@ -1,7 +1,6 @@
 import type mysql from 'mysql2/promise'
-import { describeCause } from '../../driver-errors.js'
-import { withTimeout } from '../../timers.js'
-import type { HostState } from '../store.js'
+import { describeCause } from './driver-errors.js'
+import { withTimeout } from '../timers.js'
 import type { ServerOptions } from './mysql-pool.js'
 import { IDENTITY_SQL, identityOf, storeIdOf } from './server-identity.js'
 import { openMysqlConnection } from './tls-options.js'
@@ -21,6 +20,22 @@ import { openMysqlConnection } from './tls-options.js'
 // (MariaDB has no super_read_only) without an error.
 
 const SWITCHES_SQL = "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('super_read_only', 'innodb_read_only')"
+
+/** One host of a store's list, as a census read it (host-census.ts). */
+export interface HostState {
+  /** `host:port`, as the URL names it. */
+  host: string
+  /** `unknown`: no answer within the query timeout, or an error (`error`). */
+  state: 'writable' | 'read-only' | 'unknown'
+  /** The store identity it answered with (SegmentStore.identity()'s form). */
+  store?: string
+  /**
+   * Which server process it is, beyond `store`: two addresses of one server give one. A Galera
+   * node's is its cluster's: its nodes are one store, writable at once by design.
+   */
+  server?: string
+  error?: string
+}
 
 type CensusOptions = Pick<ServerOptions, 'host' | 'port' | 'user' | 'password' | 'database' | 'connectTimeoutMs' | 'queryTimeoutMs' | 'tls'>
 

@@ -1,8 +1,7 @@
 import mysql from 'mysql2/promise'
 import type { ConnectionOptions as TlsConnectionOptions } from 'node:tls'
-import type { DatabaseTls } from '../../config/database-tls.js'
-import type { Logger } from '../../logger.js'
-import type { TlsSession } from '../store.js'
+import type { DatabaseTls } from '../config/database-tls.js'
+import type { Logger } from '../logger.js'
 
 // The store's TLS (config/database-tls.ts) as each driver takes it, the `prefer` mode neither
 // driver has (TLS when the server offers it, else plain text), and what a session negotiated.
@@ -14,7 +13,12 @@ import type { TlsSession } from '../store.js'
 // the CA (Node's public roots when none is given); `verify-full` also its name against the
 // URL's host (a DNS name, or an IP address in the certificate's IP entries).
 
-export type { TlsSession } from '../store.js'
+/** What one database session uses: TLS with its protocol and cipher, or plain text. */
+export interface TlsSession {
+  /** `TLSv1.3`, ...; null: plain text. */
+  version: string | null
+  cipher: string | null
+}
 
 /** mysql2's `ssl`; undefined: plain text. */
 export function mysqlSsl (tls: DatabaseTls | undefined): mysql.SslOptions | undefined {

@@ -1,8 +1,8 @@
-import type { MysqlHost } from '../../config/jdbc-url.js'
+import type { MysqlHost } from '../config/jdbc-url.js'
 import { storeIdOf } from './server-identity.js'
-import { describeCause } from '../../driver-errors.js'
-import type { Logger } from '../../logger.js'
-import type { HostGate, HostState } from '../store.js'
+import { describeCause } from './driver-errors.js'
+import type { Logger } from '../logger.js'
+import type { HostState } from './host-census.js'
 import { hostName, readHosts } from './host-census.js'
 import { createServerRunner, ER_READ_ONLY, ER_STORE_LEFT, ER_WSREP_NOT_READY, type Answer, type MysqlRunner, type ServerOptions, type Statement } from './mysql-pool.js'
 
@@ -27,6 +27,21 @@ import { createServerRunner, ER_READ_ONLY, ER_STORE_LEFT, ER_WSREP_NOT_READY, ty
 //   again (host-census.ts), which refuses the move while two hosts answer writable;
 // - the replication form (jdbc:mysql:replication://) writes through its source, the first
 //   host, alone: its replicas are read by the census, never written.
+
+/**
+ * What the segment mode tells a store with a host list about the hosts it may write through
+ * (segment/host-fence.ts).
+ */
+export interface HostGate {
+  /** True for a store identity this instance failed over from: nothing is sent to it. */
+  refuses (store: string): boolean
+  /**
+   * Before the first statement on another host (`to`) than the last one checked (`from`):
+   * reads every host again, and rejects while more than one answers writable (STORE_SPLIT), or
+   * when `to` may be an old primary back (segment/host-fence.ts).
+   */
+  beforeMove (to: string, from: string): Promise<void>
+}
 
 export interface MysqlOptions extends Omit<ServerOptions, 'host' | 'port'> {
   /** In the URL's order; at least one. */

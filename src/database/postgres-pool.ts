@@ -1,8 +1,8 @@
 import pg from 'pg'
 import type { Socket } from 'node:net'
-import type { DatabaseTls } from '../../config/database-tls.js'
-import type { UnansweredError } from '../../driver-errors.js'
-import type { Logger } from '../../logger.js'
+import type { DatabaseTls } from '../config/database-tls.js'
+import type { UnansweredError } from './driver-errors.js'
+import type { Logger } from '../logger.js'
 import { mayFallBack, pgSsl, pgTlsSession, warnPlainText, PG_TLS_COLUMNS, type PgTlsRow, type TlsSession } from './tls-options.js'
 
 // One node-postgres pool to one PostgreSQL server, with the bounds the segment store, the

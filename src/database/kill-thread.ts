@@ -1,5 +1,5 @@
 import type mysql from 'mysql2/promise'
-import type { DatabaseTls } from '../../config/database-tls.js'
+import type { DatabaseTls } from '../config/database-tls.js'
 import { compareServers, IDENTITY_SQL, identityOf, type ServerIdentity } from './server-identity.js'
 import { openMysqlConnection } from './tls-options.js'
 
