@@ -1,5 +1,6 @@
 import type mysql from 'mysql2/promise'
 import type { DatabaseTls } from '../config/database-tls.js'
+import { codeOf, MysqlError } from './driver-errors.js'
 import { compareServers, IDENTITY_SQL, identityOf, type ServerIdentity } from './server-identity.js'
 import { openMysqlConnection } from './tls-options.js'
 
@@ -19,38 +20,47 @@ export interface KillOptions {
   tls?: DatabaseTls
 }
 
-/** MySQL's ER_NO_SUCH_THREAD: the thread had ended already. */
-const ER_NO_SUCH_THREAD = 1094
+/**
+ * What a kill did: the thread is gone (`killed`, or its server process `restarted` since), or
+ * it was `not-killed`, and why (with the error that stopped the kill, if one did).
+ */
+export type KillResult =
+  | { outcome: 'killed' }
+  | { outcome: 'restarted' }
+  | { outcome: 'not-killed', reason: string, cause?: unknown }
+
+const notKilled = (reason: string, cause?: unknown): KillResult => cause === undefined ? { outcome: 'not-killed', reason } : { outcome: 'not-killed', reason, cause }
 
 /**
  * KILL CONNECTION over a connection of its own, within the query timeout, once that
- * connection is seen to reach the very server process `identity` names: 'killed', or
- * 'restarted' (that process is gone), or why not.
+ * connection is seen to reach the very server process `identity` names (null: the server did
+ * not say who it is, and nothing is killed).
  */
-export async function killThread (options: KillOptions, threadId: number, identity: ServerIdentity | null | undefined): Promise<string> {
+export async function killThread (options: KillOptions, threadId: number, identity: ServerIdentity | null): Promise<KillResult> {
   const { queryTimeoutMs } = options
   let conn: mysql.Connection | undefined
   let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<string>((resolve) => { timer = setTimeout(() => resolve(`no answer within ${queryTimeoutMs} ms`), queryTimeoutMs) })
-  const attempt = (async (): Promise<string> => {
-    if (identity === undefined) return 'unsent'
-    if (identity === null) return 'the server it ran on did not say who it is'
+  const timeout = new Promise<KillResult>((resolve) => { timer = setTimeout(() => resolve(notKilled(`no answer within ${queryTimeoutMs} ms`)), queryTimeoutMs) })
+  const attempt = (async (): Promise<KillResult> => {
+    if (identity === null) return notKilled('the server it ran on did not say who it is')
     try {
       conn = await openMysqlConnection({
         host: options.host, port: options.port, user: options.user, password: options.password, connectTimeout: queryTimeoutMs, multipleStatements: true,
       }, options.tls)
       const [results] = await conn.query({ sql: IDENTITY_SQL, timeout: queryTimeoutMs }) as unknown as [unknown[]]
       const now = identityOf(results)
-      if (now === undefined) return 'the server did not say who it is'
-      const same = compareServers(identity, now, threadId)
-      if (same === 'other') return `the kill reached another server (${now.host}:${now.port} started at ${now.started}, not ${identity.host}:${identity.port} started at ${identity.started})`
-      if (same === 'unclear') return `its server restarted, or another answered (started at ${now.started}, not ${identity.started}), and its thread ids are past ${threadId}`
-      if (same === 'restarted') return 'restarted'
+      if (now === undefined) return notKilled('the server did not say who it is')
+      switch (compareServers(identity, now, threadId)) {
+        case 'other': return notKilled(`the kill reached another server (${now.host}:${now.port} started at ${now.started}, not ${identity.host}:${identity.port} started at ${identity.started})`)
+        case 'unclear': return notKilled(`its server restarted, or another answered (started at ${now.started}, not ${identity.started}), and its thread ids are past ${threadId}`)
+        case 'restarted': return { outcome: 'restarted' }
+        case 'same': break
+      }
       await conn.query({ sql: 'KILL CONNECTION ?', values: [threadId], timeout: queryTimeoutMs })
-      return 'killed'
-    } catch (e) {
-      if ((e as { errno?: number }).errno === ER_NO_SUCH_THREAD) return 'killed'
-      return (e as Error).message
+      return { outcome: 'killed' }
+    } catch (err) {
+      if (codeOf(err) === MysqlError.NO_SUCH_THREAD) return { outcome: 'killed' }
+      return notKilled((err as Error).message, err)
     }
   })()
   try {

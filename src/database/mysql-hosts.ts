@@ -1,10 +1,11 @@
 import type { MysqlHost } from '../config/jdbc-url.js'
 import { storeIdOf } from './server-identity.js'
-import { describeCause } from './driver-errors.js'
+import { codeOf, describeCause, MysqlError } from './driver-errors.js'
+import { driverCause, fateOf, ServerRefused } from './errors.js'
 import type { Logger } from '../logger.js'
 import type { HostState } from './host-census.js'
 import { hostName, readHosts } from './host-census.js'
-import { createServerRunner, ER_READ_ONLY, ER_STORE_LEFT, ER_WSREP_NOT_READY, type Answer, type MysqlRunner, type ServerOptions, type Statement } from './mysql-pool.js'
+import { createServerRunner, type Answer, type MysqlRunner, type ServerOptions, type Statement } from './mysql-pool.js'
 
 // The hosts of leaf.jdbc.url, Connector/J's failover list: one mysql2 pool per host
 // (mysql-pool.ts), statements through the one in use. mysql2's PoolCluster would pick a host
@@ -75,14 +76,15 @@ const HOST_DOWN_CODES = new Set([
 
 /** A host answering this refused the statement: it did not run, and another host may take it. */
 function refusedByServer (err: unknown): boolean {
-  const { errno, code } = err as { errno?: unknown, code?: unknown }
-  return errno === ER_READ_ONLY || errno === ER_WSREP_NOT_READY || code === ER_STORE_LEFT
+  const cause = driverCause(err)
+  const code = codeOf(cause)
+  return cause instanceof ServerRefused || code === MysqlError.READ_ONLY || code === MysqlError.WSREP_NOT_READY
 }
 
 /** Whether `err` says the host is down, read-only or not ready (not that the statement was wrong). */
 export function hostFailed (err: unknown): boolean {
-  const e = err as { code?: unknown, fatal?: unknown }
-  return refusedByServer(err) || e.code === ER_STORE_LEFT || e.fatal === true || (typeof e.code === 'string' && HOST_DOWN_CODES.has(e.code))
+  const cause = (driverCause(err) ?? {}) as { code?: unknown, fatal?: unknown }
+  return refusedByServer(err) || cause.fatal === true || (typeof cause.code === 'string' && HOST_DOWN_CODES.has(cause.code))
 }
 
 export function createMysqlRunner (options: MysqlOptions, now: () => number = () => performance.now()): MysqlHostsRunner {
@@ -158,7 +160,7 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
         failed(i, err)
         last = err
         // May have run: the caller decides whether a repeat is safe.
-        if ((err as { notSent?: boolean }).notSent !== true && !refusedByServer(err)) throw err
+        if (fateOf(err)?.state !== 'not-sent' && !refusedByServer(err)) throw err
       }
     }
     throw last

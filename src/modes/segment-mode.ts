@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { StoreConfig } from '../config/jdbc-url.js'
 import type { Config } from '../config/load-config.js'
-import { driverError, isPermanentStoreError } from '../database/driver-errors.js'
+import { driverError, isPermanentStoreError, MysqlError, SqlState } from '../database/driver-errors.js'
 import { StartRefused } from '../errors.js'
 import type { Logger } from '../logger.js'
 import { createHostFence, type HostFence } from '../segment/host-fence.js'
@@ -32,17 +32,16 @@ export interface SegmentMode {
 const REMEDIES: Record<string, string> = {
   ER_ACCESS_DENIED_ERROR: 'check leaf.jdbc.username and leaf.jdbc.password (or the user and password in leaf.jdbc.url)',
   ER_BAD_DB_ERROR: 'create the database, or correct the one named in leaf.jdbc.url',
-  ER_NO_SUCH_TABLE: 'create the table with sql/leaf_alloc.sql',
-  ER_DBACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on that database (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
-  ER_TABLEACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc',
-  ER_BAD_FIELD_ERROR: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.sql',
-  // PostgreSQL's SQLSTATEs (database/driver-errors.ts names them).
-  '28P01': 'check leaf.jdbc.username and leaf.jdbc.password (or the user and password in leaf.jdbc.url)',
-  28000: 'the server has no pg_hba.conf entry letting this user in from this host, or the role may not log in',
-  '3D000': 'create the database, or correct the one named in leaf.jdbc.url',
-  '42P01': 'create the table with sql/leaf_alloc.postgres.sql',
-  42501: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
-  42703: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.postgres.sql',
+  [MysqlError.NO_SUCH_TABLE]: 'create the table with sql/leaf_alloc.sql',
+  [MysqlError.DBACCESS_DENIED]: 'grant the user SELECT, INSERT and UPDATE on that database (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
+  [MysqlError.TABLEACCESS_DENIED]: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc',
+  [MysqlError.BAD_FIELD]: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.sql',
+  [SqlState.INVALID_PASSWORD]: 'check leaf.jdbc.username and leaf.jdbc.password (or the user and password in leaf.jdbc.url)',
+  [SqlState.INVALID_AUTHORIZATION_SPECIFICATION]: 'the server has no pg_hba.conf entry letting this user in from this host, or the role may not log in',
+  [SqlState.INVALID_CATALOG_NAME]: 'create the database, or correct the one named in leaf.jdbc.url',
+  [SqlState.UNDEFINED_TABLE]: 'create the table with sql/leaf_alloc.postgres.sql',
+  [SqlState.INSUFFICIENT_PRIVILEGE]: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
+  [SqlState.UNDEFINED_COLUMN]: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.postgres.sql',
 }
 
 /**

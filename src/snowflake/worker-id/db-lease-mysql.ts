@@ -3,6 +3,7 @@ import type { StoreConfig } from '../../config/jdbc-url.js'
 import type { MysqlRunner, Statement } from '../../database/mysql-pool.js'
 import { createMysqlRunner } from '../../database/mysql-hosts.js'
 import { describeStore } from '../../database/describe-store.js'
+import { codeOf, MysqlError } from '../../database/driver-errors.js'
 import { checkLayoutRecord } from './layout-record.js'
 import type { Claimed, LeaseStore } from './lease-store.js'
 import { LeaseRefused } from '../../errors.js'
@@ -25,10 +26,6 @@ export const MYSQL_LEASE_DDL = `CREATE TABLE IF NOT EXISTS \`leaf_worker_lease\`
   \`update_time\` timestamp(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
   PRIMARY KEY (\`pool\`, \`worker_id\`)
 ) ENGINE=InnoDB`
-
-const ER_NO_SUCH_TABLE = 1146
-const ER_BAD_FIELD_ERROR = 1054
-const ER_DUP_FIELDNAME = 1060
 
 // One transaction per claim: the row is made (free) if it never was and locked; what it was
 // is read (the wait comes from it); then it is taken when it is free, or when it is the very
@@ -69,13 +66,13 @@ async function upgradeMysqlTable (run: MysqlRunner['run'], where: string): Promi
     await run(`SELECT ${ADDED_COLUMNS.map(([name]) => name).join(', ')} FROM ${LEASE_TABLE} LIMIT 0`)
     return
   } catch (err) {
-    if ((err as { errno?: number }).errno !== ER_BAD_FIELD_ERROR) throw err
+    if (codeOf(err) !== MysqlError.BAD_FIELD) throw err
   }
   for (const [name, type] of ADDED_COLUMNS) {
     try {
       await run(`ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${name} ${type}`)
     } catch (err) {
-      if ((err as { errno?: number }).errno === ER_DUP_FIELDNAME) continue
+      if (codeOf(err) === MysqlError.DUP_FIELDNAME) continue
       throw new LeaseRefused(`${where}: the table predates the lease generations and cannot be altered (${(err as Error).message}): ` +
         `run ${ADDED_COLUMNS.map(([n, t]) => `ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${n} ${t};`).join(' ')}`)
     }
@@ -88,7 +85,7 @@ export async function createMysqlLeaseStore (o: DbLeaseStoreOptions, store: Extr
   try {
     await run(`SELECT 1 FROM ${LEASE_TABLE} LIMIT 1`)
   } catch (err) {
-    if ((err as { errno?: number }).errno !== ER_NO_SUCH_TABLE) {
+    if (codeOf(err) !== MysqlError.NO_SUCH_TABLE) {
       await close()
       throw err
     }

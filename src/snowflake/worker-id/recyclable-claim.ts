@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { LeaseRefused } from '../../errors.js'
-import { mayStillRun } from '../../database/driver-errors.js'
+import { mayStillRun } from '../../database/errors.js'
 import { sleep } from '../../timers.js'
 import { readWorkerCache, writeWorkerCache } from './cache-file.js'
 import type { Claimed, PoolSlot } from './lease-store.js'
