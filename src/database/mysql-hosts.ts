@@ -8,26 +8,14 @@ import { hostName, readHosts } from './host-census.js'
 import { createServerRunner, type Answer, type MysqlRunner, type ServerOptions, type Statement } from './mysql-pool.js'
 
 // The hosts of leaf.jdbc.url, Connector/J's failover list: one mysql2 pool per host
-// (mysql-pool.ts), statements through the one in use. mysql2's PoolCluster would pick a host
-// too, but it moves on only when a connection cannot be opened: a replica that answers
-// read-only, a Galera node out of its cluster (1047) or a host whose statements time out
-// would keep it. So the choice is made here, on what the servers answer:
-// - the first host of the list that answers and is writable is used, and kept while it works
-//   (sticky: it does not fall back to an earlier host that comes back, which after a
-//   promotion is the old primary);
-// - a host that fails (a connection error, a timeout, a read-only or not-ready answer) is
-//   rested for a backoff doubling from BACKOFF_MIN_MS to BACKOFF_MAX_MS, and the next host
-//   of the list is used; with every host resting, the one whose rest ends first is tried;
-// - a statement that never left, or that the server refused (read-only, not ready), is sent
-//   to the next host at once, each host at most once per call; one that may have run (a
-//   timeout) is not: its error goes to the caller, who knows whether a repeat is safe;
-// - with a gate (segment/host-fence.ts), the list starts at the host the last life used (its
-//   warm-start file), not at the first: a restart must not take an instance back to an old
-//   primary that came back writable. A store the instance failed over from is refused as a
-//   read-only one is; and before the first statement on another host, every host is read
-//   again (host-census.ts), which refuses the move while two hosts answer writable;
-// - the replication form (jdbc:mysql:replication://) writes through its source, the first
-//   host, alone: its replicas are read by the census, never written.
+// (mysql-pool.ts), statements through the one in use, chosen on what the servers answer
+// (docs/production.md, "Several database hosts"; mysql2's PoolCluster moves on only when a
+// connection cannot be opened). In short: the first writable host, kept while it works; a
+// failed host rests for a doubling backoff; a statement that never left, or that a server
+// refused, goes to the next host at once, each host at most once per call, while one that may
+// have run goes back to its caller. With a gate (segment/host-fence.ts) the list starts at the
+// host the last life used, and a move to another host waits for a census (host-census.ts).
+// The replication form (jdbc:mysql:replication://) writes through its first host only.
 
 /**
  * What the segment mode tells a store with a host list about the hosts it may write through

@@ -9,25 +9,13 @@ import { killThread, type KillResult } from './kill-thread.js'
 import { IDENTITY_SQL, identityOf, storeIdOf, type ServerIdentity } from './server-identity.js'
 import { mayFallBack, mysqlSsl, noteDeclined, mysqlTlsSession, warnPlainText, MYSQL_TLS_SQL, type TlsSession } from './tls-options.js'
 
-// One mysql2 pool, to one server, with the bounds mysql2 lacks: a query timeout that takes its connection for
-// dead, a bounded wait for a free connection, and a close that never rejects. The segment
-// store and the db-lease worker-id pool each run their statements through one per host of
-// leaf.jdbc.url (mysql-hosts.ts picks the host).
-//
-// A statement whose answer never came may still run: its bytes can reach the server after the
-// caller gave up (a retransmission, a congested link). So a statement that timed out, or whose
-// connection broke under it, has its server thread ended with `KILL CONNECTION <thread id>`
-// from a connection of its own. Not `KILL QUERY`: that stops only a statement the server is
-// running, and leaves the thread to run one that is still on its way. Once the kill is
-// confirmed, the statement has run or never will. Unconfirmed, it may run at any later time:
-// the error (UnansweredStatement, errors.ts) says which in its `fate`, and every caller is
-// written to be safe either way (docs/worker-ids.md, docs/segment-mode.md).
-//
-// A thread id names a thread of one server process only. So each connection notes which
-// server it reached (ServerIdentity), and the kill is sent only when its own connection reached
-// that same process: after a restart the id may belong to someone else's new connection (and
-// the old thread ended with its server), and behind a load balancer it may name a thread of
-// another node.
+// One mysql2 pool to one server, with the bounds mysql2 lacks: a query timeout that takes its
+// connection for dead, a bounded wait for a free connection, and a close that never rejects.
+// A statement that got no answer may still run (its bytes can arrive late), so its server
+// thread is killed over a connection of its own, and only on the server process it ran on
+// (kill-thread.ts, server-identity.ts). Its error, an UnansweredStatement, says in its `fate`
+// whether it may still run. Why, and why every caller is safe either way: docs/worker-ids.md,
+// "A statement without an answer is ended" and "Every statement, arriving late, twice or never".
 
 /** One server's pool; mysql-hosts.ts's MysqlOptions name several. */
 export interface ServerOptions extends MysqlHost {

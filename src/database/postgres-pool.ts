@@ -5,19 +5,13 @@ import { ServerRefused, UnansweredStatement } from './errors.js'
 import type { Logger } from '../logger.js'
 import { mayFallBack, pgSsl, pgTlsSession, warnPlainText, PG_TLS_COLUMNS, type PgTlsRow, type TlsSession } from './tls-options.js'
 
-// One node-postgres pool to one PostgreSQL server, with the bounds the segment store, the
-// db-lease pool and the disposable source need (as mysql-pool.ts gives MySQL):
-// - a free connection is waited for, and one is opened, within the connect timeout
-//   (node-postgres' connectionTimeoutMillis bounds both);
-// - each query within the query timeout, on the client (query_timeout) and on the server
-//   (statement_timeout); a transaction left open by a client that vanished ends on the server
-//   after idle_in_transaction_session_timeout, so its row locks do not outlive it;
-// - a connection whose query failed is destroyed, never reused.
-// A query that got no answer (a timeout, a connection lost under it) may still run: its bytes
-// can reach the server after the caller gave up. Nothing here ends its backend (MySQL's pool
-// kills its thread), so its error's fate says it may still run, and the callers are written to be safe
-// either way: an allocation that lands late only skips a segment; a lease claim that may land
-// waits out its TTL (recyclable-claim.ts).
+// One node-postgres pool to one PostgreSQL server, with the bounds mysql-pool.ts gives MySQL:
+// a connection within the connect timeout (connectionTimeoutMillis bounds the wait and the
+// opening); each query within the query timeout, on the client (query_timeout) and on the
+// server (statement_timeout); a transaction its client left ends on the server after
+// idle_in_transaction_session_timeout, so its row locks do not outlive it; a connection whose
+// query failed is destroyed. Nothing here ends the backend of a query that got no answer, so
+// its UnansweredStatement says it may still run (docs/worker-ids.md says why callers are safe).
 
 export interface PostgresOptions {
   host: string
