@@ -128,10 +128,12 @@ const WORDS: Record<string, string> = {
   LEAF_TIMEOUT: 'no answer in time',
   LEAF_SERVER_READ_ONLY: 'read-only or a standby: nothing is written through it',
   LEAF_STORE_LEFT: 'a store this instance failed over from',
+  LEAF_NO_CONNECTION_FREE: 'no connection of the pool free in time',
 }
 
 /** `CODE (plain words)` for a driver error or one of ours, the bare code for other codes, else the message. */
 export function describeCause (err: unknown): string {
+  if (err instanceof UnansweredStatement) return describeCause(err.cause)
   const code = driverError(err)?.code ?? codeOf(err)
   if (typeof code === 'string') return WORDS[code] === undefined ? code : `${code} (${WORDS[code]})`
   const { message } = (err ?? {}) as { message?: unknown }
@@ -143,7 +145,8 @@ export function describeCause (err: unknown): string {
  * a driver's (its code), or the plumbing's and timers' own; undefined for anything else.
  */
 export function codedError (err: unknown): DriverError | undefined {
-  if (err instanceof DatabaseError || err instanceof TimeoutError) return driverError(err) ?? { code: err.code, message: err.message }
+  if (err instanceof UnansweredStatement) return { code: codedError(err.cause)?.code ?? err.code, message: err.message }
+  if (err instanceof DatabaseError || err instanceof TimeoutError) return { code: err.code, message: err.message }
   return driverError(err)
 }
 
