@@ -17,7 +17,8 @@ export const LAYERS: { entries: string[], what: string }[] = [
   { entries: ['metrics/', 'http/'], what: 'what the world sees: /metrics, routes, pages' },
   { entries: ['modes/'], what: 'each mode\'s store or lease wired to its generator' },
   { entries: ['segment/', 'snowflake/'], what: 'the generators, stores and worker-id leases' },
-  { entries: ['config/', 'errors.ts', 'timers.ts', 'logger.ts', 'log-throttle.ts', 'driver-errors.ts', 'id-range.ts', 'version.ts'], what: 'plain building blocks, any room may use them' },
+  { entries: ['database/', 'log-throttle.ts'], what: 'the database plumbing both modes share; the log throttle reads its driver errors' },
+  { entries: ['config/', 'errors.ts', 'timers.ts', 'logger.ts', 'id-range.ts', 'version.ts'], what: 'plain building blocks, any room may use them' },
 ]
 
 export function sources (dir = SRC): string[] {

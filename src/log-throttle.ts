@@ -1,4 +1,4 @@
-import { driverError } from './driver-errors.js'
+import { codedError } from './database/driver-errors.js'
 import type { Logger } from './logger.js'
 
 /** One line per cause per this many ms, unless told otherwise. */
@@ -62,13 +62,14 @@ export function createLogThrottle (logger: Logger, { intervalMs = DEFAULT_LOG_IN
 
 /**
  * What a line says of an error (none for undefined: a failure that is no exception, such as a
- * clock behind): a driver's as `code` and `err` (its message), flat, since
- * pino's serializer would give any object under `err` a type and a stack; another Error
- * whole under `err`, its stack included (it may be a bug); anything else as text.
+ * clock behind): a driver's, a timeout's or the database plumbing's as `code` and `err` (its
+ * message), flat, since pino's serializer would give any object under `err` a type and a
+ * stack; another Error whole under `err`, its stack included (it may be a bug); anything else
+ * as text.
  */
 export function errorFields (err: unknown): { code?: string, err?: unknown } {
   if (err === undefined) return {}
-  const known = driverError(err)
+  const known = codedError(err)
   if (known !== undefined) return { code: known.code, err: known.message }
   return { err: err instanceof Error ? err : String(err) }
 }

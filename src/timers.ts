@@ -4,9 +4,9 @@ export function sleep (ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
-/** A call that did not answer in time: coded as a socket's timeout, so logs and readiness read it alike. */
+/** A call that did not answer in time. */
 export class TimeoutError extends Error {
-  readonly code = 'ETIMEDOUT'
+  readonly code = 'LEAF_TIMEOUT'
 
   constructor (message: string) {
     super(message)

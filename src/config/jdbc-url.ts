@@ -13,7 +13,7 @@ export type StoreConfig =
    */
   | { kind: 'sqlite', path: string, embeddedDefault?: true }
   /**
-   * `hosts` in the URL's order: the first that answers and is writable is used (stores/mysql-hosts.ts).
+   * `hosts` in the URL's order: the first that answers and is writable is used (database/mysql-hosts.ts).
    * `replication` (Connector/J's `jdbc:mysql:replication://`): the first host is the source and
    * the only one written; the others are replicas, which must answer read-only.
    */

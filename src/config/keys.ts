@@ -60,7 +60,7 @@ function optionalInt (min: number, max: number): Parser<number | undefined> {
 
 const port = int(0, 65535)
 
-/** A store identity as the max_id guard and /cache name it (segment/stores/server-identity.ts). */
+/** A store identity as the max_id guard and /cache name it (database/server-identity.ts). */
 const STORE_IDENTITY = /^(server_id \d+|galera cluster [0-9a-fA-F-]+)$/
 const storeList: Parser<string[]> = (raw, key) => raw.split(',').map((s) => s.trim().replace(/\s+/g, ' ')).filter((s) => s !== '').map((s) => {
   if (!STORE_IDENTITY.test(s)) throw new ConfigError(key, `"${s}" is not a store identity: write "server_id N" or "galera cluster <uuid>", as /cache and the failover log name it`)

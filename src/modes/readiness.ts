@@ -1,4 +1,4 @@
-import { describeCause } from '../driver-errors.js'
+import { describeCause } from '../database/driver-errors.js'
 import { withTimeout } from '../timers.js'
 import type { GuardView } from '../segment/max-id-guard.js'
 import type { SegmentMode } from './segment-mode.js'

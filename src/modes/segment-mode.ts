@@ -1,15 +1,16 @@
 import { randomUUID } from 'node:crypto'
 import type { StoreConfig } from '../config/jdbc-url.js'
 import type { Config } from '../config/load-config.js'
-import { driverError, isPermanentStoreError } from '../driver-errors.js'
+import { driverError, isPermanentStoreError, MysqlError, SqlState } from '../database/driver-errors.js'
 import { StartRefused } from '../errors.js'
 import type { Logger } from '../logger.js'
 import { createHostFence, type HostFence } from '../segment/host-fence.js'
 import { createMaxIdGuard, type MaxIdGuard, type MaxIdGuardOptions, type Regression } from '../segment/max-id-guard.js'
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
 import { canLoseWrites, type SegmentStore } from '../segment/store.js'
-import { createStore, describeStore, type StoreHooks } from '../segment/stores/create-store.js'
-import { describeTls, tlsRefusal } from '../segment/stores/tls-options.js'
+import { describeStore } from '../database/describe-store.js'
+import { createStore, type StoreHooks } from '../segment/stores/create-store.js'
+import { describeTls, tlsRefusal } from '../database/tls-options.js'
 import { readWarmState, stateFolderProblem, writeWarmState, type WarmState } from '../segment/warm-state.js'
 import { withTimeout } from '../timers.js'
 
@@ -31,17 +32,16 @@ export interface SegmentMode {
 const REMEDIES: Record<string, string> = {
   ER_ACCESS_DENIED_ERROR: 'check leaf.jdbc.username and leaf.jdbc.password (or the user and password in leaf.jdbc.url)',
   ER_BAD_DB_ERROR: 'create the database, or correct the one named in leaf.jdbc.url',
-  ER_NO_SUCH_TABLE: 'create the table with sql/leaf_alloc.sql',
-  ER_DBACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on that database (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
-  ER_TABLEACCESS_DENIED_ERROR: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc',
-  ER_BAD_FIELD_ERROR: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.sql',
-  // PostgreSQL's SQLSTATEs (driver-errors.ts names them).
-  '28P01': 'check leaf.jdbc.username and leaf.jdbc.password (or the user and password in leaf.jdbc.url)',
-  28000: 'the server has no pg_hba.conf entry letting this user in from this host, or the role may not log in',
-  '3D000': 'create the database, or correct the one named in leaf.jdbc.url',
-  '42P01': 'create the table with sql/leaf_alloc.postgres.sql',
-  42501: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
-  42703: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.postgres.sql',
+  [MysqlError.NO_SUCH_TABLE]: 'create the table with sql/leaf_alloc.sql',
+  [MysqlError.DBACCESS_DENIED]: 'grant the user SELECT, INSERT and UPDATE on that database (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
+  [MysqlError.TABLEACCESS_DENIED]: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc',
+  [MysqlError.BAD_FIELD]: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.sql',
+  [SqlState.INVALID_PASSWORD]: 'check leaf.jdbc.username and leaf.jdbc.password (or the user and password in leaf.jdbc.url)',
+  [SqlState.INVALID_AUTHORIZATION_SPECIFICATION]: 'the server has no pg_hba.conf entry letting this user in from this host, or the role may not log in',
+  [SqlState.INVALID_CATALOG_NAME]: 'create the database, or correct the one named in leaf.jdbc.url',
+  [SqlState.UNDEFINED_TABLE]: 'create the table with sql/leaf_alloc.postgres.sql',
+  [SqlState.INSUFFICIENT_PRIVILEGE]: 'grant the user SELECT, INSERT and UPDATE on leaf_alloc (and DELETE, and CREATE once, for the optional leaf_alloc_parked)',
+  [SqlState.UNDEFINED_COLUMN]: 'leaf_alloc does not have Leaf\'s columns: see sql/leaf_alloc.postgres.sql',
 }
 
 /**
@@ -100,7 +100,7 @@ export async function startSegmentMode (
     throw storeRefusal(where, err, segment.store) ?? err
   }
   // Bounded past the pool's own bound (a connection, its setup, the query and the kill of an
-  // unanswered one: segment/stores/mysql-pool.ts) in case a driver is not.
+  // unanswered one: database/mysql-pool.ts) in case a driver is not.
   const pingTimeoutMs = segment.connectTimeoutMs + 3 * segment.queryTimeoutMs + 1000
   const pingError = await withTimeout(store.ping(), pingTimeoutMs, `no answer within ${pingTimeoutMs} ms`).then(() => undefined, (err: unknown) => err)
   const refused = pingError === undefined ? undefined : storeRefusal(where, pingError, segment.store)

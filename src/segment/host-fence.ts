@@ -1,6 +1,7 @@
 import { LeafError } from '../errors.js'
 import type { Logger } from '../logger.js'
-import type { HostGate, HostState } from './store.js'
+import type { HostState } from '../database/host-census.js'
+import type { HostGate } from '../database/mysql-hosts.js'
 
 // What keeps a host list (leaf.jdbc.url's `h1,h2`) from splitting: two instances allocating
 // the same ranges, one on an old primary that came back writable, the other on the replica
@@ -10,7 +11,7 @@ import type { HostGate, HostState } from './store.js'
 //   refuses it as it refuses a read-only host), unless leaf.segment.trusted-stores names it:
 //   that lets back a store left by an earlier life; a failover of this life away from it is
 //   remembered again (a key left set after the switchover back must not disarm the next one).
-// - Every host of the list is read (its read_only and identity, stores/host-census.ts) at the
+// - Every host of the list is read (its read_only and identity, database/host-census.ts) at the
 //   start, at each refresh, and before the first statement on another host. While more than
 //   one store answers writable, nothing is allocated anywhere (STORE_SPLIT); the buffers serve
 //   on. A host that does not answer is unknown, not writable: this instance cannot reach it,

@@ -7,7 +7,7 @@ import type { SegmentStore, TagRow } from './store.js'
 // - each keeps, per tag, a mark: the end of what it served or holds, the larger of the
 //   highest ID it served + 1 and the end of the ranges it holds. It keeps it in memory, the
 //   served part in the warm-start file, and the identity of the store that answered
-//   (stores/mysql-pool.ts: a server, or a Galera cluster). In one store, max_id never goes
+//   (database/mysql-pool.ts: a server, or a Galera cluster). In one store, max_id never goes
 //   below any instance's mark: a give-back returns only its giver's own unserved IDs, the run
 //   that ends at max_id, so no peer served or holds anything from where it puts max_id. A mark
 //   is not what an instance received: a range it gave back is nobody's, and a peer's later

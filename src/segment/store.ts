@@ -1,3 +1,6 @@
+import type { HostState } from '../database/host-census.js'
+import type { TlsSession } from '../database/tls-options.js'
+
 // What the segment generator needs from a database. The generator does not know
 // which store is behind it: MySQL/MariaDB (mysql-store.ts) or SQLite (sqlite-store.ts).
 
@@ -119,37 +122,6 @@ export interface SegmentStore {
   close (): Promise<void>
 }
 
-/** One host of a store's list, as a census read it (stores/host-census.ts). */
-export interface HostState {
-  /** `host:port`, as the URL names it. */
-  host: string
-  /** `unknown`: no answer within the query timeout, or an error (`error`). */
-  state: 'writable' | 'read-only' | 'unknown'
-  /** The store identity it answered with (SegmentStore.identity()'s form). */
-  store?: string
-  /**
-   * Which server process it is, beyond `store`: two addresses of one server give one. A Galera
-   * node's is its cluster's: its nodes are one store, writable at once by design.
-   */
-  server?: string
-  error?: string
-}
-
-/**
- * What the segment mode tells a store with a host list about the hosts it may write through
- * (segment/host-fence.ts).
- */
-export interface HostGate {
-  /** True for a store identity this instance failed over from: nothing is sent to it. */
-  refuses (store: string): boolean
-  /**
-   * Before the first statement on another host (`to`) than the last one checked (`from`):
-   * reads every host again, and rejects while more than one answers writable (STORE_SPLIT), or
-   * when `to` may be an old primary back (segment/host-fence.ts).
-   */
-  beforeMove (to: string, from: string): Promise<void>
-}
-
 /**
  * Whether a store of this topology() line can lose committed allocations in a promotion: the
  * lines of asynchronous replication (MySQL/MariaDB with a binary log and neither Galera nor
@@ -166,11 +138,4 @@ export class IdSpaceEnded extends Error {
     super(`max_id of "${key}" would pass 2^63 - 1`)
     this.name = 'IdSpaceEnded'
   }
-}
-
-/** What one database session uses: TLS with its protocol and cipher, or plain text (stores/tls-options.ts). */
-export interface TlsSession {
-  /** `TLSv1.3`, ...; null: plain text. */
-  version: string | null
-  cipher: string | null
 }

@@ -53,6 +53,21 @@ t.test('each module imports from its own layer or below', async (t) => {
   t.same(KNOWN_UPWARD.filter((u) => !upward.has(u)), [], 'every known one still there (else strike it from KNOWN_UPWARD)')
 })
 
+t.test('the two modes never import each other', async (t) => {
+  const crossing: string[] = []
+  for (const [file, imports] of graph) {
+    const from = name(file).split('/')[0]
+    if (from !== 'segment' && from !== 'snowflake') continue
+    for (const target of imports) {
+      const to = name(target).split('/')[0]
+      if ((to === 'segment' || to === 'snowflake') && to !== from) crossing.push(`${name(file)} imports ${name(target)}`)
+    }
+  }
+  const reachDatabase = (mode: string) => [...graph].some(([file, imports]) => name(file).startsWith(mode) && imports.some((target) => name(target).startsWith('database/')))
+  t.ok(reachDatabase('segment/') && reachDatabase('snowflake/'), 'both modes reach the database through database/')
+  t.same(crossing, [], 'src/segment imports nothing from src/snowflake, and the reverse')
+})
+
 t.test('the checks find what they look for', async (t) => {
   const a = '/x/a.ts'
   const b = '/x/b.ts'
@@ -62,7 +77,8 @@ t.test('the checks find what they look for', async (t) => {
   t.same(importsOf('/x/y/m.ts', "import type { T } from '../t.js'\nimport {\n  a,\n  b,\n} from './ab.js'\nexport { c } from './c.js'\nimport './first.js'\nimport x from 'pkg'\n"),
     ['/x/t.ts', '/x/y/ab.ts', '/x/y/c.ts', '/x/y/first.ts'], 'type imports, multi-line imports, re-exports and bare imports; packages left out')
   t.equal(layerOf(join(SRC, 'config/keys.ts')), 0)
-  t.equal(layerOf(join(SRC, 'http/pages.ts')), 3)
+  t.equal(layerOf(join(SRC, 'database/mysql-pool.ts')), 1)
+  t.equal(layerOf(join(SRC, 'http/pages.ts')), 4)
 })
 
 t.test('docs/development.md draws the layers and the rooms as the code has them', async (t) => {
@@ -70,7 +86,7 @@ t.test('docs/development.md draws the layers and the rooms as the code has them'
   t.match(page, /<!-- house:layers -->\n```/, 'the layers block is marked')
   t.match(page, /<!-- house:rooms -->\n```/, 'the rooms block is marked')
   t.equal(page, drawn(page, graph), 'the page is what `node --import tsx scripts/house.ts --write` draws from the code')
-  t.equal(LAYERS.length, 6)
+  t.equal(LAYERS.length, 7)
 })
 
 t.test('the rooms block follows the imports', async (t) => {

@@ -7,9 +7,9 @@ import { storeRefusal } from '../../src/modes/segment-mode.js'
 import { leafLayout } from '../../src/snowflake/layout.js'
 import { createDbLeaseStore } from '../../src/snowflake/worker-id/db-lease/db-lease-store.js'
 import { createStore } from '../../src/segment/stores/create-store.js'
-import { readHost } from '../../src/segment/stores/host-census.js'
-import { killThread } from '../../src/segment/stores/kill-thread.js'
-import { IDENTITY_SQL, identityOf } from '../../src/segment/stores/server-identity.js'
+import { readHost } from '../../src/database/host-census.js'
+import { killThread } from '../../src/database/kill-thread.js'
+import { IDENTITY_SQL, identityOf } from '../../src/database/server-identity.js'
 import { TEST_MYSQL_HOST, TEST_MYSQL_PORT } from '../helpers/mysql.js'
 import { TEST_PG_HOST, TEST_PG_PORT } from '../helpers/postgres.js'
 import { makeCertificates, removeCertificates, startTlsMariaDb, startTlsPostgres } from '../helpers/tls-servers.js'
@@ -133,11 +133,11 @@ t.test('MariaDB: the host census and the kill connection run over TLS', async (t
   const victim: Connection = await maria.connect({ multipleStatements: true, ssl: { rejectUnauthorized: false } })
   t.teardown(() => victim.destroy())
   const [rows] = await victim.query(IDENTITY_SQL) as unknown as [unknown[]]
-  const identity = identityOf(rows)
+  const identity = identityOf(rows) ?? null
   t.ok(identity, 'the victim\'s server said who it is')
   const id = victim.threadId as number
-  t.match(await killThread({ ...host, tls: undefined }, id, identity), /^Access denied for user 'leaf'/, 'in plain text the kill is refused')
-  t.equal(await killThread({ ...host, tls: store.tls }, id, identity), 'killed', 'over TLS it is killed')
+  t.match(await killThread({ ...host, tls: undefined }, id, identity), { outcome: 'not-killed', reason: /^Access denied for user 'leaf'/, cause: { code: 'ER_ACCESS_DENIED_ERROR' } }, 'in plain text the kill is refused')
+  t.same(await killThread({ ...host, tls: store.tls }, id, identity), { outcome: 'killed' }, 'over TLS it is killed')
 })
 
 t.test('MariaDB: db-lease claims over TLS', async (t) => {

@@ -115,7 +115,7 @@ t.test('Leaf\'s transaction from two nodes on one row: conflicts fail with 1213'
     // of the query is now and then not reported: its SELECT reads the winner's max_id and COMMIT
     // says OK (the error comes with the connection's next query instead). Seen in most runs of
     // 800, not all: so Leaf-TS sends a transaction one statement per round trip on Galera
-    // (src/segment/stores/mysql-pool.ts), and the test below holds its store to it.
+    // (src/database/mysql-pool.ts), and the test below holds its store to it.
     const { duplicates } = report(t, 'multi-statement', r)
     t.comment(`multi-statement: ${duplicates} max_id returned by two committed transactions`)
   })

@@ -1,7 +1,7 @@
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import { BACKOFF_MAX_MS, BACKOFF_MIN_MS, createMysqlRunner, hostFailed } from '../../src/segment/stores/mysql-hosts.js'
+import { BACKOFF_MAX_MS, BACKOFF_MIN_MS, createMysqlRunner, hostFailed } from '../../src/database/mysql-hosts.js'
 import { createHostFence } from '../../src/segment/host-fence.js'
 import { createMysqlStore } from '../../src/segment/stores/mysql-store.js'
 import { PrivateMariaDb } from '../fault/services.js'
@@ -11,7 +11,7 @@ import { createTestDatabase, TEST_MYSQL } from '../helpers/mysql.js'
 import { freePort } from '../helpers/ports.js'
 import { createProxy } from '../helpers/tcp-proxy.js'
 
-// The hosts of leaf.jdbc.url (src/segment/stores/mysql-hosts.ts), against real servers: the
+// The hosts of leaf.jdbc.url (src/database/mysql-hosts.ts), against real servers: the
 // suite's MariaDB behind proxies that can refuse or hold, and a private MariaDB that says it
 // is read-only.
 
@@ -68,7 +68,7 @@ t.test('a statement that timed out on a host is not repeated on another (it may 
   // Its kill is held too: the statement may still run, and the caller is told so.
   first.holdStatements({ match: /^KILL/, holdMs: 1500 })
   const err = await runner.run('INSERT INTO t VALUES (7)').then(() => undefined, (e: unknown) => e)
-  t.match(err, { code: 'PROTOCOL_SEQUENCE_TIMEOUT', mayStillRun: true })
+  t.match(err, { code: 'LEAF_STATEMENT_UNANSWERED', fate: { state: 'may-still-run' }, cause: { code: 'PROTOCOL_SEQUENCE_TIMEOUT' } })
   t.equal(second.accepted, 0, 'not repeated on host 2')
   await runner.run('INSERT INTO t VALUES (8)')
   t.ok(second.accepted >= 1, 'the next statement went to host 2')
@@ -83,11 +83,11 @@ t.test('every host down: the call fails with the last host\'s error, and each ho
     hosts: dead.map((port) => ({ host: '127.0.0.1', port })), ...credentials, database: 'leaf', connectTimeoutMs: 500, poolSize: 1, queryTimeoutMs: 500,
   })
   t.teardown(() => runner.close())
-  await t.rejects(runner.run('SELECT 1'), { code: 'ECONNREFUSED' })
+  await t.rejects(runner.run('SELECT 1'), { code: 'LEAF_STATEMENT_UNANSWERED', fate: { state: 'not-sent' }, cause: { code: 'ECONNREFUSED' } })
   // Resting hosts are still tried, one per call (the one whose rest ends first): a call never
   // waits for a backoff, and never hangs.
   const started = performance.now()
-  for (let i = 0; i < 10; i++) await t.rejects(runner.run('SELECT 1'), { code: 'ECONNREFUSED' })
+  for (let i = 0; i < 10; i++) await t.rejects(runner.run('SELECT 1'), { code: 'LEAF_STATEMENT_UNANSWERED', fate: { state: 'not-sent' }, cause: { code: 'ECONNREFUSED' } })
   t.ok(performance.now() - started < BACKOFF_MAX_MS, 'ten calls fail fast')
 })
 
@@ -118,7 +118,7 @@ t.test('a read-only server is never written through, even by a user read_only do
   // root has SUPER, which read_only lets write: refused all the same, before anything is sent.
   const asRoot = createMysqlStore({ hosts: [{ host: '127.0.0.1', port: replica.port }], user: 'root', password: '', database: 'leaf', connectTimeoutMs: 1000, poolSize: 1, queryTimeoutMs: 1000 })
   t.teardown(() => asRoot.close())
-  await t.rejects(asRoot.createTag({ key: 'written', step: 10, maxId: 1n, description: null }), { errno: 1290, message: /is read-only \(@@read_only = 1\): nothing is written through it/ })
+  await t.rejects(asRoot.createTag({ key: 'written', step: 10, maxId: 1n, description: null }), { code: 'LEAF_SERVER_READ_ONLY', message: /is read-only \(@@read_only = 1\): nothing is written through it/ })
   t.same(await replica.query("SELECT biz_tag FROM leaf_alloc WHERE biz_tag = 'written'"), [], 'the write never reached it')
   await replica.query('SET GLOBAL read_only = 0')
   t.match(await asRoot.createTag({ key: 'written', step: 10, maxId: 1n, description: null }), { key: 'written' }, 'writable again (a promotion): used')
@@ -126,12 +126,12 @@ t.test('a read-only server is never written through, even by a user read_only do
   // tag refresh) reads it afresh and refuses it, as a new connection would.
   t.match(await asRoot.identity(), /^server_id \d+$/)
   await replica.query('SET GLOBAL read_only = 1')
-  await t.rejects(asRoot.identity(), { errno: 1290, message: /is read-only/ }, 'a store turned read-only under a pooled connection is seen')
+  await t.rejects(asRoot.identity(), { code: 'LEAF_SERVER_READ_ONLY', message: /is read-only/ }, 'a store turned read-only under a pooled connection is seen')
   await replica.query('SET GLOBAL read_only = 0')
 })
 
 t.test('what says the host failed, not the statement: connection errors, timeouts, read-only and not-ready answers', async (t) => {
-  for (const err of [{ code: 'ECONNREFUSED' }, { code: 'PROTOCOL_SEQUENCE_TIMEOUT' }, { code: 'ER_SERVER_SHUTDOWN' }, { errno: 1290 }, { errno: 1047 }, { code: 'X', fatal: true }]) {
+  for (const err of [{ code: 'ECONNREFUSED' }, { code: 'PROTOCOL_SEQUENCE_TIMEOUT' }, { code: 'ER_SERVER_SHUTDOWN' }, { code: 'ER_OPTION_PREVENTS_STATEMENT', errno: 1290 }, { code: 'ER_UNKNOWN_COM_ERROR', errno: 1047 }, { code: 'X', fatal: true }]) {
     t.equal(hostFailed(err), true, JSON.stringify(err))
   }
   for (const err of [{ errno: 1062, code: 'ER_DUP_ENTRY' }, { errno: 1213, code: 'ER_LOCK_DEADLOCK' }, { code: 'ER_ACCESS_DENIED_ERROR', errno: 1045 }, new Error('no MySQL connection free within 300 ms')]) {

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { createMysqlRunner } from '../../src/segment/stores/mysql-hosts.js'
+import { createMysqlRunner } from '../../src/database/mysql-hosts.js'
 import { PrivateMariaDb } from '../fault/services.js'
 import { tempDir } from '../helpers/config.js'
 import { TEST_MYSQL_HOST, TEST_MYSQL_PORT } from '../helpers/mysql.js'
@@ -9,7 +9,7 @@ import { createProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { sleep } from '../helpers/time.js'
 
 // The kill of a statement without an answer goes only to the server process that ran its
-// thread (segment/stores/mysql-pool.ts): a thread id means nothing on another server, or on the
+// thread (database/mysql-pool.ts): a thread id means nothing on another server, or on the
 // same one after a restart. A private MariaDB beside the suite's plays the other server, then
 // restarts under a held statement.
 
@@ -43,7 +43,7 @@ t.test('a kill whose connection reaches another server is not sent: the error sa
   // From now on the proxy's new connections (the kill's) reach the private MariaDB.
   proxy.retarget(other.port)
   const err = await outcome
-  t.match(err, { mayStillRun: true, message: new RegExp(`the kill reached another server \\(.*:${other.port} started at \\d+, not .*:${TEST_MYSQL_PORT} started at \\d+\\)`) })
+  t.match(err, { code: 'LEAF_STATEMENT_UNANSWERED', fate: { state: 'may-still-run' }, message: new RegExp(`the kill reached another server \\(.*:${other.port} started at \\d+, not .*:${TEST_MYSQL_PORT} started at \\d+\\)`) })
   t.equal(kills.length, 0, 'no KILL sent')
 })
 
@@ -63,6 +63,6 @@ t.test('a kill after the server restarted is not sent: the thread ended with the
   await other.start()
   proxy.delayMs = 0
   const err = await outcome
-  t.match(err, { code: 'PROTOCOL_SEQUENCE_TIMEOUT', mayStillRun: false, message: /its server restarted since, ending thread \d+: the statement ran before, or never will/ })
+  t.match(err, { code: 'LEAF_STATEMENT_UNANSWERED', fate: { state: 'ended', how: 'restarted' }, cause: { code: 'PROTOCOL_SEQUENCE_TIMEOUT' }, message: /its server restarted since, ending thread \d+: the statement ran before, or never will/ })
   t.equal(kills.length, 0, 'no KILL sent: its thread id may name another client\'s connection now')
 })

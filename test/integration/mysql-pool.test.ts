@@ -1,8 +1,8 @@
 import t, { type Test } from 'tap'
 import { buildApp } from '../../src/app.js'
 import type { SegmentStore } from '../../src/segment/store.js'
-import { createMysqlRunner } from '../../src/segment/stores/mysql-hosts.js'
-import { compareServers, identityOf } from '../../src/segment/stores/server-identity.js'
+import { createMysqlRunner } from '../../src/database/mysql-hosts.js'
+import { compareServers, identityOf } from '../../src/database/server-identity.js'
 import mysql from 'mysql2/promise'
 import { createMysqlStore } from '../../src/segment/stores/mysql-store.js'
 import { testConfig } from '../helpers/config.js'
@@ -118,7 +118,7 @@ t.test('a pool filled by queries hung on silent connections: the next load lands
   const hung = [within(store.getAllRows(), 5000), within(store.getAllRows(), 5000)]
   await batchNeedingLoads(t, app, config.segment.waitTimeoutMs)
   for (const call of hung) {
-    t.match(await call, { state: 'rejected', reason: { code: 'PROTOCOL_SEQUENCE_TIMEOUT' } }, 'the hung call failed at the query timeout')
+    t.match(await call, { state: 'rejected', reason: { code: 'LEAF_STATEMENT_UNANSWERED', cause: { code: 'PROTOCOL_SEQUENCE_TIMEOUT' } } }, 'the hung call failed at the query timeout')
   }
   await readiness(t, app)
 })
@@ -143,9 +143,9 @@ t.test('waiting for a pool connection is bounded; a connection that comes after 
   const started = performance.now()
   const waiter = await within(store.ping(), 3000)
   const waited = Math.round(performance.now() - started)
-  t.match(waiter, { state: 'rejected', reason: { message: 'no MySQL connection free within 300 ms' } }, 'the waiter gave up')
+  t.match(waiter, { state: 'rejected', reason: { code: 'LEAF_STATEMENT_UNANSWERED', fate: { state: 'not-sent' }, cause: { code: 'LEAF_NO_CONNECTION_FREE' }, message: 'no MySQL connection free within 300 ms' } }, 'the waiter gave up')
   t.ok(waited >= 290 && waited < 900, `at the acquire timeout (${waited} ms)`)
-  t.match(await within(hung, 3000), { state: 'rejected', reason: { code: 'PROTOCOL_SEQUENCE_TIMEOUT', mayStillRun: false } }, 'the hung query failed at the query timeout, its thread killed')
+  t.match(await within(hung, 3000), { state: 'rejected', reason: { code: 'LEAF_STATEMENT_UNANSWERED', fate: { state: 'ended', how: 'killed' }, cause: { code: 'PROTOCOL_SEQUENCE_TIMEOUT' } } }, 'the hung query failed at the query timeout, its thread killed')
   // The dead connection was destroyed; the pool then opened a new one for the waiter that had
   // given up. Leaked, it would leave this pool of 1 with nothing to give.
   t.match(await within(store.ping(), 3000), { state: 'resolved' }, 'the pool still serves')
@@ -181,7 +181,7 @@ t.test('a statement held past the query timeout: its server thread is killed, an
   const { runner, proxy, count } = await heldRunner(t, 300)
   const held = proxy.holdStatements({ match: /^INSERT INTO t/, holdMs: 1500 })
   const err = await runner.run('INSERT INTO t VALUES (1)').then(() => undefined, (e: unknown) => e)
-  t.match(err, { code: 'PROTOCOL_SEQUENCE_TIMEOUT', mayStillRun: false, message: /its server thread \d+ was killed: the statement ran before, or never will/ })
+  t.match(err, { code: 'LEAF_STATEMENT_UNANSWERED', fate: { state: 'ended', how: 'killed' }, cause: { code: 'PROTOCOL_SEQUENCE_TIMEOUT' }, message: /its server thread \d+ was killed: the statement ran before, or never will/ })
   t.equal(held.length, 1, 'the proxy held it')
   await held[0]?.delivered
   t.ok(held[0]?.clientGoneFirst, 'delivered after the runner had given up on it')
@@ -195,7 +195,7 @@ t.test('a statement held past the query timeout whose kill cannot get through: t
   const held = proxy.holdStatements({ match: /^INSERT INTO t/, holdMs: 1000 })
   proxy.holdStatements({ match: /^KILL/, holdMs: 3000 })
   const err = await runner.run('INSERT INTO t VALUES (1)').then(() => undefined, (e: unknown) => e)
-  t.match(err, { code: 'PROTOCOL_SEQUENCE_TIMEOUT', mayStillRun: true, message: /it may still run on the server: its thread \d+ could not be killed/ })
+  t.match(err, { code: 'LEAF_STATEMENT_UNANSWERED', fate: { state: 'may-still-run' }, cause: { code: 'PROTOCOL_SEQUENCE_TIMEOUT' }, message: /it may still run on the server: its thread \d+ could not be killed/ })
   await held[0]?.delivered
   await new Promise((resolve) => setTimeout(resolve, 300))
   t.equal(await count(), 1, 'it ran, late: what every statement of Leaf-TS is written to survive')
@@ -238,7 +238,7 @@ t.test('a statement queued behind a connection\'s first round trip that never an
   const started = performance.now()
   const err = await runner.run('INSERT INTO t VALUES (1)').then(() => undefined, (e: unknown) => e)
   const took = performance.now() - started
-  t.match(err, { mayStillRun: false, message: /never sent: its connection's first round trip got no answer/ })
+  t.match(err, { code: 'LEAF_STATEMENT_UNANSWERED', fate: { state: 'not-sent' }, message: /never sent: its connection's first round trip got no answer/ })
   t.ok(took < 1000, `failed within the query timeout and a margin (${Math.round(took)} ms)`)
   t.equal(setup.length, 1, 'the connection\'s first round trip was held')
   t.equal(kills.length, 0, 'no KILL sent')

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { createHostFence } from '../../src/segment/host-fence.js'
-import type { HostState } from '../../src/segment/store.js'
+import type { HostState } from '../../src/database/host-census.js'
 import { captureLogger } from '../helpers/logger.js'
 
 // The rules of a host list that must not split (src/segment/host-fence.ts), over a census the

@@ -2,8 +2,9 @@ import { Writable } from 'node:stream'
 import pino from 'pino'
 import t from 'tap'
 import { createLogThrottle } from '../../src/log-throttle.js'
-import { describeCause, driverError, isPermanentStoreError } from '../../src/driver-errors.js'
-import { withTimeout } from '../../src/timers.js'
+import { describeCause, driverError, isPermanentStoreError } from '../../src/database/driver-errors.js'
+import { DatabaseError, ServerRefused, UnansweredStatement } from '../../src/database/errors.js'
+import { TimeoutError, withTimeout } from '../../src/timers.js'
 
 /** A real pino logger whose lines land in `lines`, parsed. */
 function capture () {
@@ -102,8 +103,20 @@ t.test('driver errors are logged as code and message without a stack; others who
 
   const late = await withTimeout(new Promise(() => {}), 1, 'store did not answer within 1 ms').catch((e: unknown) => e)
   throttle.warn('timeout', late, 'load failed')
-  t.match(lines.at(-1), { code: 'ETIMEDOUT', err: 'store did not answer within 1 ms' }, 'our own timeouts read as a socket\'s')
+  t.match(lines.at(-1), { code: 'LEAF_TIMEOUT', err: 'store did not answer within 1 ms' }, 'our own timeouts: their code, flat')
   t.notMatch(JSON.stringify(lines.at(-1)), /"stack"/)
+
+  const timedOut = Object.assign(new Error('Query inactivity timeout'), { code: 'PROTOCOL_SEQUENCE_TIMEOUT', fatal: true })
+  const unanswered = new UnansweredStatement('Query inactivity timeout (its server thread 7 was killed: the statement ran before, or never will)',
+    { state: 'ended', how: 'killed', threadId: 7 }, { cause: timedOut })
+  throttle.warn('unanswered', unanswered, 'load failed')
+  t.match(lines.at(-1), { code: 'PROTOCOL_SEQUENCE_TIMEOUT', err: unanswered.message }, 'a statement the pool wrapped: the driver\'s code, the pool\'s message')
+  t.notMatch(JSON.stringify(lines.at(-1)), /"stack"/)
+  const busy = new DatabaseError('LEAF_NO_CONNECTION_FREE', 'no MySQL connection free within 300 ms')
+  throttle.warn('busy', new UnansweredStatement(busy.message, { state: 'not-sent' }, { cause: busy }), 'load failed')
+  t.match(lines.at(-1), { code: 'LEAF_NO_CONNECTION_FREE', err: busy.message }, 'a statement that found no connection: the code of why')
+  throttle.warn('refused', new ServerRefused('LEAF_SERVER_READ_ONLY', 'h:3306 is read-only'), 'load failed')
+  t.match(lines.at(-1), { code: 'LEAF_SERVER_READ_ONLY', err: 'h:3306 is read-only' }, 'a refused server: its code, flat')
 
   throttle.warn('bug', new TypeError('x is undefined'), 'something else failed')
   t.match(lines.at(-1), { err: { type: 'TypeError', message: 'x is undefined', stack: /TypeError: x is undefined\n\s+at / } }, 'an error of ours keeps its stack')
@@ -118,6 +131,10 @@ t.test('describeCause: the code and plain words, never the driver\'s message', a
   t.equal(describeCause(Object.assign(new Error("Access denied for user 'leaf'@'10.1.2.3'"), { code: 'ER_ACCESS_DENIED_ERROR' })), 'ER_ACCESS_DENIED_ERROR (access denied)')
   t.equal(describeCause(Object.assign(new Error('x'), { code: 'ER_SOMETHING_NEW' })), 'ER_SOMETHING_NEW')
   t.equal(describeCause(new Error('no answer within 1000 ms')), 'no answer within 1000 ms', 'an error without a code: its own message')
+  t.equal(describeCause(new TimeoutError('no answer within 1000 ms')), 'LEAF_TIMEOUT (no answer in time)')
+  t.equal(describeCause(new UnansweredStatement('connect ECONNREFUSED', { state: 'not-sent' }, { cause: refused })), 'ECONNREFUSED (connection refused)', 'a wrapped driver error: its code')
+  const busy = new DatabaseError('LEAF_NO_CONNECTION_FREE', 'no MySQL connection free within 300 ms')
+  t.equal(describeCause(new UnansweredStatement(busy.message, { state: 'not-sent' }, { cause: busy })), 'LEAF_NO_CONNECTION_FREE (no connection of the pool free in time)', 'a wrapped error of ours: its code')
 })
 
 t.test('isPermanentStoreError: access and schema errors, and a SQLite file that is not usable', async (t) => {

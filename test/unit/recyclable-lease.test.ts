@@ -1,6 +1,7 @@
 import { Writable } from 'node:stream'
 import pino from 'pino'
 import t, { type Test } from 'tap'
+import { UnansweredStatement } from '../../src/database/errors.js'
 import { LeafError, LeaseRefused } from '../../src/errors.js'
 import { writeWorkerCache, readWorkerCache } from '../../src/snowflake/worker-id/cache-file.js'
 import type { Claimed, LeaseStore, PoolSlot } from '../../src/snowflake/worker-id/lease-store.js'
@@ -90,7 +91,7 @@ class FakePool implements LeaseStore {
     if (this.holdClaims > 0) {
       this.holdClaims--
       this.heldClaims.push(() => { this.claim(workerId, owner, _address, from).catch(() => {}) })
-      throw Object.assign(new Error('no answer within the query timeout'), { mayStillRun: true })
+      throw new UnansweredStatement('no answer within the query timeout', { state: 'may-still-run', why: 'no answer' }, { cause: new Error('Query inactivity timeout') })
     }
     if (this.losing.has(workerId)) return undefined
     const now = Date.now()

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { readUrlParameters, type Driver } from '../../src/config/url-parameters.js'
-import { describeTls, mysqlSsl, mysqlTlsSession, pgSsl, pgTlsSession, tlsRefusal } from '../../src/segment/stores/tls-options.js'
+import { describeTls, mysqlSsl, mysqlTlsSession, pgSsl, pgTlsSession, tlsRefusal } from '../../src/database/tls-options.js'
 
 // leaf.jdbc.url's parameters as the Java drivers read them: each read, accepted without effect,
 // or refused in one line naming it (docs/configuration.md#url-parameters).

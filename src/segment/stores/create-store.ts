@@ -21,14 +21,3 @@ export function createStore (store: StoreConfig, pool: PoolOptions): SegmentStor
     case 'mysql': return createMysqlStore({ ...store, ...pool })
   }
 }
-
-const hostPort = (host: string, port: number) => `${host.includes(':') ? `[${host}]` : host}:${port}`
-
-/** Where the store is, for logs: never the password. */
-export function describeStore (store: StoreConfig): string {
-  switch (store.kind) {
-    case 'sqlite': return `sqlite:${store.path}`
-    case 'postgres': return `postgres://${store.user}@${hostPort(store.host, store.port)}/${store.database}`
-    case 'mysql': return `mysql://${store.user}@${store.hosts.map((h) => hostPort(h.host, h.port)).join(',')}/${store.database}`
-  }
-}

@@ -1,7 +1,8 @@
 import type { RowDataPacket, ResultSetHeader } from 'mysql2/promise'
-import { createMysqlRunner, type MysqlOptions } from './mysql-hosts.js'
-import type { Statement } from './mysql-pool.js'
-import { storeIdOf } from './server-identity.js'
+import { createMysqlRunner, type MysqlOptions } from '../../database/mysql-hosts.js'
+import type { Statement } from '../../database/mysql-pool.js'
+import { codeOf, MysqlError } from '../../database/driver-errors.js'
+import { storeIdOf } from '../../database/server-identity.js'
 import { sleep } from '../../timers.js'
 import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type UnusedRange } from '../store.js'
 
@@ -17,7 +18,7 @@ export interface MysqlStoreOptions extends MysqlOptions {
  * transaction lost) and a lock wait that timed out: the transaction was rolled back whole, so
  * it is repeated at once, in a new one, up to ALLOCATE_RETRIES times.
  */
-const RETRIED = new Map([[1213, 'ER_LOCK_DEADLOCK'], [1205, 'ER_LOCK_WAIT_TIMEOUT']])
+const RETRIED = new Set<unknown>([MysqlError.LOCK_DEADLOCK, MysqlError.LOCK_WAIT_TIMEOUT])
 /**
  * Five repeats: at the 27% conflict rate measured between two nodes moving one row flat out,
  * six losses in a row happen once in 2,600 allocations (0.27^6), and then the generator's own
@@ -68,15 +69,9 @@ function claimParkedStatements (key: string, owner: string, micros: number): Sta
   ]
 }
 
-const ER_NO_SUCH_TABLE = 1146
 // A table the user may not read, write or delete from (a DBA made it with fewer grants):
 // the hand-over is off, as without the table, rather than every first load failing.
-const ER_DBACCESS_DENIED_ERROR = 1044
-const ER_TABLEACCESS_DENIED_ERROR = 1142
-const ER_COLUMNACCESS_DENIED_ERROR = 1143
-const ER_DUP_ENTRY = 1062
-/** `max_id + step` past BIGINT's range. */
-const ER_DATA_OUT_OF_RANGE = 1690
+const ACCESS_DENIED = new Set<unknown>([MysqlError.DBACCESS_DENIED, MysqlError.TABLEACCESS_DENIED, MysqlError.COLUMNACCESS_DENIED])
 const SELECT_ROWS = 'SELECT biz_tag, max_id, step, description, update_time FROM leaf_alloc'
 
 const TOPOLOGY_SQL = "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'log_bin', 'rpl_semi_sync_master_enabled', 'rpl_semi_sync_master_wait_point'); " +
@@ -121,12 +116,11 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
     try {
       return await fn()
     } catch (err) {
-      const errno = (err as { errno?: number }).errno
-      if (errno === ER_DBACCESS_DENIED_ERROR || errno === ER_TABLEACCESS_DENIED_ERROR || errno === ER_COLUMNACCESS_DENIED_ERROR) {
+      if (ACCESS_DENIED.has(codeOf(err))) {
         noParkedTable = true
         return undefined
       }
-      if (errno !== ER_NO_SUCH_TABLE) throw err
+      if (codeOf(err) !== MysqlError.NO_SUCH_TABLE) throw err
     }
     try {
       await run(MYSQL_PARKED_DDL)
@@ -142,8 +136,8 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
       try {
         return await allocateOnce(key, adapted)
       } catch (err) {
-        const reason = RETRIED.get((err as { errno?: number }).errno ?? 0)
-        if (reason === undefined || attempt > ALLOCATE_RETRIES) throw err
+        const reason = codeOf(err)
+        if (typeof reason !== 'string' || !RETRIED.has(reason) || attempt > ALLOCATE_RETRIES) throw err
         onRetry?.(key, reason, attempt)
         options.logger?.debug({ key, reason, attempt }, 'allocation conflict: repeated at once in a new transaction')
         // Full jitter: two instances that collided do not collide again in step.
@@ -157,7 +151,8 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
     try {
       answer = await query<unknown[]>(allocateStatements(key, adapted))
     } catch (err) {
-      if ((err as { errno?: number }).errno === ER_DATA_OUT_OF_RANGE) throw new IdSpaceEnded(key)
+      // `max_id + step` past BIGINT's range.
+      if (codeOf(err) === MysqlError.DATA_OUT_OF_RANGE) throw new IdSpaceEnded(key)
       throw err
     }
     const rows = (answer.result as [ResultSetHeader, ResultSetHeader, RowDataPacket[], ResultSetHeader])[2]
@@ -214,7 +209,7 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
         await run('INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)',
           [tag.key, String(tag.maxId), tag.step, tag.description])
       } catch (err) {
-        if ((err as { errno?: number }).errno === ER_DUP_ENTRY) return undefined
+        if (codeOf(err) === MysqlError.DUP_ENTRY) return undefined
         throw err
       }
       return getRow(tag.key)

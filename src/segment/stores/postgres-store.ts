@@ -1,5 +1,6 @@
 import type pg from 'pg'
-import { createPostgresRunner, pgStoreId, type PgServer, type PostgresOptions } from './postgres-pool.js'
+import { codeOf, SqlState } from '../../database/driver-errors.js'
+import { createPostgresRunner, pgStoreId, type PgServer, type PostgresOptions } from '../../database/postgres-pool.js'
 import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type UnusedRange } from '../store.js'
 
 // The segment store on PostgreSQL: Java Leaf's table (sql/leaf_alloc.postgres.sql) and its
@@ -8,12 +9,6 @@ import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, typ
 // now: postgres-pool.ts), so neither a transaction nor a second round trip is needed. A single
 // row UPDATE under READ COMMITTED waits for a concurrent one and then applies to the row it
 // left: no conflict to repeat, unlike Galera (mysql-store.ts).
-
-const UNDEFINED_TABLE = '42P01'
-const INSUFFICIENT_PRIVILEGE = '42501'
-const UNIQUE_VIOLATION = '23505'
-/** `max_id + step` past bigint's range. */
-const NUMERIC_VALUE_OUT_OF_RANGE = '22003'
 
 /** update_time in UTC whatever the session's zone (the pool's sessions are UTC anyway). */
 const NOW_UTC = "(now() AT TIME ZONE 'UTC')"
@@ -49,8 +44,6 @@ function toRow (r: RowRecord): LeafAllocRow {
   return { key: r.biz_tag, maxId: BigInt(r.max_id), step: Number(r.step), description: r.description, updateTime: r.update_time }
 }
 
-const codeOf = (err: unknown) => (err as { code?: unknown }).code
-
 /** What a failover of this server can cost, from its standbys: one line for the start's log. */
 export function describePgTopology (standbys: number, synchronousNames: string): string {
   if (standbys === 0) return 'a single server, no standby streaming from it: no replica to fail over to'
@@ -70,17 +63,17 @@ export function createPostgresStore (options: PostgresOptions): SegmentStore {
     try {
       return await fn()
     } catch (err) {
-      if (codeOf(err) === INSUFFICIENT_PRIVILEGE) {
+      if (codeOf(err) === SqlState.INSUFFICIENT_PRIVILEGE) {
         noParkedTable = true
         return undefined
       }
-      if (codeOf(err) !== UNDEFINED_TABLE) throw err
+      if (codeOf(err) !== SqlState.UNDEFINED_TABLE) throw err
     }
     try {
       await query(PG_PARKED_DDL)
     } catch (err) {
       // Two instances creating it at once: the loser's CREATE fails on the catalog's unique index.
-      if (codeOf(err) !== UNIQUE_VIOLATION) {
+      if (codeOf(err) !== SqlState.UNIQUE_VIOLATION) {
         noParkedTable = true
         return undefined
       }
@@ -105,7 +98,8 @@ export function createPostgresStore (options: PostgresOptions): SegmentStore {
       try {
         answer = await returning(sql, values)
       } catch (err) {
-        if (codeOf(err) === NUMERIC_VALUE_OUT_OF_RANGE) throw new IdSpaceEnded(key)
+        // `max_id + step` past bigint's range.
+        if (codeOf(err) === SqlState.NUMERIC_VALUE_OUT_OF_RANGE) throw new IdSpaceEnded(key)
         throw err
       }
       const row = answer.rows[0]

@@ -35,7 +35,7 @@ export type SplitTrigger = 'blip' | 'restart' | 'new instance'
  * - 28, `restart`: instance 1 stops gracefully and starts again, its warm-start file kept;
  * - 29, `new instance`: a third instance starts with no warm-start file.
  * Today's code then allocates the same ranges on both hosts (257,717 to 406,100 duplicates in
- * the review; 3,575, 3,841 and 8,536 here on 6ff4b57). With the host census (src/segment/stores/host-census.ts), every instance sees
+ * the review; 3,575, 3,841 and 8,536 here on 6ff4b57). With the host census (src/database/host-census.ts), every instance sees
  * two writable hosts and allocates nowhere (STORE_SPLIT), a start refuses, and once h1 is
  * fenced (read_only=1) the instances serve again from h2: 0 duplicates.
  */

@@ -1,8 +1,9 @@
 import type { RowDataPacket } from 'mysql2/promise'
 import type { StoreConfig } from '../../../config/jdbc-url.js'
-import type { MysqlRunner, Statement } from '../../../segment/stores/mysql-pool.js'
-import { createMysqlRunner } from '../../../segment/stores/mysql-hosts.js'
-import { describeStore } from '../../../segment/stores/create-store.js'
+import type { MysqlRunner, Statement } from '../../../database/mysql-pool.js'
+import { createMysqlRunner } from '../../../database/mysql-hosts.js'
+import { describeStore } from '../../../database/describe-store.js'
+import { codeOf, MysqlError } from '../../../database/driver-errors.js'
 import { checkLayoutRecord } from '../layout-record.js'
 import type { Claimed, LeaseStore } from '../lease-store.js'
 import { LeaseRefused } from '../../../errors.js'
@@ -26,16 +27,12 @@ export const MYSQL_LEASE_DDL = `CREATE TABLE IF NOT EXISTS \`leaf_worker_lease\`
   PRIMARY KEY (\`pool\`, \`worker_id\`)
 ) ENGINE=InnoDB`
 
-const ER_NO_SUCH_TABLE = 1146
-const ER_BAD_FIELD_ERROR = 1054
-const ER_DUP_FIELDNAME = 1060
-
 // One transaction per claim: the row is made (free) if it never was and locked; what it was
 // is read (the wait comes from it); then it is taken when it is free, or when it is the very
 // holder the claimant watched stand still (`owner`, `generation`, `expires_at` as seen) and the
 // database says it expired too; the owner read back says who won.
 // (A transaction's statements: one round trip, or one per statement on Galera, whose
-// multi-statement commits can hide a conflict: segment/stores/mysql-pool.ts.)
+// multi-statement commits can hide a conflict: database/mysql-pool.ts.)
 function claimStatements (pool: string, workerId: number, owner: string, address: string, ttlMs: number, micros: number, seen: ReturnType<typeof parseSeen>): Statement[] {
   const [seenOwner, seenGeneration, seenExpires] = seen
   return [
@@ -69,13 +66,13 @@ async function upgradeMysqlTable (run: MysqlRunner['run'], where: string): Promi
     await run(`SELECT ${ADDED_COLUMNS.map(([name]) => name).join(', ')} FROM ${LEASE_TABLE} LIMIT 0`)
     return
   } catch (err) {
-    if ((err as { errno?: number }).errno !== ER_BAD_FIELD_ERROR) throw err
+    if (codeOf(err) !== MysqlError.BAD_FIELD) throw err
   }
   for (const [name, type] of ADDED_COLUMNS) {
     try {
       await run(`ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${name} ${type}`)
     } catch (err) {
-      if ((err as { errno?: number }).errno === ER_DUP_FIELDNAME) continue
+      if (codeOf(err) === MysqlError.DUP_FIELDNAME) continue
       throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table predates the lease generations and cannot be altered (${(err as Error).message}): ` +
         `run ${ADDED_COLUMNS.map(([name, type]) => `ALTER TABLE ${LEASE_TABLE} ADD COLUMN ${name} ${type};`).join(' ')}`, { cause: err })
     }
@@ -88,7 +85,7 @@ export async function createMysqlLeaseStore (options: DbLeaseStoreOptions, store
   try {
     await run(`SELECT 1 FROM ${LEASE_TABLE} LIMIT 1`)
   } catch (err) {
-    if ((err as { errno?: number }).errno !== ER_NO_SUCH_TABLE) {
+    if (codeOf(err) !== MysqlError.NO_SUCH_TABLE) {
       await close()
       throw err
     }

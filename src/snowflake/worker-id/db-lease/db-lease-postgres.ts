@@ -1,6 +1,7 @@
 import type { StoreConfig } from '../../../config/jdbc-url.js'
-import { createPostgresRunner, type PostgresRunner } from '../../../segment/stores/postgres-pool.js'
-import { describeStore } from '../../../segment/stores/create-store.js'
+import { createPostgresRunner, type PostgresRunner } from '../../../database/postgres-pool.js'
+import { describeStore } from '../../../database/describe-store.js'
+import { codeOf, SqlState } from '../../../database/driver-errors.js'
 import { checkLayoutRecord } from '../layout-record.js'
 import type { Claimed, LeaseStore } from '../lease-store.js'
 import { LeaseRefused } from '../../../errors.js'
@@ -27,8 +28,6 @@ export const PG_LEASE_DDL = `CREATE TABLE IF NOT EXISTS leaf_worker_lease (
   PRIMARY KEY (pool, worker_id)
 )`
 
-const UNDEFINED_TABLE = '42P01'
-const UNIQUE_VIOLATION = '23505'
 const NOW = 'statement_timestamp()'
 const MS = "* interval '1 millisecond'"
 
@@ -47,21 +46,19 @@ const RELEASE = `UPDATE leaf_worker_lease SET owner = NULL, expires_at = ${NOW},
 const LIST = `SELECT worker_id, owner, generation::text AS generation, lease_ms, expires_at::text AS expires, trunc(EXTRACT(EPOCH FROM (expires_at - ${NOW})) * 1000)::bigint AS expires_in ` +
   'FROM leaf_worker_lease WHERE pool = $1 AND worker_id BETWEEN $2 AND $3'
 
-const codeOf = (err: unknown) => (err as { code?: unknown }).code
-
 /** Creates the table when it is missing, or refuses with the script to run. */
 async function ensureTable (query: PostgresRunner['query'], where: string): Promise<void> {
   try {
     await query(`SELECT 1 FROM ${LEASE_TABLE} LIMIT 1`)
     return
   } catch (err) {
-    if (codeOf(err) !== UNDEFINED_TABLE) throw err
+    if (codeOf(err) !== SqlState.UNDEFINED_TABLE) throw err
   }
   try {
     await query(PG_LEASE_DDL)
   } catch (err) {
     // Another instance created it at the same moment.
-    if (codeOf(err) === UNIQUE_VIOLATION) return
+    if (codeOf(err) === SqlState.UNIQUE_VIOLATION) return
     throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table does not exist and cannot be created (${(err as Error).message}): run sql/leaf_worker_lease.postgres.sql`, { cause: err })
   }
 }

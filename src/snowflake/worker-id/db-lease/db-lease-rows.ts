@@ -57,7 +57,7 @@ export interface DbLeaseStoreOptions {
   queryTimeoutMs: number
   /** Recorded by the pool's first instance; another layout refuses to start (layout-record.ts). */
   layout: Layout
-  /** Told when TLS is preferred and the database offers none (segment/stores/tls-options.ts). */
+  /** Told when TLS is preferred and the database offers none (database/tls-options.ts). */
   logger?: Logger
 }
 

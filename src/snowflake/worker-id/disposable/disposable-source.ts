@@ -5,9 +5,10 @@ import Database from 'better-sqlite3'
 import type { ResultSetHeader } from 'mysql2/promise'
 import type { StoreConfig } from '../../../config/jdbc-url.js'
 import type { Logger } from '../../../logger.js'
-import { createMysqlRunner } from '../../../segment/stores/mysql-hosts.js'
-import { createPostgresRunner } from '../../../segment/stores/postgres-pool.js'
-import { describeStore } from '../../../segment/stores/create-store.js'
+import { createMysqlRunner } from '../../../database/mysql-hosts.js'
+import { createPostgresRunner } from '../../../database/postgres-pool.js'
+import { describeStore } from '../../../database/describe-store.js'
+import { codeOf, MysqlError, SqlState } from '../../../database/driver-errors.js'
 import type { ResolvedConfig } from '../../settings.js'
 import { firstNonLoopbackIPv4 } from '../local-ip.js'
 import type { LeaseStatus, WorkerIdSource, WorkerLease } from '../worker-id-source.js'
@@ -61,9 +62,6 @@ const MYSQL_INSERT = 'INSERT INTO WORKER_NODE (HOST_NAME, PORT, TYPE, LAUNCH_DAT
 const PG_INSERT = 'INSERT INTO WORKER_NODE (HOST_NAME, PORT, TYPE, LAUNCH_DATE, MODIFIED, CREATED) VALUES ($1, $2, $3, CURRENT_DATE, LOCALTIMESTAMP, LOCALTIMESTAMP) RETURNING ID'
 const SQLITE_INSERT = "INSERT INTO WORKER_NODE (HOST_NAME, PORT, TYPE, LAUNCH_DATE, MODIFIED, CREATED) VALUES (?, ?, ?, date('now'), datetime('now'), datetime('now'))"
 
-const ER_NO_SUCH_TABLE = 1146
-const PG_UNDEFINED_TABLE = '42P01'
-const PG_UNIQUE_VIOLATION = '23505'
 /** HOST_NAME and PORT are VARCHAR(64): a longer value would fail the insert in strict mode. */
 const COLUMN_LENGTH = 64
 
@@ -172,7 +170,7 @@ async function insertMysql (options: DisposableWorkerIdOptions, where: string, r
     try {
       return Number((await run<ResultSetHeader>(MYSQL_INSERT, row)).insertId)
     } catch (err) {
-      if ((err as { errno?: number }).errno !== ER_NO_SUCH_TABLE) throw err
+      if (codeOf(err) !== MysqlError.NO_SUCH_TABLE) throw err
     }
     try {
       await run(MYSQL_WORKER_NODE_DDL)
@@ -192,13 +190,13 @@ async function insertPostgres (options: DisposableWorkerIdOptions, store: Extrac
     try {
       return await insert()
     } catch (err) {
-      if ((err as { code?: unknown }).code !== PG_UNDEFINED_TABLE) throw err
+      if (codeOf(err) !== SqlState.UNDEFINED_TABLE) throw err
     }
     try {
       await query(PG_WORKER_NODE_DDL)
     } catch (ddlErr) {
       // Another start created it at the same moment.
-      if ((ddlErr as { code?: unknown }).code !== PG_UNIQUE_VIOLATION) {
+      if (codeOf(ddlErr) !== SqlState.UNIQUE_VIOLATION) {
         throw new LeaseRefused('LEASE_TABLE_MISSING', `${where}: the table does not exist and cannot be created (${(ddlErr as Error).message}): run sql/worker_node.postgres.sql`, { cause: ddlErr })
       }
     }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
 import { LeafError, LeaseRefused } from '../../../errors.js'
-import { mayStillRun } from '../../../driver-errors.js'
+import { mayStillRun } from '../../../database/errors.js'
 import { createLogThrottle, type LogThrottle } from '../../../log-throttle.js'
 import { settlesWithin, sleep, withTimeout } from '../../../timers.js'
 import { CACHE_FILE, readWorkerCache, writeWorkerCache } from '../cache-file.js'

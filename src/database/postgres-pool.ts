@@ -1,23 +1,17 @@
 import pg from 'pg'
 import type { Socket } from 'node:net'
-import type { DatabaseTls } from '../../config/database-tls.js'
-import type { UnansweredError } from '../../driver-errors.js'
-import type { Logger } from '../../logger.js'
+import type { DatabaseTls } from '../config/database-tls.js'
+import { ServerRefused, UnansweredStatement } from './errors.js'
+import type { Logger } from '../logger.js'
 import { mayFallBack, pgSsl, pgTlsSession, warnPlainText, PG_TLS_COLUMNS, type PgTlsRow, type TlsSession } from './tls-options.js'
 
-// One node-postgres pool to one PostgreSQL server, with the bounds the segment store, the
-// db-lease pool and the disposable source need (as mysql-pool.ts gives MySQL):
-// - a free connection is waited for, and one is opened, within the connect timeout
-//   (node-postgres' connectionTimeoutMillis bounds both);
-// - each query within the query timeout, on the client (query_timeout) and on the server
-//   (statement_timeout); a transaction left open by a client that vanished ends on the server
-//   after idle_in_transaction_session_timeout, so its row locks do not outlive it;
-// - a connection whose query failed is destroyed, never reused.
-// A query that got no answer (a timeout, a connection lost under it) may still run: its bytes
-// can reach the server after the caller gave up. Nothing here ends its backend (MySQL's pool
-// kills its thread), so its error says `mayStillRun`, and the callers are written to be safe
-// either way: an allocation that lands late only skips a segment; a lease claim that may land
-// waits out its TTL (recyclable-claim.ts).
+// One node-postgres pool to one PostgreSQL server, with the bounds mysql-pool.ts gives MySQL:
+// a connection within the connect timeout (connectionTimeoutMillis bounds the wait and the
+// opening); each query within the query timeout, on the client (query_timeout) and on the
+// server (statement_timeout); a transaction its client left ends on the server after
+// idle_in_transaction_session_timeout, so its row locks do not outlive it; a connection whose
+// query failed is destroyed. Nothing here ends the backend of a query that got no answer, so
+// its UnansweredStatement says it may still run (docs/worker-ids.md says why callers are safe).
 
 export interface PostgresOptions {
   host: string
@@ -59,9 +53,6 @@ export interface PostgresRunner {
   close (): Promise<void>
 }
 
-/** SQLSTATE 25006, read_only_sql_transaction: a standby (or default_transaction_read_only) refused a write. */
-export const PG_READ_ONLY = '25006'
-
 const TIMESTAMP_OID = 1114
 // `timestamp` columns hold UTC (every session's TimeZone is UTC): read them as UTC, whatever
 // the Node process's zone.
@@ -94,18 +85,18 @@ export function serverOf (row: IdentityRow | undefined): PgServer | null {
   return Number.isInteger(timeline) && timeline > 0 ? { system: row.leaf_system, timeline } : null
 }
 
-/** Marks an error with no answer from the server (no SQLSTATE): the statement may still run. */
+/**
+ * The driver's `err` wrapped with the statement's fate when the server sent no answer (no
+ * SQLSTATE): never sent, or it may still run. A server's error (it ran, and failed) and a
+ * refused server pass as they are.
+ */
 function unanswered (err: unknown, sent: boolean): unknown {
-  if (typeof err !== 'object' || err === null) return err
-  const e = err as Partial<UnansweredError> & { severity?: unknown, notSent?: boolean }
-  if (typeof e.severity === 'string') return err // the server answered with an error: it ran, and failed
-  if (sent) {
-    e.mayStillRun = true
-    e.message = `${String(e.message)} (no answer: the statement may still run on the server)`
-  } else {
-    e.notSent = true
-  }
-  return err
+  if (typeof err !== 'object' || err === null || err instanceof ServerRefused) return err
+  if (typeof (err as { severity?: unknown }).severity === 'string') return err
+  const message = String((err as { message?: unknown }).message)
+  return sent
+    ? new UnansweredStatement(`${message} (no answer: the statement may still run on the server)`, { state: 'may-still-run', why: 'no answer' }, { cause: err })
+    : new UnansweredStatement(message, { state: 'not-sent' }, { cause: err })
 }
 
 /** For a checked-out connection's 'error' event: the statement that meets the broken connection reports it. */
@@ -184,7 +175,7 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
     tlsPool.end().catch(() => {})
   }
 
-  /** The server `client` reaches now; a standby refused (PG_READ_ONLY); null when it will not say. */
+  /** The server `client` reaches now; a standby refused (ServerRefused); null when it will not say. */
   async function identifyOn (client: pg.PoolClient): Promise<PgServer | null> {
     let server: PgServer | null = null
     try {
@@ -192,12 +183,12 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
       const row = rows[0]
       session = pgTlsSession(row)
       if (row?.standby === true) {
-        throw Object.assign(new Error(`${options.host}:${options.port} is a standby (pg_is_in_recovery()): nothing is written through it`), { code: PG_READ_ONLY, severity: 'ERROR' })
+        throw new ServerRefused('LEAF_SERVER_READ_ONLY', `${options.host}:${options.port} is a standby (pg_is_in_recovery()): nothing is written through it`)
       }
       server = serverOf(row)
     } catch (err) {
       // A server (or proxy) that will not say who it is: no identity, as a MySQL proxy without SHOW GLOBAL STATUS.
-      if ((err as { code?: unknown }).code === PG_READ_ONLY || typeof (err as { severity?: unknown }).severity !== 'string') throw err
+      if (err instanceof ServerRefused || typeof (err as { severity?: unknown }).severity !== 'string') throw err
     }
     saysWho.set(client, server !== null)
     return server

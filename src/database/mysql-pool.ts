@@ -1,32 +1,21 @@
 import type { Socket } from 'node:net'
 import mysql, { type PoolConnection } from 'mysql2/promise'
-import type { DatabaseTls } from '../../config/database-tls.js'
-import type { MysqlHost } from '../../config/jdbc-url.js'
-import type { UnansweredError } from '../../driver-errors.js'
-import type { Logger } from '../../logger.js'
-import { killThread } from './kill-thread.js'
+import type { DatabaseTls } from '../config/database-tls.js'
+import type { MysqlHost } from '../config/jdbc-url.js'
+import { codeOf, MysqlError } from './driver-errors.js'
+import { DatabaseError, ServerRefused, UnansweredStatement } from './errors.js'
+import type { Logger } from '../logger.js'
+import { killThread, type KillResult } from './kill-thread.js'
 import { IDENTITY_SQL, identityOf, storeIdOf, type ServerIdentity } from './server-identity.js'
 import { mayFallBack, mysqlSsl, noteDeclined, mysqlTlsSession, warnPlainText, MYSQL_TLS_SQL, type TlsSession } from './tls-options.js'
 
-// One mysql2 pool, to one server, with the bounds mysql2 lacks: a query timeout that takes its connection for
-// dead, a bounded wait for a free connection, and a close that never rejects. The segment
-// store and the db-lease worker-id pool each run their statements through one per host of
-// leaf.jdbc.url (mysql-hosts.ts picks the host).
-//
-// A statement whose answer never came may still run: its bytes can reach the server after the
-// caller gave up (a retransmission, a congested link). So a statement that timed out, or whose
-// connection broke under it, has its server thread ended with `KILL CONNECTION <thread id>`
-// from a connection of its own. Not `KILL QUERY`: that stops only a statement the server is
-// running, and leaves the thread to run one that is still on its way. Once the kill is
-// confirmed, the statement has run or never will. Unconfirmed, it may run at any later time:
-// the error says which (`mayStillRun`), and every caller is written to be safe either way
-// (docs/worker-ids.md, docs/segment-mode.md).
-//
-// A thread id names a thread of one server process only. So each connection notes which
-// server it reached (ServerIdentity), and the kill is sent only when its own connection reached
-// that same process: after a restart the id may belong to someone else's new connection (and
-// the old thread ended with its server), and behind a load balancer it may name a thread of
-// another node.
+// One mysql2 pool to one server, with the bounds mysql2 lacks: a query timeout that takes its
+// connection for dead, a bounded wait for a free connection, and a close that never rejects.
+// A statement that got no answer may still run (its bytes can arrive late), so its server
+// thread is killed over a connection of its own, and only on the server process it ran on
+// (kill-thread.ts, server-identity.ts). Its error, an UnansweredStatement, says in its `fate`
+// whether it may still run. Why, and why every caller is safe either way: docs/worker-ids.md,
+// "A statement without an answer is ended" and "Every statement, arriving late, twice or never".
 
 /** One server's pool; mysql-hosts.ts's MysqlOptions name several. */
 export interface ServerOptions extends MysqlHost {
@@ -44,20 +33,12 @@ export interface ServerOptions extends MysqlHost {
   /**
    * True for a server nothing may be sent to (a store this instance failed over from:
    * segment/host-fence.ts): its statements are refused before they leave, as a read-only
-   * server's are (ER_STORE_LEFT).
+   * server's are (ServerRefused, LEAF_STORE_LEFT).
    */
   refuse?: (server: ServerIdentity) => boolean
   /** Told (at warn) when TLS is preferred and the server offers none. */
   logger?: Logger
 }
-
-/** The code of a statement refused before it left because its server is a store this instance left. */
-export const ER_STORE_LEFT = 'LEAF_STORE_LEFT'
-
-/** ER_OPTION_PREVENTS_STATEMENT: `--read-only` refused a write. */
-export const ER_READ_ONLY = 1290
-/** ER_UNKNOWN_COM_ERROR as Galera uses it: WSREP has not yet prepared node for application use. */
-export const ER_WSREP_NOT_READY = 1047
 
 /** TIMESTAMP columns in UTC, as mysql2 is told to read them. */
 const SESSION_ZONE = "SET time_zone = '+00:00'"
@@ -153,7 +134,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
       let expired = false
       const timer = setTimeout(() => {
         expired = true
-        reject(new Error(`no MySQL connection free within ${acquireTimeoutMs} ms`))
+        reject(new DatabaseError('LEAF_NO_CONNECTION_FREE', `no MySQL connection free within ${acquireTimeoutMs} ms`))
       }, acquireTimeoutMs)
       getConnection().then((conn) => {
         if (expired) return conn.release()
@@ -199,7 +180,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
       }
       const reached = identities.get(conn.connection)
       if (reached !== undefined && reached !== null && options.refuse?.(reached) === true) {
-        throw Object.assign(new Error(`${options.host}:${options.port} is ${storeIdOf(reached)}, a store this instance failed over from: nothing is written through it (leaf.segment.trusted-stores)`), { code: ER_STORE_LEFT })
+        throw new ServerRefused('LEAF_STORE_LEFT', `${options.host}:${options.port} is ${storeIdOf(reached)}, a store this instance failed over from: nothing is written through it (leaf.segment.trusted-stores)`)
       }
       sent = sql !== undefined
       result = sql === undefined
@@ -209,22 +190,22 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
           : await transaction(conn, sql) as T
     } catch (err) {
       const threadId = conn.threadId
-      // Not sent: the connection's first round trip got no answer, or refused the server.
-      const identity = sent ? identities.get(conn.connection) : undefined
       // destroy() only half-closes the socket, which on a dead path lingers until the kernel
       // gives up on the FIN: tear the socket down too.
       conn.destroy()
       ;(conn.connection as unknown as { stream?: Socket }).stream?.destroy()
-      const timedOut = (err as { code?: string }).code === 'PROTOCOL_SEQUENCE_TIMEOUT'
+      const timedOut = codeOf(err) === 'PROTOCOL_SEQUENCE_TIMEOUT'
       if (timedOut) {
         for (const c of idle) c.destroy()
         idle.clear()
       }
+      // A refused server is the outcome itself: nothing left.
+      if (err instanceof ServerRefused) throw err
       // A server error is an answer: the statement ran (and failed). Without one, it may run yet.
-      if (threadId !== null && (timedOut || (err as { fatal?: boolean }).fatal === true)) {
-        throw await unanswered(err as Error, threadId, identity)
-      }
-      throw sent ? err : notSent(err)
+      const noAnswer = threadId !== null && (timedOut || (err as { fatal?: boolean }).fatal === true)
+      if (!sent) throw notSent(err, noAnswer ? ' (never sent: its connection\'s first round trip got no answer)' : '')
+      if (noAnswer) throw await unanswered(err, threadId, identities.get(conn.connection) ?? null)
+      throw err
     }
     const server = identities.get(conn.connection) ?? null
     conn.release()
@@ -254,23 +235,24 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     return results
   }
 
-  /** Ends the server thread of a statement that got no answer, and says in `err` whether that worked. */
-  async function unanswered (err: Error, threadId: number, identity: ServerIdentity | null | undefined): Promise<UnansweredError> {
+  /** Ends the server thread of a statement that got no answer: the driver's `err`, wrapped with what became of the statement. */
+  async function unanswered (err: unknown, threadId: number, identity: ServerIdentity | null): Promise<UnansweredStatement> {
     const killed = killThread(options, threadId, identity)
     kills.add(killed)
-    const outcome = await killed
+    const result = await killed
     kills.delete(killed)
-    const e = err as UnansweredError
-    e.mayStillRun = !SETTLED.has(outcome)
-    if (outcome === 'unsent') notSent(e)
-    e.message += outcome === 'killed'
-      ? ` (its server thread ${threadId} was killed: the statement ran before, or never will)`
-      : outcome === 'restarted'
-        ? ` (its server restarted since, ending thread ${threadId}: the statement ran before, or never will)`
-        : outcome === 'unsent'
-          ? ' (never sent: its connection\'s first round trip got no answer)'
-          : ` (it may still run on the server: its thread ${threadId} could not be killed: ${outcome})`
-    return e
+    const message = (err as Error).message
+    switch (result.outcome) {
+      case 'killed':
+        return new UnansweredStatement(`${message} (its server thread ${threadId} was killed: the statement ran before, or never will)`,
+          { state: 'ended', how: 'killed', threadId }, { cause: err })
+      case 'restarted':
+        return new UnansweredStatement(`${message} (its server restarted since, ending thread ${threadId}: the statement ran before, or never will)`,
+          { state: 'ended', how: 'restarted', threadId }, { cause: err })
+      case 'not-killed':
+        return new UnansweredStatement(`${message} (it may still run on the server: its thread ${threadId} could not be killed: ${result.reason})`,
+          { state: 'may-still-run', why: `its thread ${threadId} could not be killed: ${result.reason}` }, { cause: err })
+    }
   }
 
   /**
@@ -288,21 +270,18 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
       // A server that answers the identity part with an error (a proxy without SHOW GLOBAL
       // STATUS, say): the time zone alone, and no kills on this connection.
       const e = err as { errno?: unknown, fatal?: unknown }
-      if (typeof e.errno !== 'number' || e.fatal === true || e.errno === ER_WSREP_NOT_READY) throw err
+      if (typeof e.errno !== 'number' || e.fatal === true || codeOf(err) === MysqlError.WSREP_NOT_READY) throw err
       await conn.query({ sql: SESSION_ZONE, timeout: queryTimeoutMs })
       identity = null
     }
     if (identity?.readOnly === true) {
-      throw Object.assign(new Error(`${options.host}:${options.port} is read-only (@@read_only = 1): nothing is written through it`), { code: 'ER_OPTION_PREVENTS_STATEMENT', errno: ER_READ_ONLY })
+      throw new ServerRefused('LEAF_SERVER_READ_ONLY', `${options.host}:${options.port} is read-only (@@read_only = 1): nothing is written through it`)
     }
     identities.set(conn.connection, identity)
   }
 
-  /** What killThread() answers when the statement ran before or never will. */
-  const SETTLED = new Set(['killed', 'restarted', 'unsent'])
-
   /** Pending kills: close() waits for them (each is bounded). */
-  const kills = new Set<Promise<string>>()
+  const kills = new Set<Promise<KillResult>>()
 
   return {
     query,
@@ -347,8 +326,7 @@ export interface MysqlRunner {
   close (): Promise<void>
 }
 
-/** Marks an error of a statement that never left: another host may run it instead. */
-function notSent (err: unknown): unknown {
-  if (typeof err === 'object' && err !== null) (err as { notSent?: boolean }).notSent = true
-  return err
+/** The driver's `err` for a statement that never left: another host may run it instead. */
+function notSent (err: unknown, why = ''): UnansweredStatement {
+  return new UnansweredStatement(`${(err as Error).message}${why}`, { state: 'not-sent' }, { cause: err })
 }

@@ -1,26 +1,36 @@
 import type mysql from 'mysql2/promise'
-import { describeCause } from '../../driver-errors.js'
-import { withTimeout } from '../../timers.js'
-import type { HostState } from '../store.js'
+import { describeCause } from './driver-errors.js'
+import { withTimeout } from '../timers.js'
 import type { ServerOptions } from './mysql-pool.js'
 import { IDENTITY_SQL, identityOf, storeIdOf } from './server-identity.js'
 import { openMysqlConnection } from './tls-options.js'
 
-// What every host of leaf.jdbc.url answers now: writable, read-only or unknown. The host list
-// fails over by itself (mysql-hosts.ts), and a crashed primary comes back with the read_only
-// of its own my.cnf, writable: two writable hosts in one list let two instances allocate the
-// same ranges, one on each. So the segment mode reads every host at its start, at each refresh
-// and before it writes through another host (segment/host-fence.ts).
-//
-// Over a connection of its own, opened and closed each time: the pool's connections refuse a
-// read-only server at their first round trip (mysql-pool.ts), and a census must see it.
-// One round trip: the identity (IDENTITY_SQL, with @@global.read_only) and the two other
-// switches that keep a server from writing leaf_alloc: MySQL's super_read_only (which turns
-// read_only on with it, read for the record) and innodb_read_only (the InnoDB tables cannot be
-// written, whatever read_only says). SHOW VARIABLES names a variable the server lacks
-// (MariaDB has no super_read_only) without an error.
+// What every host of leaf.jdbc.url answers now: writable, read-only or unknown. Two writable
+// hosts in one list (a crashed primary back with its my.cnf's read_only) would let two
+// instances allocate the same ranges, so the segment mode reads every host (segment/host-fence.ts;
+// docs/production.md, "Host lists that cannot split"). Over a connection of its own: the
+// pool's connections refuse a read-only server at their first round trip, and a census must
+// see it. Besides @@global.read_only, super_read_only (read for the record) and
+// innodb_read_only also keep a server from writing leaf_alloc; SHOW VARIABLES names one the
+// server lacks (MariaDB has no super_read_only) without an error.
 
 const SWITCHES_SQL = "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('super_read_only', 'innodb_read_only')"
+
+/** One host of a store's list, as a census read it. */
+export interface HostState {
+  /** `host:port`, as the URL names it. */
+  host: string
+  /** `unknown`: no answer within the query timeout, or an error (`error`). */
+  state: 'writable' | 'read-only' | 'unknown'
+  /** The store identity it answered with (SegmentStore.identity()'s form). */
+  store?: string
+  /**
+   * Which server process it is, beyond `store`: two addresses of one server give one. A Galera
+   * node's is its cluster's: its nodes are one store, writable at once by design.
+   */
+  server?: string
+  error?: string
+}
 
 type CensusOptions = Pick<ServerOptions, 'host' | 'port' | 'user' | 'password' | 'database' | 'connectTimeoutMs' | 'queryTimeoutMs' | 'tls'>
 

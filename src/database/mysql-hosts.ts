@@ -1,32 +1,36 @@
-import type { MysqlHost } from '../../config/jdbc-url.js'
+import type { MysqlHost } from '../config/jdbc-url.js'
 import { storeIdOf } from './server-identity.js'
-import { describeCause } from '../../driver-errors.js'
-import type { Logger } from '../../logger.js'
-import type { HostGate, HostState } from '../store.js'
+import { codeOf, describeCause, MysqlError } from './driver-errors.js'
+import { driverCause, fateOf, ServerRefused } from './errors.js'
+import type { Logger } from '../logger.js'
+import type { HostState } from './host-census.js'
 import { hostName, readHosts } from './host-census.js'
-import { createServerRunner, ER_READ_ONLY, ER_STORE_LEFT, ER_WSREP_NOT_READY, type Answer, type MysqlRunner, type ServerOptions, type Statement } from './mysql-pool.js'
+import { createServerRunner, type Answer, type MysqlRunner, type ServerOptions, type Statement } from './mysql-pool.js'
 
 // The hosts of leaf.jdbc.url, Connector/J's failover list: one mysql2 pool per host
-// (mysql-pool.ts), statements through the one in use. mysql2's PoolCluster would pick a host
-// too, but it moves on only when a connection cannot be opened: a replica that answers
-// read-only, a Galera node out of its cluster (1047) or a host whose statements time out
-// would keep it. So the choice is made here, on what the servers answer:
-// - the first host of the list that answers and is writable is used, and kept while it works
-//   (sticky: it does not fall back to an earlier host that comes back, which after a
-//   promotion is the old primary);
-// - a host that fails (a connection error, a timeout, a read-only or not-ready answer) is
-//   rested for a backoff doubling from BACKOFF_MIN_MS to BACKOFF_MAX_MS, and the next host
-//   of the list is used; with every host resting, the one whose rest ends first is tried;
-// - a statement that never left, or that the server refused (read-only, not ready), is sent
-//   to the next host at once, each host at most once per call; one that may have run (a
-//   timeout) is not: its error goes to the caller, who knows whether a repeat is safe;
-// - with a gate (segment/host-fence.ts), the list starts at the host the last life used (its
-//   warm-start file), not at the first: a restart must not take an instance back to an old
-//   primary that came back writable. A store the instance failed over from is refused as a
-//   read-only one is; and before the first statement on another host, every host is read
-//   again (host-census.ts), which refuses the move while two hosts answer writable;
-// - the replication form (jdbc:mysql:replication://) writes through its source, the first
-//   host, alone: its replicas are read by the census, never written.
+// (mysql-pool.ts), statements through the one in use, chosen on what the servers answer
+// (docs/production.md, "Several database hosts"; mysql2's PoolCluster moves on only when a
+// connection cannot be opened). In short: the first writable host, kept while it works; a
+// failed host rests for a doubling backoff; a statement that never left, or that a server
+// refused, goes to the next host at once, each host at most once per call, while one that may
+// have run goes back to its caller. With a gate (segment/host-fence.ts) the list starts at the
+// host the last life used, and a move to another host waits for a census (host-census.ts).
+// The replication form (jdbc:mysql:replication://) writes through its first host only.
+
+/**
+ * What the segment mode tells a store with a host list about the hosts it may write through
+ * (segment/host-fence.ts).
+ */
+export interface HostGate {
+  /** True for a store identity this instance failed over from: nothing is sent to it. */
+  refuses (store: string): boolean
+  /**
+   * Before the first statement on another host (`to`) than the last one checked (`from`):
+   * reads every host again, and rejects while more than one answers writable (STORE_SPLIT), or
+   * when `to` may be an old primary back (segment/host-fence.ts).
+   */
+  beforeMove (to: string, from: string): Promise<void>
+}
 
 export interface MysqlOptions extends Omit<ServerOptions, 'host' | 'port'> {
   /** In the URL's order; at least one. */
@@ -60,14 +64,15 @@ const HOST_DOWN_CODES = new Set([
 
 /** A host answering this refused the statement: it did not run, and another host may take it. */
 function refusedByServer (err: unknown): boolean {
-  const { errno, code } = err as { errno?: unknown, code?: unknown }
-  return errno === ER_READ_ONLY || errno === ER_WSREP_NOT_READY || code === ER_STORE_LEFT
+  const cause = driverCause(err)
+  const code = codeOf(cause)
+  return cause instanceof ServerRefused || code === MysqlError.READ_ONLY || code === MysqlError.WSREP_NOT_READY
 }
 
 /** Whether `err` says the host is down, read-only or not ready (not that the statement was wrong). */
 export function hostFailed (err: unknown): boolean {
-  const e = err as { code?: unknown, fatal?: unknown }
-  return refusedByServer(err) || e.code === ER_STORE_LEFT || e.fatal === true || (typeof e.code === 'string' && HOST_DOWN_CODES.has(e.code))
+  const cause = (driverCause(err) ?? {}) as { code?: unknown, fatal?: unknown }
+  return refusedByServer(err) || cause.fatal === true || (typeof cause.code === 'string' && HOST_DOWN_CODES.has(cause.code))
 }
 
 export function createMysqlRunner (options: MysqlOptions, now: () => number = () => performance.now()): MysqlHostsRunner {
@@ -143,7 +148,7 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
         failed(i, err)
         last = err
         // May have run: the caller decides whether a repeat is safe.
-        if ((err as { notSent?: boolean }).notSent !== true && !refusedByServer(err)) throw err
+        if (fateOf(err)?.state !== 'not-sent' && !refusedByServer(err)) throw err
       }
     }
     throw last

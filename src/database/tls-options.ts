@@ -1,8 +1,8 @@
 import mysql from 'mysql2/promise'
 import type { ConnectionOptions as TlsConnectionOptions } from 'node:tls'
-import type { DatabaseTls } from '../../config/database-tls.js'
-import type { Logger } from '../../logger.js'
-import type { TlsSession } from '../store.js'
+import type { DatabaseTls } from '../config/database-tls.js'
+import type { Logger } from '../logger.js'
+import { driverCause } from './errors.js'
 
 // The store's TLS (config/database-tls.ts) as each driver takes it, the `prefer` mode neither
 // driver has (TLS when the server offers it, else plain text), and what a session negotiated.
@@ -14,7 +14,12 @@ import type { TlsSession } from '../store.js'
 // the CA (Node's public roots when none is given); `verify-full` also its name against the
 // URL's host (a DNS name, or an IP address in the certificate's IP entries).
 
-export type { TlsSession } from '../store.js'
+/** What one database session uses: TLS with its protocol and cipher, or plain text. */
+export interface TlsSession {
+  /** `TLSv1.3`, ...; null: plain text. */
+  version: string | null
+  cipher: string | null
+}
 
 /** mysql2's `ssl`; undefined: plain text. */
 export function mysqlSsl (tls: DatabaseTls | undefined): mysql.SslOptions | undefined {
@@ -165,8 +170,9 @@ function nodeCertCode (message: string): string | undefined {
  * One line for a start that met a TLS failure no retry mends, naming the fix; undefined for any
  * other error.
  */
-export function tlsRefusal (err: unknown, tls: DatabaseTls | undefined): string | undefined {
+export function tlsRefusal (wrapped: unknown, tls: DatabaseTls | undefined): string | undefined {
   if (tls === undefined) return undefined
+  const err = driverCause(wrapped)
   const { code, message } = (err ?? {}) as { code?: unknown, message?: unknown }
   if (tlsNotOffered(err)) {
     return `TLS_NOT_OFFERED: the server offers no TLS, and TLS mode ${tls.mode} (${tls.modeFrom}) requires it: turn TLS on in the server (MySQL/MariaDB ssl-cert and ssl-key, PostgreSQL ssl=on), or lower the mode in leaf.jdbc.url`

@@ -1,0 +1,69 @@
+// The errors the database plumbing raises itself. A driver's error is never changed: where the
+// plumbing has more to say about it (a statement that got no answer), it wraps it as `cause`.
+
+/** The codes of the errors below, stable: logs, /readyz and tests read them. */
+export type DatabaseErrorCode =
+  | 'LEAF_STATEMENT_UNANSWERED'
+  | 'LEAF_STORE_LEFT'
+  | 'LEAF_SERVER_READ_ONLY'
+  | 'LEAF_NO_CONNECTION_FREE'
+
+export class DatabaseError extends Error {
+  readonly code: DatabaseErrorCode
+
+  constructor (code: DatabaseErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options)
+    this.name = 'DatabaseError'
+    this.code = code
+  }
+}
+
+/**
+ * What became of a statement whose answer never came. Its bytes can reach the server after the
+ * caller gave up, so unless the pool settled it, it may run at any later time (docs/worker-ids.md,
+ * docs/segment-mode.md say why every caller is safe either way).
+ */
+export type StatementFate =
+  /** It never left: no connection, or the connection's first round trip failed. Another host may run it. */
+  | { state: 'not-sent' }
+  /** Its server thread was killed, or its server restarted since: it ran before, or never will. */
+  | { state: 'ended', how: 'killed' | 'restarted', threadId: number }
+  /** It may still run on the server: `why` it could not be settled. */
+  | { state: 'may-still-run', why: string }
+
+/** A statement that got no answer: the driver's error as `cause`, and the statement's fate. */
+export class UnansweredStatement extends DatabaseError {
+  readonly fate: StatementFate
+
+  constructor (message: string, fate: StatementFate, options: { cause: unknown }) {
+    super('LEAF_STATEMENT_UNANSWERED', message, options)
+    this.name = 'UnansweredStatement'
+    this.fate = fate
+  }
+}
+
+/**
+ * A server the pool sends nothing to, refused before a statement left: read-only (a replica, a
+ * standby), or a store this instance failed over from. Another host of the list may take it.
+ */
+export class ServerRefused extends DatabaseError {
+  constructor (code: 'LEAF_STORE_LEFT' | 'LEAF_SERVER_READ_ONLY', message: string) {
+    super(code, message)
+    this.name = 'ServerRefused'
+  }
+}
+
+/** The fate of the statement `err` failed, where the pool knows it; undefined for an answer (a server error). */
+export function fateOf (err: unknown): StatementFate | undefined {
+  return err instanceof UnansweredStatement ? err.fate : undefined
+}
+
+/** True when `err` is a statement's that got no answer and may still run. */
+export function mayStillRun (err: unknown): boolean {
+  return fateOf(err)?.state === 'may-still-run'
+}
+
+/** The driver's error behind `err`: its cause when the pool wrapped it, else `err` itself. */
+export function driverCause (err: unknown): unknown {
+  return err instanceof UnansweredStatement ? err.cause : err
+}
