@@ -96,9 +96,13 @@ export interface MaxIdGuardOptions {
 
 /** An allocation refused: the caller's load fails, and is retried after its backoff. */
 export class AllocationHeld extends Error {
-  constructor (message: string) {
+  /** RAISES_OWED: tags still to be raised above the IDs served; HOLDING: the hold after a failover; RANGE_HELD: a range below a failover's mark. */
+  readonly code: 'ALLOCATION_RAISES_OWED' | 'ALLOCATION_HOLDING' | 'ALLOCATION_RANGE_HELD'
+
+  constructor (code: AllocationHeld['code'], message: string) {
     super(message)
     this.name = 'AllocationHeld'
+    this.code = code
   }
 }
 
@@ -289,9 +293,9 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
   return {
     async beforeAllocate () {
       if (owed.size > 0) await pushMarks()
-      if (owed.size > 0) throw new AllocationHeld(`${owed.size} tag(s) still to be raised above the IDs served before the store failover`)
+      if (owed.size > 0) throw new AllocationHeld('ALLOCATION_RAISES_OWED', `${owed.size} tag(s) still to be raised above the IDs served before the store failover`)
       const left = holdUntil - monotonic()
-      if (left > 0) throw new AllocationHeld(`allocations held for ${Math.ceil(left)} ms more after a store failover, for every instance to raise max_id above what it served`)
+      if (left > 0) throw new AllocationHeld('ALLOCATION_HOLDING', `allocations held for ${Math.ceil(left)} ms more after a store failover, for every instance to raise max_id above what it served`)
       return epoch
     },
     async admit (key, first, end, from, asked) {

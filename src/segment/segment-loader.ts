@@ -96,7 +96,7 @@ export function createSegmentLoader (options: SegmentLoaderOptions): (buf: Segme
     }
     const reserved = nextStep ?? alloc.step
     if (guard !== undefined && !await guard.admit(buf.key, alloc.maxId - BigInt(reserved), alloc.maxId, alloc.store, epoch)) {
-      throw new AllocationHeld(`the range below ${alloc.maxId} of "${buf.key}" is not served: the store failed over (see /readyz)`)
+      throw new AllocationHeld('ALLOCATION_RANGE_HELD', `the range below ${alloc.maxId} of "${buf.key}" is not served: the store failed over (see /readyz)`)
     }
     // (A tag whose serving shutdown() stopped has initOk off but keeps its chain: append.)
     if (!buf.initOk && buf.segments.length === 0) {

@@ -134,8 +134,10 @@ export function canLoseWrites (topology: string): boolean {
 
 /** max_id cannot move by the step without passing 2^63 - 1: the tag's ID space has ended. */
 export class IdSpaceEnded extends Error {
-  constructor (key: string) {
-    super(`max_id of "${key}" would pass 2^63 - 1`)
+  readonly code = 'ID_SPACE_ENDED'
+
+  constructor (key: string, options?: { cause?: unknown }) {
+    super(`max_id of "${key}" would pass 2^63 - 1`, options)
     this.name = 'IdSpaceEnded'
   }
 }

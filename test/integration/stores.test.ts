@@ -216,7 +216,7 @@ for (const c of cases) {
     t.test('max_id at the top of the 64-bit range fails the load instead of wrapping', async (t) => {
       await insert('top', 10)
       await setMaxId('top', 2n ** 63n - 5n)
-      await t.rejects(store.allocate('top'), IdSpaceEnded, 'as IdSpaceEnded: the generator answers ID_SPACE_EXHAUSTED at once')
+      await t.rejects(store.allocate('top'), { name: 'IdSpaceEnded', code: 'ID_SPACE_ENDED' }, 'as IdSpaceEnded: the generator answers ID_SPACE_EXHAUSTED at once')
       await t.rejects(store.allocate('top', { step: 20, tableStep: 10 }), IdSpaceEnded)
       const row = (await store.getAllRows()).find((r) => r.key === 'top')
       t.equal(row?.maxId, 2n ** 63n - 5n, 'max_id untouched')
@@ -276,7 +276,7 @@ const tablesOf = (path: string) => withSqlite(path, (db) => db.prepare("SELECT n
 
 t.test('SQLite: a configured path in a folder that does not exist is refused, and nothing is made', async (t) => {
   const folder = join(sqlitePath(), '..', 'no-such-folder')
-  t.throws(() => createSqliteStore(join(folder, 'leaf.db')), { name: 'StartRefused', message: `segment store sqlite:${join(folder, 'leaf.db')}: the folder ${folder} does not exist: correct leaf.jdbc.url, or create the folder (only the embedded default's folder is made)` })
+  t.throws(() => createSqliteStore(join(folder, 'leaf.db')), { name: 'StartRefused', code: 'STORE_FOLDER_MISSING', message: `segment store sqlite:${join(folder, 'leaf.db')}: the folder ${folder} does not exist: correct leaf.jdbc.url, or create the folder (only the embedded default's folder is made)` })
   t.notOk(existsSync(folder), 'no folder made')
 })
 
@@ -309,6 +309,7 @@ t.test('SQLite: another program\'s database (tables, no leaf_alloc) is refused n
   const before = readFileSync(path)
   t.throws(() => createSqliteStore(path, { embeddedDefault: true }), {
     name: 'StartRefused',
+    code: 'STORE_FOREIGN_DATABASE',
     message: `segment store sqlite:${path}: the file has tables (customers, orders) and no leaf_alloc: it is another program's database; correct leaf.jdbc.url, or add Leaf's table to it (sql/leaf_alloc.sql, without its ENGINE clause)`,
   })
   t.same(tablesOf(path), ['customers', 'orders'], 'no table added')
@@ -320,6 +321,7 @@ t.test('SQLite: the embedded default\'s folder that cannot be made is refused in
   writeFileSync(file, '')
   t.throws(() => createSqliteStore(join(file, 'data', 'leaf.db'), { embeddedDefault: true }), {
     name: 'StartRefused',
+    code: 'STORE_FOLDER_UNWRITABLE',
     message: `segment store sqlite:${join(file, 'data', 'leaf.db')}: the embedded store's folder ${join(file, 'data')} cannot be made (ENOTDIR): make the install folder writable, or set leaf.jdbc.url to sqlite:PATH in a writable folder`,
   })
 })

@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
-import { AllocationHeld, createMaxIdGuard, type MaxIdGuard, type Regression } from '../../src/segment/max-id-guard.js'
+import { createMaxIdGuard, type MaxIdGuard, type Regression } from '../../src/segment/max-id-guard.js'
 import { createSegmentGenerator, type Id, type SegmentGenerator } from '../../src/segment/segment-generator.js'
 import { Segment, SegmentBuffer } from '../../src/segment/segment-buffer.js'
 import { readWarmState, writeWarmState } from '../../src/segment/warm-state.js'
@@ -116,7 +116,7 @@ t.test('an allocation asked for before a regression is not served after it, even
   t.equal(await guard.admit('order', 1n, 11n, 'one', epoch), true, 'served: the first range')
   t.equal(await guard.admit('user', 1n, 11n, 'two', epoch), false, 'another store: refused')
   t.equal(await guard.admit('order', 11n, 21n, 'two', epoch), false, 'asked for before it: refused')
-  await t.rejects(guard.beforeAllocate(), AllocationHeld, 'held')
+  await t.rejects(guard.beforeAllocate(), { name: 'AllocationHeld', code: 'ALLOCATION_HOLDING' }, 'held')
   await time.tickAsync(60)
   const next = await guard.beforeAllocate()
   t.equal(await guard.admit('order', 21n, 31n, 'two', next), true, 'after the hold, the new store serves')
@@ -130,7 +130,7 @@ t.test('a raise that fails is retried before any allocation, which waits for it'
   store.failing = true
   t.equal(await guard.admit('order', 11n, 21n, 'two', 0), false)
   t.equal(guard.view().raisesOwed, 1, 'owed')
-  await t.rejects(guard.beforeAllocate(), { name: 'AllocationHeld', message: /1 tag\(s\) still to be raised/ })
+  await t.rejects(guard.beforeAllocate(), { name: 'AllocationHeld', code: 'ALLOCATION_RAISES_OWED', message: /1 tag\(s\) still to be raised/ })
   store.failing = false
   t.equal(await guard.beforeAllocate(), 1, 'raised, then free to allocate')
   t.equal(store.rows.get('order')?.maxId, 11n, 'max_id raised to the mark')
@@ -251,7 +251,7 @@ t.test('a stop during the hold: the next life holds as long, and pushes its mark
   store.rows.set('order', { ...(store.rows.get('order') as NonNullable<ReturnType<typeof store.rows.get>>), maxId: 1n })
   wall += 1000
   const next = createMaxIdGuard({ store, logger: silentLogger, holdMs: 5000, monotonic: () => performance.now(), clock: () => wall, saved: state })
-  await t.rejects(next.beforeAllocate(), { name: 'AllocationHeld', message: /held for \d+ ms more/ }, 'still held in the next life')
+  await t.rejects(next.beforeAllocate(), { name: 'AllocationHeld', code: 'ALLOCATION_HOLDING', message: /held for \d+ ms more/ }, 'still held in the next life')
   t.ok(next.view().holdingMs > 3000 && next.view().holdingMs <= 4000, `for what was left (${next.view().holdingMs} ms)`)
   t.equal(store.rows.get('order')?.maxId, 11n, 'its marks pushed again')
   wall += 10_000

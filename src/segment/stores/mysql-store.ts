@@ -152,7 +152,7 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
       answer = await query<unknown[]>(allocateStatements(key, adapted))
     } catch (err) {
       // `max_id + step` past BIGINT's range.
-      if (codeOf(err) === MysqlError.DATA_OUT_OF_RANGE) throw new IdSpaceEnded(key)
+      if (codeOf(err) === MysqlError.DATA_OUT_OF_RANGE) throw new IdSpaceEnded(key, { cause: err })
       throw err
     }
     const rows = (answer.result as [ResultSetHeader, ResultSetHeader, RowDataPacket[], ResultSetHeader])[2]

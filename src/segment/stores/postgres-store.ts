@@ -99,7 +99,7 @@ export function createPostgresStore (options: PostgresOptions): SegmentStore {
         answer = await returning(sql, values)
       } catch (err) {
         // `max_id + step` past bigint's range.
-        if (codeOf(err) === SqlState.NUMERIC_VALUE_OUT_OF_RANGE) throw new IdSpaceEnded(key)
+        if (codeOf(err) === SqlState.NUMERIC_VALUE_OUT_OF_RANGE) throw new IdSpaceEnded(key, { cause: err })
         throw err
       }
       const row = answer.rows[0]

@@ -74,10 +74,10 @@ export function createSqliteStore (path: string, { embeddedDefault = false, logg
       try {
         mkdirSync(dirname(path), { recursive: true })
       } catch (err) {
-        throw new StartRefused(`${where}: the embedded store's folder ${dirname(path)} cannot be made (${(err as NodeJS.ErrnoException).code ?? 'error'}): make the install folder writable, or set leaf.jdbc.url to sqlite:PATH in a writable folder`)
+        throw new StartRefused(`${where}: the embedded store's folder ${dirname(path)} cannot be made (${(err as NodeJS.ErrnoException).code ?? 'error'}): make the install folder writable, or set leaf.jdbc.url to sqlite:PATH in a writable folder`, { code: 'STORE_FOLDER_UNWRITABLE', cause: err })
       }
     } else if (!existsSync(dirname(path))) {
-      throw new StartRefused(`${where}: the folder ${dirname(path)} does not exist: correct leaf.jdbc.url, or create the folder (only the embedded default's folder is made)`)
+      throw new StartRefused(`${where}: the folder ${dirname(path)} does not exist: correct leaf.jdbc.url, or create the folder (only the embedded default's folder is made)`, { code: 'STORE_FOLDER_MISSING' })
     }
   }
   const db = new Database(path, { timeout: OPEN_BUSY_TIMEOUT_MS })
@@ -90,7 +90,7 @@ export function createSqliteStore (path: string, { embeddedDefault = false, logg
       if (!tables.includes('leaf_alloc')) {
         const others = tables.filter((t) => !LEAF_TABLES.has(t))
         if (others.length > 0) {
-          throw new StartRefused(`${where}: the file has tables (${others.slice(0, 5).join(', ')}${others.length > 5 ? ', ...' : ''}) and no leaf_alloc: it is another program's database; correct leaf.jdbc.url, or add Leaf's table to it (sql/leaf_alloc.sql, without its ENGINE clause)`)
+          throw new StartRefused(`${where}: the file has tables (${others.slice(0, 5).join(', ')}${others.length > 5 ? ', ...' : ''}) and no leaf_alloc: it is another program's database; correct leaf.jdbc.url, or add Leaf's table to it (sql/leaf_alloc.sql, without its ENGINE clause)`, { code: 'STORE_FOREIGN_DATABASE' })
         }
         db.exec(SCHEMA)
         created = embeddedDefault ? 'demo' : 'empty'
