@@ -11,6 +11,7 @@ import { createObserver, timeRoutes } from './http/timing.js'
 import { createLogThrottle } from './log-throttle.js'
 import type { Logger } from './logger.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
+import { countCoreEvents } from './metrics/core-events.js'
 import { startSegmentMode, type SegmentMode } from './modes/segment-mode.js'
 import { startSnowflakeMode, type SnowflakeMode } from './modes/snowflake-mode.js'
 import type { ResolvedConfig } from './snowflake/settings.js'
@@ -80,6 +81,7 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
   if (bound !== undefined) app.addHook('onReady', async () => { if (handler !== undefined) bound.serve(handler) })
 
   const metrics = createMetrics({ maxTagSeries: config.metrics.maxTagSeries })
+  const stopCounting = countCoreEvents(metrics)
   const observe = createObserver(metrics, logger, debug)
   registerErrorHandling(app, logger, timeRoutes(app, observe))
   // Bodies are JSON (tag management) or nothing: any other type is 415, not a string to parse.
@@ -95,17 +97,16 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
     if (bound !== undefined) await new Promise((resolve) => bound.server.close(resolve))
     clearInterval(drain)
     await Promise.all([leaf.segment?.close({ saveState: started }), leaf.snowflake?.close()])
+    stopCounting()
   })
   try {
     if (config.segment.enabled) {
       leaf.segment = await startSegmentMode(config, logger, {
-        clock, onLoad: metrics.segmentLoad, onGiveBack: metrics.segmentGiveBack, onRetry: metrics.segmentRetry, onRegression: metrics.segmentRegression,
+        clock, onLoad: metrics.segmentLoad, onGiveBack: metrics.segmentGiveBack,
       })
     }
     if (config.snowflake.enabled) {
-      leaf.snowflake = await startSnowflakeMode(config, logger, {
-        clock, onClockBackwards: metrics.clockBackwards, onLeaseClaim: metrics.leaseClaim, onLeaseLost: metrics.leaseLost,
-      })
+      leaf.snowflake = await startSnowflakeMode(config, logger, { clock })
     }
   } catch (err) {
     bound?.server.closeAllConnections()

@@ -5,11 +5,11 @@ import { driverError, isPermanentStoreError, MysqlError, SqlState } from '../dat
 import { StartRefused } from '../errors.js'
 import type { Logger } from '../logger.js'
 import { createHostFence, type HostFence } from '../segment/host-fence.js'
-import { createMaxIdGuard, type MaxIdGuard, type MaxIdGuardOptions, type Regression } from '../segment/max-id-guard.js'
+import { createMaxIdGuard, type MaxIdGuard, type Regression } from '../segment/max-id-guard.js'
 import { createSegmentGenerator, type SegmentGenerator, type SegmentGeneratorOptions } from '../segment/segment-generator.js'
 import { canLoseWrites, type SegmentStore } from '../segment/store.js'
 import { describeStore } from '../database/describe-store.js'
-import { createStore, type StoreHooks } from '../segment/stores/create-store.js'
+import { createStore } from '../segment/stores/create-store.js'
 import { describeTls, tlsRefusal } from '../database/tls-options.js'
 import { readWarmState, stateFolderProblem, writeWarmState, type WarmState } from '../segment/warm-state.js'
 import { withTimeout } from '../timers.js'
@@ -70,7 +70,7 @@ function noPasswordRemedy (store: StoreConfig): string {
 export async function startSegmentMode (
   config: Config,
   logger: Logger,
-  extra: Pick<SegmentGeneratorOptions, 'clock' | 'onLoad' | 'onGiveBack'> & Pick<MaxIdGuardOptions, 'onRegression'> & StoreHooks = {}
+  extra: Pick<SegmentGeneratorOptions, 'clock' | 'onLoad' | 'onGiveBack'> = {}
 ): Promise<SegmentMode> {
   const { segment } = config
   const { stateFile } = segment
@@ -95,7 +95,7 @@ export async function startSegmentMode (
     })
   try {
     // The embedded store opens (and creates) its file here, synchronously.
-    store = createStore(segment.store, { ...segment, logger, onRetry: extra.onRetry, ...(fence === undefined ? {} : { gate: fence, startAt: hostList?.inUse }) })
+    store = createStore(segment.store, { ...segment, logger, ...(fence === undefined ? {} : { gate: fence, startAt: hostList?.inUse }) })
   } catch (err) {
     throw storeRefusal(where, err, segment.store) ?? err
   }
@@ -131,9 +131,8 @@ export async function startSegmentMode (
     logger.info({ file: stateFile, was: warm.guard.where, now: storeKey }, 'warm-start file written for another store: its max_id marks are dropped')
   }
   const onRegression = fence === undefined
-    ? extra.onRegression
+    ? undefined
     : (r: Regression) => {
-        extra.onRegression?.(r)
         if (r.cause === 'store changed' && r.from !== undefined) leftStore(r.from)
       }
   const guard = createMaxIdGuard({ store, logger, holdMs: segment.failoverHoldMs, monotonic: () => performance.now(), saved, onRegression })

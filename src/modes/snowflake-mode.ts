@@ -4,7 +4,7 @@ import { createSnowflakeGenerator, type SnowflakeGenerator, type SnowflakeGenera
 import type { ResolvedConfig } from '../snowflake/settings.js'
 import { timeLeftSeconds, WARN_SECONDS_LEFT, YEAR_SECONDS } from '../snowflake/time-left.js'
 import { aheadOfClockMs } from '../snowflake/worker-id/ahead-of-clock.js'
-import { acquireWorkerId, type SourceHooks } from '../snowflake/worker-id/create-source.js'
+import { acquireWorkerId } from '../snowflake/worker-id/create-source.js'
 import type { WorkerLease } from '../snowflake/worker-id/worker-id-source.js'
 
 export interface SnowflakeMode {
@@ -19,11 +19,11 @@ export interface SnowflakeMode {
 export async function startSnowflakeMode (
   config: ResolvedConfig,
   logger: Logger,
-  extra: Pick<SnowflakeGeneratorOptions, 'clock' | 'onClockBackwards'> & Omit<SourceHooks, 'clock'> = {}
+  extra: Pick<SnowflakeGeneratorOptions, 'clock'> = {}
 ): Promise<SnowflakeMode> {
   const s = config.snowflake
   const clock = extra.clock ?? Date.now
-  const lease = await acquireWorkerId(config, logger, { clock, onLeaseClaim: extra.onLeaseClaim, onLeaseLost: extra.onLeaseLost })
+  const lease = await acquireWorkerId(config, logger, { clock })
   const generator = createSnowflakeGenerator({
     workerId: lease.workerId,
     layout: s.layout,
@@ -33,7 +33,6 @@ export async function startSnowflakeMode (
     // and a restart without its cache file waits that much again (restartWindow).
     maxRestartWaitMs: s.heartbeatIntervalMs + 2 * aheadOfClockMs(config) + 1,
     guard: lease,
-    onClockBackwards: extra.onClockBackwards,
     clock,
   })
   lease.onWorkerChange = (workerId, notBefore) => generator.rebind(workerId, notBefore)

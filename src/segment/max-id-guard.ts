@@ -1,3 +1,4 @@
+import { channels } from '../channels.js'
 import type { Logger } from '../logger.js'
 import type { SegmentStore, TagRow } from './store.js'
 
@@ -267,6 +268,7 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
     for (const key of marks.keys()) owed.add(key)
     logger.error({ cause: r.cause, key: r.key, from: r.from, to: r.to, gap: r.gap === undefined ? undefined : String(r.gap), tags: r.tags, holdMs, marks: marks.size },
       'segment store failover: max_id may be behind IDs already served; raising every tag above them and holding allocations')
+    channels.storeRegression.publish({ cause: r.cause, key: r.key, from: r.from, to: r.to })
     onRegression?.(event)
     await pushMarks()
   }

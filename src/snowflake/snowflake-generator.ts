@@ -1,3 +1,4 @@
+import { channels } from '../channels.js'
 import { LeafError, StartRefused } from '../errors.js'
 import { expandRanges, type IdRange } from '../id-range.js'
 import { explainId, leafLayout, msOf, timeOf, type Layout } from './layout.js'
@@ -36,8 +37,6 @@ export interface SnowflakeGeneratorOptions {
   maxRestartWaitMs?: number
   /** The lease's recording rule (see IssueGuard); none: no limit. */
   guard?: IssueGuard
-  /** Told each time the clock is found behind the last ID's millisecond. */
-  onClockBackwards?: (offsetMs: number) => void
 }
 
 export interface SnowflakeGenerator {
@@ -76,7 +75,6 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
     notBefore: firstAllowed = 0,
     maxRestartWaitMs = Infinity,
     guard = UNGUARDED,
-    onClockBackwards,
   } = options
   const { epoch, unitMs, maxSequence, maxTime } = layout
   checkWorkerId(workerId, layout)
@@ -202,7 +200,7 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
       const excess = ahead - borrowAheadMs
       if (excess > 0) {
         // The clock stepped back further than time may be borrowed (always, without borrowing).
-        onClockBackwards?.(ahead)
+        channels.clockBackwards.publish({ aheadMs: ahead, workerId: currentWorkerId })
         if (excess > MAX_BACKWARDS_WAIT_MS) throw clockBackwards(ahead)
         await sleep(excess * 2)
       } else {

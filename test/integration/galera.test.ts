@@ -3,6 +3,8 @@ import type { Connection, RowDataPacket } from 'mysql2/promise'
 import { sleep, waitUntil } from '../fault/services.js'
 import { errnoOf, GaleraCluster } from '../helpers/galera.js'
 import { ALLOCATE_RETRIES, createMysqlStore } from '../../src/segment/stores/mysql-store.js'
+import { channels } from '../../src/channels.js'
+import { listen } from '../helpers/channels.js'
 
 // test/helpers/galera.ts works (three nodes join, agree on the cluster state), and shows what
 // Leaf's segment transactions meet on Galera: concurrent allocations of one row from two nodes
@@ -148,8 +150,15 @@ t.test('Leaf-TS\'s store on two nodes, one row: conflicts are repeated at once a
     connectTimeoutMs: 2000,
     poolSize: 4,
     queryTimeoutMs: 5000,
-    onRetry: (_key, reason) => { repeats[i] = (repeats[i] as number) + 1; reasons.add(reason) },
   }))
+  // Each store's repeats, told apart by the node it ran on.
+  const nodeOf = new Map([0, 1].map((i) => [`127.0.0.1:${cluster.node(i).port}`, i]))
+  listen(t, channels.storeRetry, (m) => {
+    const i = nodeOf.get(m.host)
+    if (i === undefined || m.key !== tag) return
+    repeats[i] = (repeats[i] as number) + 1
+    reasons.add(m.reason)
+  })
   t.teardown(() => Promise.all(stores.map((s) => s.close())))
   const ranges: bigint[] = []
   const identities = new Set<string | undefined>()

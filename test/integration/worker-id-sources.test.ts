@@ -24,6 +24,8 @@ import { resolveSnowflakeSettings, type ResolvedConfig } from '../../src/snowfla
 import { withSqlite } from '../helpers/sqlite.js'
 import { LeaseRefused } from '../../src/errors.js'
 import { sleep, until } from '../helpers/time.js'
+import { channels } from '../../src/channels.js'
+import { listen } from '../helpers/channels.js'
 
 const mysqlServer = new URL(TEST_MYSQL)
 const pgServer = new URL(TEST_PG)
@@ -47,7 +49,9 @@ function sourceConfig (values: Record<string, string | number | boolean>): Resol
 
 /** A worker id from the configured source, closed when `t` ends; claim results go to `claims`. */
 async function acquire (t: Test, config: ResolvedConfig, claims: ClaimResult[] = []): Promise<WorkerLease> {
-  const lease = await acquireWorkerId(config, silentLogger, { clock: Date.now, onLeaseClaim: (r) => claims.push(r) })
+  const address = `${config.snowflake.ip}:${config.snowflake.port}`
+  listen(t, channels.leaseClaim, (m) => { if (m.address === address) claims.push(m.result) })
+  const lease = await acquireWorkerId(config, silentLogger, { clock: Date.now })
   t.teardown(() => lease.close())
   return lease
 }

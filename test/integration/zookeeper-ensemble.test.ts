@@ -9,6 +9,7 @@ import { tempDir, testConfig } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'
 import { ZooKeeperEnsemble } from '../helpers/zookeeper-ensemble.js'
 import { uniqueName } from '../helpers/zookeeper.js'
+import { channels, type LeaseClaimMessage, type LeaseLostMessage } from '../../src/channels.js'
 
 // Both ZooKeeper worker-id sources against a real 3-node ensemble, in this process, through the
 // server's own snowflake mode (the lease, and the generator that asks it before every ID):
@@ -72,6 +73,7 @@ class Holder {
   /** IDs whose worker field is not the lease's worker id at the time. */
   foreign = 0
   lost = 0
+  private unsubscribe = () => {}
   private timer: NodeJS.Timeout | undefined
   private pending = false
 
@@ -81,11 +83,18 @@ class Holder {
     const config = sourceConfig(source, name, address)
     const box: { holder?: Holder } = {}
     const claims: ClaimResult[] = []
-    const mode = await startSnowflakeMode(config, silentLogger, {
-      onLeaseClaim: (r) => (box.holder?.claims ?? claims).push(r),
-      onLeaseLost: () => { if (box.holder !== undefined) box.holder.lost++ },
-    })
+    // Only the recyclable source publishes claims; one holder of it runs at a time.
+    const leaseAddress = `${config.snowflake.ip}:${config.snowflake.port}`
+    const onClaim = (m: LeaseClaimMessage) => { if (m.address === leaseAddress) (box.holder?.claims ?? claims).push(m.result) }
+    const onLost = (m: LeaseLostMessage) => { if (m.address === leaseAddress && box.holder !== undefined) box.holder.lost++ }
+    channels.leaseClaim.subscribe(onClaim)
+    channels.leaseLost.subscribe(onLost)
+    const mode = await startSnowflakeMode(config, silentLogger)
     const holder = new Holder(source, config, mode)
+    holder.unsubscribe = () => {
+      channels.leaseClaim.unsubscribe(onClaim)
+      channels.leaseLost.unsubscribe(onLost)
+    }
     holder.claims.push(...claims)
     box.holder = holder
     holder.timer = setInterval(() => holder.probe(), PROBE_MS)
@@ -155,6 +164,7 @@ class Holder {
   async close (): Promise<void> {
     clearInterval(this.timer)
     await this.mode.close()
+    this.unsubscribe()
   }
 }
 
@@ -325,7 +335,7 @@ async function quorumLost (t: Test, o: { isolate: (leader: number) => number, ad
   t.ok(leaseEnd <= killedAt + ttl + 1, 'zookeeper-lease: no renewal confirmed once the quorum was gone (its lease ends within a TTL of the kill)')
   t.ok(stop.at <= leaseEnd, `zookeeper-lease: stopped ${Math.round(leaseEnd - stop.at)} ms before its lease's end, the earliest another instance could claim the id`)
   t.same(outage.slice(stopIndex).filter((s) => s.ok).map((s) => s.at), [], 'zookeeper-lease: issued nothing more while the quorum was gone')
-  t.ok(leaseHolder.lost >= 1, 'zookeeper-lease: told of the fence (onLeaseLost)')
+  t.ok(leaseHolder.lost >= 1, 'zookeeper-lease: the fence published (leaf-ts:worker-id:lost)')
 
   // zookeeper: Leaf's rule, documented: it keeps serving with its worker id.
   const zkOutage = zkHolder.between(killAt, restartAt)

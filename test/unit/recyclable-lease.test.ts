@@ -11,6 +11,7 @@ import { createSnowflakeGenerator } from '../../src/snowflake/snowflake-generato
 import { tempDir } from '../helpers/config.js'
 import { captureLogger, silentLogger } from '../helpers/logger.js'
 import { fakeTime, sleep } from '../helpers/time.js'
+import { channels } from '../../src/channels.js'
 
 // Unit tests of the lease protocol over an in-memory pool. The pool judges expiry by its own
 // clock (Date.now, as a store would); the lease's monotonic clock is injected, so a pause or a
@@ -156,12 +157,19 @@ function manualClock (start = 10_000) {
 
 interface Recorded { claims: ClaimResult[], lost: number, changes: [number, number][] }
 
+/** Each options object its own address: the channels' messages are told apart by it. */
+let nextPort = 8080
+
 function options (pool: LeaseStore, overrides: Partial<RecyclableLeaseOptions> = {}): RecyclableLeaseOptions & { seen: Recorded } {
   const seen: Recorded = { claims: [], lost: 0, changes: [] }
+  const address = overrides.address ?? `10.1.2.3:${nextPort++}`
+  // Subscribed for the rest of the file: a lease may publish after its test (a late fence).
+  channels.leaseClaim.subscribe((m) => { if (m.address === address) seen.claims.push(m.result) })
+  channels.leaseLost.subscribe((m) => { if (m.address === address) seen.lost++ })
   return {
     source: 'db-lease',
     pool,
-    address: '10.1.2.3:8080',
+    address,
     min: 0,
     max: 3,
     cacheDir: tempDir('leaf-lease-'),
@@ -171,8 +179,6 @@ function options (pool: LeaseStore, overrides: Partial<RecyclableLeaseOptions> =
     maxClockDriftMs: 5000,
     clock: Date.now,
     logger: silentLogger,
-    onClaim: (r) => seen.claims.push(r),
-    onLost: () => seen.lost++,
     ...overrides,
     seen,
   }
@@ -314,7 +320,7 @@ t.test('fence reached through extend(): a renewal\'s issuedUntil ends at its fen
   const err = t.throws(() => l.extend(l.issuableUntil + 1)) as LeafError
   t.equal(err.code, 'WORKER_LEASE_LOST')
   t.match(err.message, /lost its worker-id lease \(no renewal confirmed within the lease time\)/)
-  t.equal(o.seen.lost, 1, 'onLost told, though check() was never reached')
+  t.equal(o.seen.lost, 1, 'the loss published, though check() was never reached')
   t.match(l.status(), { unavailable: /no renewal confirmed/, leaseExpiresAt: undefined })
 })
 

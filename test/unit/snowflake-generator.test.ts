@@ -3,6 +3,8 @@ import { LeafError } from '../../src/errors.js'
 import { expandRanges } from '../../src/id-range.js'
 import { createSnowflakeGenerator, type SnowflakeGeneratorOptions } from '../../src/snowflake/snowflake-generator.js'
 import { DEFAULT_TWEPOCH, MAX_WORKER_ID, SEQUENCE_MASK, decodeSnowflakeId } from '../../src/snowflake/leaf-ids.js'
+import { channels } from '../../src/channels.js'
+import { listen } from '../helpers/channels.js'
 
 const T0 = 1_790_000_000_000
 
@@ -78,7 +80,8 @@ t.test('clock still behind after the wait: CLOCK_BACKWARDS', async (t) => {
 
 t.test('clock behind by more than 5 ms: CLOCK_BACKWARDS at once, and reported', async (t) => {
   const offsets: number[] = []
-  const { gen, time } = generator({ onClockBackwards: (ms) => offsets.push(ms) })
+  listen(t, channels.clockBackwards, (m) => offsets.push(m.aheadMs))
+  const { gen, time } = generator()
   gen.next()
   time.now -= 6
   await t.rejects(Promise.resolve(gen.next()), { code: 'CLOCK_BACKWARDS' })
@@ -119,7 +122,8 @@ t.test('restart window: a clock that reaches the window between two reads is ser
   const reads = [T0 + 99, T0 + 100] // the first read is a millisecond short, the next is there
   let i = 0
   const reported: number[] = []
-  const gen = createSnowflakeGenerator({ workerId: 7, clock: () => reads[Math.min(i++, reads.length - 1)] as number, random: () => 0, notBefore: T0 + 100, onClockBackwards: (o) => reported.push(o) })
+  const gen = createSnowflakeGenerator({ workerId: 7, clock: () => reads[Math.min(i++, reads.length - 1)] as number, random: () => 0, notBefore: T0 + 100 })
+  listen(t, channels.clockBackwards, (m) => reported.push(m.aheadMs))
   i = 0 // the constructor read the clock once
   t.equal(gen.decode(await gen.next()).timestamp, T0 + 100)
   t.same(reported, [], 'no clock-backwards report')

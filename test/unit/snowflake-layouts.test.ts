@@ -5,6 +5,8 @@ import type { LayoutContext } from '../../src/snowflake/layout.js'
 import { parseLayout } from '../../src/snowflake/layout-spec.js'
 import { createSnowflakeGenerator, type SnowflakeGenerator } from '../../src/snowflake/snowflake-generator.js'
 import type { IssueGuard } from '../../src/snowflake/issue-guard.js'
+import { channels } from '../../src/channels.js'
+import { listen } from '../helpers/channels.js'
 
 // The generator with borrowed time (leaf.snowflake.borrow-ahead-ms) and with the layouts of
 // layout.ts. Every test but the real-clock one runs on a clock moved by hand.
@@ -111,7 +113,8 @@ t.test('no borrowing: the same burst spins on the clock for each new millisecond
 t.test('borrowing: a 2 ms step back of the clock is served at once, IDs still increasing', async (t) => {
   const f = fakeTime()
   const reported: number[] = []
-  const gen = createSnowflakeGenerator({ workerId: 7, clock: f.clock, sleep: f.sleep, random: () => 0, borrowAheadMs: 10, onClockBackwards: (ms) => reported.push(ms) })
+  const gen = createSnowflakeGenerator({ workerId: 7, clock: f.clock, sleep: f.sleep, random: () => 0, borrowAheadMs: 10 })
+  listen(t, channels.clockBackwards, (m) => reported.push(m.aheadMs))
   const before = burst(gen, 10).ids
   f.time.now -= 2
   const after = burst(gen, 2 * PER_MS)
@@ -138,7 +141,8 @@ t.test('borrowing: a 2 ms step back of the clock is served at once, IDs still in
 t.test('borrowing: a 50 ms step back still fails with CLOCK_BACKWARDS', async (t) => {
   const f = fakeTime()
   const reported: number[] = []
-  const gen = createSnowflakeGenerator({ workerId: 7, clock: f.clock, sleep: f.sleep, random: () => 0, borrowAheadMs: 10, onClockBackwards: (ms) => reported.push(ms) })
+  const gen = createSnowflakeGenerator({ workerId: 7, clock: f.clock, sleep: f.sleep, random: () => 0, borrowAheadMs: 10 })
+  listen(t, channels.clockBackwards, (m) => reported.push(m.aheadMs))
   burst(gen, 10)
   f.time.now -= 50
   const r = gen.next()

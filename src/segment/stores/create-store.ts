@@ -5,14 +5,11 @@ import { createMysqlStore, type MysqlStoreOptions } from './mysql-store.js'
 import { createPostgresStore } from './postgres-store.js'
 import { createSqliteStore } from './sqlite-store.js'
 
-/** Told of what a store does on its own: an allocation repeated after a conflict. */
-export type StoreHooks = Pick<MysqlStoreOptions, 'onRetry'>
-
 /**
- * The pool bounds (leaf.jdbc.*) of the networked stores, and their hooks; for a MySQL host
+ * The pool bounds (leaf.jdbc.*) of the networked stores; for a MySQL host
  * list, the host to start at and the gate that refuses stores and moves (segment/host-fence.ts).
  */
-export type PoolOptions = { connectTimeoutMs: number, poolSize: number, queryTimeoutMs: number, logger?: Logger } & StoreHooks & Pick<MysqlStoreOptions, 'startAt' | 'gate'>
+export type PoolOptions = { connectTimeoutMs: number, poolSize: number, queryTimeoutMs: number, logger?: Logger } & Pick<MysqlStoreOptions, 'startAt' | 'gate'>
 
 export function createStore (store: StoreConfig, pool: PoolOptions): SegmentStore {
   switch (store.kind) {

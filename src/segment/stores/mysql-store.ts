@@ -1,14 +1,13 @@
 import type { RowDataPacket, ResultSetHeader } from 'mysql2/promise'
 import { createMysqlRunner, type MysqlOptions } from '../../database/mysql-hosts.js'
 import type { Statement } from '../../database/mysql-pool.js'
+import { channels } from '../../channels.js'
 import { codeOf, MysqlError } from '../../database/driver-errors.js'
 import { storeIdOf } from '../../database/server-identity.js'
 import { sleep } from '../../timers.js'
 import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type UnusedRange } from '../store.js'
 
 export interface MysqlStoreOptions extends MysqlOptions {
-  /** Told of each allocation repeated after a conflict (`reason`: the error's code). */
-  onRetry?: (key: string, reason: string, attempt: number) => void
   /** Random in [0, 1), for the retries' jitter; injectable for tests. */
   random?: () => number
 }
@@ -106,7 +105,7 @@ function toRow (r: RowDataPacket): LeafAllocRow {
 
 export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
   const { run, query, identify, close, hosts, hostInUse, tlsSession } = createMysqlRunner(options)
-  const { onRetry, random = Math.random } = options
+  const { random = Math.random } = options
   /** Set once leaf_alloc_parked turned out missing and not creatable: no hand-over. */
   let noParkedTable = false
 
@@ -138,7 +137,7 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
       } catch (err) {
         const reason = codeOf(err)
         if (typeof reason !== 'string' || !RETRIED.has(reason) || attempt > ALLOCATE_RETRIES) throw err
-        onRetry?.(key, reason, attempt)
+        channels.storeRetry.publish({ key, reason, attempt, host: hostInUse() })
         options.logger?.debug({ key, reason, attempt }, 'allocation conflict: repeated at once in a new transaction')
         // Full jitter: two instances that collided do not collide again in step.
         await sleep(random() * RETRY_BASE_MS * 2 ** (attempt - 1))

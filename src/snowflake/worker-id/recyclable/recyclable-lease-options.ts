@@ -21,9 +21,6 @@ export interface RecyclableLeaseOptions {
   /** Monotonic milliseconds; performance.now by default. */
   monotonic?: () => number
   logger: Logger
-  /** Told of every claim attempt's result, and of every fence. */
-  onClaim?: (result: ClaimResult) => void
-  onLost?: () => void
 }
 
 export type ClaimResult = 'claimed' | 'reclaimed' | 'conflict' | 'drift' | 'exhausted' | 'error'

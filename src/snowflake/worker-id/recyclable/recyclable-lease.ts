@@ -1,12 +1,13 @@
 import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
+import { channels } from '../../../channels.js'
 import { LeafError, LeaseRefused } from '../../../errors.js'
 import { mayStillRun } from '../../../database/errors.js'
 import { createLogThrottle, type LogThrottle } from '../../../log-throttle.js'
 import { settlesWithin, sleep, withTimeout } from '../../../timers.js'
 import { CACHE_FILE, readWorkerCache, writeWorkerCache } from '../cache-file.js'
 import type { Claimed, PoolSlot } from '../lease-store.js'
-import { fenceMarginMs, type RecyclableLeaseOptions } from './recyclable-lease-options.js'
+import { fenceMarginMs, type ClaimResult, type RecyclableLeaseOptions } from './recyclable-lease-options.js'
 import type { LeaseStatus, WorkerLease } from '../worker-id-source.js'
 
 // The lease protocol of the recyclable sources (db-lease, zookeeper-lease), over any store
@@ -196,13 +197,17 @@ export class RecyclableLease implements WorkerLease {
     if (this.monotonic() >= this.fenceAt) this.fence('no renewal confirmed within the lease time')
   }
 
+  private claimEnded (result: ClaimResult): void {
+    channels.leaseClaim.publish({ result, address: this.options.address })
+  }
+
   /** Stops issuing at once. */
   private fence (why: string): void {
     this.issuableUntil = -Infinity
     this.fenceAt = -Infinity
     if (this.unavailable !== undefined) return
     this.unavailable = why
-    this.options.onLost?.()
+    channels.leaseLost.publish({ workerId: this.workerId, why, address: this.options.address })
     this.options.logger.warn({ workerId: this.workerId, why }, 'worker-id lease lost: snowflake issuing stopped')
   }
 
@@ -311,11 +316,11 @@ export class RecyclableLease implements WorkerLease {
       const waitMs = Math.max(EXHAUSTED_POLL_MS, soonest)
       if (this.monotonic() + waitMs > deadline) {
         if (this.storeError !== undefined) {
-          this.options.onClaim?.('error')
+          this.claimEnded('error')
           throw new LeaseRefused('LEASE_STORE_UNAVAILABLE', `no worker id could be leased from ${this.options.pool.where} within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
             `the store failed (${this.storeError.message})`, { cause: this.storeError })
         }
-        this.options.onClaim?.('exhausted')
+        this.claimEnded('exhausted')
         const range = `${this.options.pool.where} in [${this.options.min}, ${this.options.max}] (${this.options.max - this.options.min + 1} ids)`
         if (this.driftRefused.size > 0) {
           throw new LeaseRefused('LEASE_CLOCK_DRIFT', `no worker id of ${range} could be leased within leaf.snowflake.lease.ttl-ms (${this.ttl} ms): ` +
@@ -378,11 +383,11 @@ export class RecyclableLease implements WorkerLease {
         // The claim may still land: its token is never used again, and it is handed back at
         // the next passes (knowing nothing of the id's previous holders).
         this.abandoned.set(token, { workerId: id, issuedUntil: undefined, by: undefined, until: this.monotonic() + 2 * this.ttl, settled: !mayStillRun(err) })
-        this.options.onClaim?.('error')
+        this.claimEnded('error')
         throw err
       }
       if (claimed === undefined) {
-        this.options.onClaim?.('conflict')
+        this.claimEnded('conflict')
         continue
       }
       if (await this.handOver(id, token, claimed)) return undefined
@@ -442,7 +447,7 @@ export class RecyclableLease implements WorkerLease {
     if (waitMs > this.options.maxClockDriftMs + (this.options.aheadMs ?? 0)) {
       this.throttle.warn('drift', undefined, 'the previous holder of this worker id may have issued IDs further ahead than leaf.snowflake.max-clock-drift-ms: trying another id',
         { workerId: id, issuedUntil: claimed.issuedUntil, waitMs, maxClockDriftMs: this.options.maxClockDriftMs })
-      this.options.onClaim?.('drift')
+      this.claimEnded('drift')
       this.driftRefused.add(id)
       await handBack()
       return false
@@ -478,10 +483,10 @@ export class RecyclableLease implements WorkerLease {
       this.token = previous.token
       this.taken = previous.taken
       if (previous.workerId >= 0) this.onWorkerChange?.(previous.workerId, previous.notBefore)
-      this.options.onClaim?.('error')
+      this.claimEnded('error')
       return false
     }
-    this.options.onClaim?.(previous.workerId === -1 ? 'claimed' : 'reclaimed')
+    this.claimEnded(previous.workerId === -1 ? 'claimed' : 'reclaimed')
     this.options.logger.info({ workerId: id, pool: this.options.pool.where, previousIssuedUntil: claimed.issuedUntil, issuedUntil: this.recorded },
       previous.workerId === -1 ? 'worker id leased' : 'worker id leased again')
     try {

@@ -6,7 +6,7 @@ import { workerCacheDir } from '../cache-file.js'
 import type { LeaseStore } from '../lease-store.js'
 import { firstNonLoopbackIPv4 } from '../local-ip.js'
 import { acquireRecyclableLease } from './recyclable-lease.js'
-import type { ClaimResult, RecyclableSource } from './recyclable-lease-options.js'
+import type { RecyclableSource } from './recyclable-lease-options.js'
 import type { WorkerIdSource } from '../worker-id-source.js'
 import { createZookeeperLeaseStore } from '../zookeeper-lease/zookeeper-lease-store.js'
 
@@ -15,8 +15,6 @@ import { createZookeeperLeaseStore } from '../zookeeper-lease/zookeeper-lease-st
 
 export interface RecyclableHooks {
   clock: () => number
-  onLeaseClaim?: ((result: ClaimResult) => void) | undefined
-  onLeaseLost?: (() => void) | undefined
 }
 
 /** leaf.snowflake.worker-id.source=db-lease or zookeeper-lease. */
@@ -40,8 +38,6 @@ export function recyclableSource (kind: RecyclableSource, config: ResolvedConfig
         aheadMs: aheadOfClockMs(config),
         clock: hooks.clock,
         logger,
-        onClaim: hooks.onLeaseClaim,
-        onLost: hooks.onLeaseLost,
       })
     },
   }

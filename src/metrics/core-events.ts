@@ -1,0 +1,23 @@
+import { channels, type ClockBackwardsMessage, type LeaseClaimMessage, type LeaseLostMessage, type StoreRegressionMessage, type StoreRetryMessage } from '../channels.js'
+import type { Metrics } from './metrics.js'
+
+/** Counts what the core publishes (src/channels.ts) into `metrics`; returns the unsubscribe. */
+export function countCoreEvents (metrics: Metrics): () => void {
+  const onRetry = (m: StoreRetryMessage) => metrics.segmentRetry(m.key, m.reason)
+  const onRegression = (m: StoreRegressionMessage) => metrics.segmentRegression(m)
+  const onBackwards = (_m: ClockBackwardsMessage) => metrics.clockBackwards()
+  const onClaim = (m: LeaseClaimMessage) => metrics.leaseClaim(m.result)
+  const onLost = (_m: LeaseLostMessage) => metrics.leaseLost()
+  channels.storeRetry.subscribe(onRetry)
+  channels.storeRegression.subscribe(onRegression)
+  channels.clockBackwards.subscribe(onBackwards)
+  channels.leaseClaim.subscribe(onClaim)
+  channels.leaseLost.subscribe(onLost)
+  return () => {
+    channels.storeRetry.unsubscribe(onRetry)
+    channels.storeRegression.unsubscribe(onRegression)
+    channels.clockBackwards.unsubscribe(onBackwards)
+    channels.leaseClaim.unsubscribe(onClaim)
+    channels.leaseLost.unsubscribe(onLost)
+  }
+}
