@@ -46,12 +46,10 @@ export interface SegmentGeneratorOptions {
   /** Told of the IDs given back at shutdown, per tag: to max_id (`table`) or parked for the next start (`successor`). */
   onGiveBack?: (key: string, ids: bigint, to: 'table' | 'successor') => void
   /**
-   * The hand-over between the lives of one instance (its warm-start file): each tag's first
-   * load takes what the last life parked under `claimFrom`, and what this life's stop cannot
-   * give back to max_id is parked under `parkAs`, a new id each life, which the stop writes to
-   * the file for the next. (One id for every life would let a life that overlaps the next,
-   * on a copied file, park after its successor claimed, for the life after that to serve
-   * below its predecessor.) Undefined: no hand-over.
+   * The hand-over between one run of the instance and the next (its warm-start file): each
+   * tag's first load takes what the last run parked under `claimFrom`; what this stop cannot
+   * give back to max_id is parked under `parkAs`, new for each run (docs/segment-mode.md,
+   * "Giving the remainder back"). Undefined: no hand-over.
    */
   handover?: { claimFrom: string | undefined, parkAs: string }
   /** How often rates are sampled (ms); tests shorten it. */
@@ -88,8 +86,8 @@ export interface SegmentGenerator extends TagViews {
   /** How long ago the rates were last sampled (ms). */
   ratesAgeMs (): number
   /**
-   * Loads the first segment of each tag (a warm start), in the background of nothing: the
-   * promise settles when each has loaded or failed, within the wait timeout.
+   * Loads the first segment of each tag (a warm start). The promise settles when each has
+   * loaded or failed, within the wait timeout.
    */
   warm (tags: readonly string[]): Promise<void>
   /** True while warm() runs. */
@@ -99,7 +97,7 @@ export interface SegmentGenerator extends TagViews {
    * each tag's unused IDs (see giveBackTail), all within `budgetMs`.
    */
   shutdown (budgetMs: number): Promise<ShutdownResult>
-  /** Stops the timers (shutdown() does too). */
+  /** Stops serving and the timers, without giving anything back (shutdown() does both). */
   close (): void
 }
 

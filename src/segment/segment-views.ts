@@ -81,7 +81,7 @@ export interface ViewPage {
   views: SegmentBufferView[]
 }
 
-/** A tag with no segment and no failed load: it was never asked for (or its first load is in flight). */
+/** SegmentBuffer.neverLoaded, read from a view: what the pages show as not loaded yet. */
 export function neverLoaded (v: { initOk: boolean, segments: readonly unknown[], failedLoads: number }): boolean {
   return !v.initOk && v.segments.length === 0 && v.failedLoads === 0
 }
