@@ -20,8 +20,6 @@ export interface AllocationRetryOptions {
   onLoad: ((key: string, seconds: number, ok: boolean) => void) | undefined
   logger: Logger
   throttle: LogThrottle
-  /** True once shutdown() began: waiting callers are refused. */
-  stopping: () => boolean
   /** Why loads are refused though the database answers (a failover hold), if they are. */
   heldBecause?: () => string | undefined
 }
@@ -32,7 +30,7 @@ export interface AllocationRetry {
 }
 
 export function createAllocationRetry (options: AllocationRetryOptions): AllocationRetry {
-  const { loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, stopping, heldBecause } = options
+  const { loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, heldBecause } = options
   let storeHealthy = true
   /**
    * A tag's last load, when it was refused with a code of its own (STORE_SPLIT: segment/host-fence.ts):
@@ -47,8 +45,8 @@ export function createAllocationRetry (options: AllocationRetryOptions): Allocat
   async function waitForLoad (buf: SegmentBuffer, deadline: number): Promise<void> {
     while (true) {
       // Another caller's load may have landed while this one slept: take from it first.
-      if (buf.initOk && (buf.nextReady || buf.currentSegment.idle > 0)) return
-      if (stopping()) throw shuttingDown()
+      if (buf.serving && (buf.nextReady || buf.currentSegment.idle > 0)) return
+      if (buf.state === 'stopped') throw shuttingDown()
       if (buf.ended) throw spaceEnded(buf.key)
       const remaining = deadline - monotonic()
       if (remaining <= 0) break
@@ -77,9 +75,7 @@ export function createAllocationRetry (options: AllocationRetryOptions): Allocat
     const load = loadSegment(buf).then(
       () => {
         refusals.delete(buf)
-        buf.backoffMs = 0
-        buf.retryAt = 0
-        buf.lastLoadSeconds = (monotonic() - started) / 1000
+        buf.loadSucceeded((monotonic() - started) / 1000)
         onLoad?.(buf.key, buf.lastLoadSeconds, true)
         if (!storeHealthy) {
           storeHealthy = true
@@ -87,14 +83,13 @@ export function createAllocationRetry (options: AllocationRetryOptions): Allocat
         }
       },
       (err: unknown) => {
-        buf.backoffMs = Math.min(Math.max(buf.backoffMs * 2, retryMinMs), retryMaxMs)
-        buf.retryAt = monotonic() + buf.backoffMs
-        buf.failedLoads++
+        const backoffMs = Math.min(Math.max(buf.backoffMs * 2, retryMinMs), retryMaxMs)
+        buf.loadFailed(backoffMs, monotonic() + backoffMs)
         if (err instanceof LeafError) refusals.set(buf, err)
         else refusals.delete(buf)
         onLoad?.(buf.key, (monotonic() - started) / 1000, false)
         if (err instanceof IdSpaceEnded) {
-          buf.ended = true
+          buf.markEnded()
           plan(buf)
           logger.error({ key: buf.key }, 'the tag\'s ID space has ended: max_id cannot move by its step without passing 2^63 - 1; it answers ID_SPACE_EXHAUSTED once its buffered IDs are used')
           return
@@ -102,10 +97,8 @@ export function createAllocationRetry (options: AllocationRetryOptions): Allocat
         storeHealthy = false
         throttle.warn('segment-load', err, 'segment load failed: serving buffered IDs, retrying loads', { key: buf.key })
       }
-    ).finally(() => {
-      if (buf.loading === load) buf.loading = undefined
-    })
-    buf.loading = load
+    ).finally(() => buf.loadSettled(load))
+    buf.loadStarted(load)
   }
 
   return { startLoad, waitForLoad }

@@ -29,7 +29,7 @@ export function createBufferHorizon ({ bufferSeconds, maxBufferedSegments, monot
    * asks for; never more than maxBufferedSegments held.
    */
   function wantsLoad (buf: SegmentBuffer): boolean {
-    if (!buf.initOk) return true
+    if (!buf.serving) return true
     const held = buf.segments.length
     if (held >= maxBufferedSegments) return false
     const cur = buf.currentSegment
@@ -46,8 +46,8 @@ export function createBufferHorizon ({ bufferSeconds, maxBufferedSegments, monot
     const cur = buf.currentSegment
     const held = buf.segments.length
     if (held === 0) return
-    if (held >= maxBufferedSegments || buf.ended || buf.missing) {
-      cur.preloadAfter = Infinity
+    if (held >= maxBufferedSegments || buf.supply !== 'open') {
+      cur.planPreload(Infinity)
       return
     }
     const leaf = held === 1 ? cur.step * PRELOAD_USED_FRACTION : Infinity
@@ -55,7 +55,7 @@ export function createBufferHorizon ({ bufferSeconds, maxBufferedSegments, monot
     const horizon = horizonIds(buf)
     // buffered < horizon once cur.idle < horizon - ahead, that is past pos = step + ahead - horizon.
     const byHorizon = horizon > 0 ? cur.step + ahead - horizon : Infinity
-    cur.preloadAfter = Math.min(leaf, byHorizon)
+    cur.planPreload(Math.min(leaf, byHorizon))
   }
 
   return { wantsLoad, plan }

@@ -14,112 +14,187 @@ export const PRELOAD_USED_FRACTION = 0.1
 
 /** A range `[max - step, max)` and how many of its IDs were handed out. */
 export class Segment {
-  base = 0n
-  max = 0n
-  step = 0
-  pos = 0
+  readonly base: bigint
+  readonly max: bigint
+  readonly step: number
+  #pos = 0
   /** Number(base) when every ID of the range is a safe integer, else NaN: the fast path. */
-  private baseNumber = Number.NaN
-  /** `pos` past which the next load starts (the generator plans it). */
-  preloadAfter = Infinity
+  readonly #baseNumber: number
+  #preloadAfter = Infinity
 
   constructor (max: bigint, step: number) {
     this.base = max - BigInt(step)
     this.max = max
     this.step = step
-    this.baseNumber = max <= SAFE_LIMIT && this.base >= -SAFE_LIMIT ? Number(this.base) : Number.NaN
+    this.#baseNumber = max <= SAFE_LIMIT && this.base >= -SAFE_LIMIT ? Number(this.base) : Number.NaN
+  }
+
+  /** How many IDs were handed out. */
+  get pos (): number {
+    return this.#pos
   }
 
   get idle (): number {
-    return this.step - this.pos
+    return this.step - this.#pos
+  }
+
+  /** `pos` past which the tag's next load starts (buffer-horizon.ts plans it). */
+  get preloadAfter (): number {
+    return this.#preloadAfter
+  }
+
+  planPreload (after: number): void {
+    this.#preloadAfter = after
   }
 
   /** Hands out the next ID; the caller checks `idle > 0` first. */
   take (): Id {
-    const offset = this.pos++
-    const b = this.baseNumber
+    const offset = this.#pos++
+    const b = this.#baseNumber
     return Number.isNaN(b) ? this.base + BigInt(offset) : b + offset
   }
 
   /** The next `n` IDs as a range; the caller checks `idle >= n` first. */
   takeRange (n: number): IdRange {
-    const offset = this.pos
-    this.pos += n
-    const b = this.baseNumber
+    const offset = this.#pos
+    this.#pos += n
+    const b = this.#baseNumber
     return { first: Number.isNaN(b) ? this.base + BigInt(offset) : b + offset, count: n }
   }
 
   /** Java Leaf's `value`: the next ID this segment would hand out. */
   get value (): bigint {
-    return this.base + BigInt(this.pos)
+    return this.base + BigInt(this.#pos)
   }
 }
 
 const NO_SEGMENT = new Segment(0n, 0)
 
+/**
+ * Whether a tag hands out IDs:
+ * - 'empty': it holds no segment (never loaded, or its segments were dropped after a
+ *   failover): its next load is a first load, at the table's step, and starts serving.
+ * - 'serving': takes come from the current segment (the fast path reads only this).
+ * - 'stopped': shutdown() stopped it. Nothing is served any more; a load that lands still
+ *   joins the chain, so that the stop gives its IDs back.
+ */
+export type ServingState = 'empty' | 'serving' | 'stopped'
+
+/**
+ * Whether the store still reserves ranges for the tag; 'missing' and 'ended' are final:
+ * - 'missing': a load found no leaf_alloc row (the generator drops the tag).
+ * - 'ended': max_id cannot move by its step without passing 2^63 - 1. The tag serves what
+ *   it holds, then answers ID_SPACE_EXHAUSTED.
+ */
+export type SupplyState = 'open' | 'missing' | 'ended'
+
+/**
+ * One tag's chain of segments and its two states (ServingState, SupplyState). The loader,
+ * the load retry and the generator move it through the transitions below; what they read
+ * back is read-only.
+ */
 export class SegmentBuffer {
   readonly key: string
-  /** The current segment first, then those loaded ahead, in the order they were reserved. */
-  segments: Segment[] = []
-  initOk = false
-  /** The load in flight, if any: at most one per tag (Leaf's threadRunning). */
-  loading: Promise<void> | undefined = undefined
-  /** Adapted step, the table's step, and when the last adapted load happened (Leaf's fields). */
-  step = 0
-  minStep = 0
-  updateTimestamp = 0
-  /** After a failed load, no new one starts before this time (the generator's monotonic ms). */
-  retryAt = 0
-  backoffMs = 0
-  /** Set when the store no longer has the tag. */
-  missing = false
-  /** Set once the first load asked for what the last stop parked. */
-  claimed = false
-  /** Set when max_id cannot move any more without passing 2^63 - 1. */
-  ended = false
-  /** IDs of the segments already used up and dropped from the chain. */
-  consumed = 0
-  /** The end of the last segment used up and dropped; 0n before any. */
-  private usedEnd = 0n
   readonly rate = new RateMeter()
-  /** The last load's duration (s), and how many loads failed. */
-  lastLoadSeconds = 0
-  failedLoads = 0
+  #state: ServingState = 'empty'
+  #supply: SupplyState = 'open'
+  /** The current segment first, then those loaded ahead, in the order they were reserved. */
+  #segments: Segment[] = []
+  /** Set once the first load asked for what the last stop parked. */
+  #claimed = false
+  /** Leaf's fields: the adapted step, the table's step, and when the last adapted load happened. */
+  #step = 0
+  #minStep = 0
+  #updateTimestamp = 0
+  /** The load in flight, if any: at most one per tag (Leaf's threadRunning). */
+  #loading: Promise<void> | undefined = undefined
+  /** After a failed load, no new one starts before `retryAt` (the generator's monotonic ms). */
+  #backoffMs = 0
+  #retryAt = 0
+  #lastLoadSeconds = 0
+  #failedLoads = 0
+  /** IDs of the segments used up and dropped from the chain, and the end of the last of them. */
+  #consumed = 0
+  #usedEnd = 0n
 
   constructor (key: string) {
     this.key = key
   }
 
+  get state (): ServingState {
+    return this.#state
+  }
+
+  /** Java Leaf's `initOk`. */
+  get serving (): boolean {
+    return this.#state === 'serving'
+  }
+
+  get supply (): SupplyState {
+    return this.#supply
+  }
+
+  get missing (): boolean {
+    return this.#supply === 'missing'
+  }
+
+  get ended (): boolean {
+    return this.#supply === 'ended'
+  }
+
+  get segments (): readonly Segment[] {
+    return this.#segments
+  }
+
+  get claimed (): boolean {
+    return this.#claimed
+  }
+
+  get step (): number {
+    return this.#step
+  }
+
+  get minStep (): number {
+    return this.#minStep
+  }
+
+  get updateTimestamp (): number {
+    return this.#updateTimestamp
+  }
+
+  get loading (): Promise<void> | undefined {
+    return this.#loading
+  }
+
+  get backoffMs (): number {
+    return this.#backoffMs
+  }
+
+  get retryAt (): number {
+    return this.#retryAt
+  }
+
+  /** The last successful load's duration (s). */
+  get lastLoadSeconds (): number {
+    return this.#lastLoadSeconds
+  }
+
+  get failedLoads (): number {
+    return this.#failedLoads
+  }
+
   get currentSegment (): Segment {
-    return this.segments[0] ?? NO_SEGMENT
+    return this.#segments[0] ?? NO_SEGMENT
   }
 
   /** A segment is loaded behind the current one. */
   get nextReady (): boolean {
-    return this.segments.length > 1
+    return this.#segments.length > 1
   }
 
-  /** Drops the used-up current segment; the next one becomes current. */
-  switchSegment (): void {
-    const used = this.segments.shift()
-    if (used !== undefined) {
-      this.consumed += used.step
-      this.usedEnd = used.max
-    }
-  }
-
-  /**
-   * Drops every segment held, unserved: a store failover seen too late to protect them (the
-   * max_id guard). What was served stays counted; the next take loads anew.
-   */
-  dropSegments (): void {
-    const current = this.segments[0]
-    if (current !== undefined && current.pos > 0) {
-      this.consumed += current.pos
-      this.usedEnd = current.value
-    }
-    this.segments = []
-    this.initOk = false
+  /** No segment, not serving and no failed load: never asked for (or its first load is in flight). */
+  get neverLoaded (): boolean {
+    return this.#state !== 'serving' && this.#segments.length === 0 && this.#failedLoads === 0
   }
 
   /**
@@ -128,18 +203,114 @@ export class SegmentBuffer {
    */
   get servedEnd (): bigint {
     const current = this.currentSegment
-    return current.pos > 0 ? current.value : this.usedEnd
+    return current.pos > 0 ? current.value : this.#usedEnd
   }
 
   /** IDs handed out since the first load. */
   get issued (): number {
-    return this.consumed + this.currentSegment.pos
+    return this.#consumed + this.currentSegment.pos
   }
 
   /** IDs held and not handed out yet, in every loaded segment. */
   get buffered (): number {
     let n = 0
-    for (const s of this.segments) n += s.idle
+    for (const s of this.#segments) n += s.idle
     return n
+  }
+
+  /**
+   * The first load asked for what the last stop parked (once per tag): `parked` (maybe none)
+   * becomes the chain of an empty buffer. The steps stay unset: the next load uses the table's.
+   */
+  claimedParked (parked: Segment[]): void {
+    this.#claimed = true
+    if (parked.length === 0) return
+    this.#segments = parked
+    this.#startServing()
+  }
+
+  /** A first load landed in a buffer that holds no segment: the step adaptation starts from the table's step. */
+  firstLoaded (segment: Segment): void {
+    this.#step = segment.step
+    this.#minStep = segment.step
+    this.#segments = [segment]
+    this.#startServing()
+  }
+
+  /**
+   * A later load landed: `segment` joins the end of the chain, reserved with the adapted
+   * step, and starts the step clock at `at` (wall-clock ms).
+   */
+  appendLoaded (segment: Segment, tableStep: number, at: number): void {
+    this.#updateTimestamp = at
+    this.#step = segment.step
+    this.#minStep = tableStep
+    this.#segments.push(segment)
+  }
+
+  /** An empty buffer serves once it holds a segment; a stopped one never again. */
+  #startServing (): void {
+    if (this.#state === 'empty') this.#state = 'serving'
+  }
+
+  /** Drops the used-up current segment; the next one becomes current. */
+  switchSegment (): void {
+    const used = this.#segments.shift()
+    if (used !== undefined) {
+      this.#consumed += used.step
+      this.#usedEnd = used.max
+    }
+  }
+
+  /**
+   * Drops every segment held, unserved: a store failover seen too late to protect them (the
+   * max_id guard). What was served stays counted; the next take loads anew.
+   */
+  dropSegments (): void {
+    const current = this.#segments[0]
+    if (current !== undefined && current.pos > 0) {
+      this.#consumed += current.pos
+      this.#usedEnd = current.value
+    }
+    this.#segments = []
+    if (this.#state === 'serving') this.#state = 'empty'
+  }
+
+  /** shutdown(): every take from now on goes the slow way, which refuses. */
+  stopServing (): void {
+    this.#state = 'stopped'
+  }
+
+  /** A load found no leaf_alloc row for the tag. */
+  markMissing (): void {
+    if (this.#supply === 'open') this.#supply = 'missing'
+  }
+
+  /** A load found that max_id cannot move any more. */
+  markEnded (): void {
+    if (this.#supply === 'open') this.#supply = 'ended'
+  }
+
+  loadStarted (load: Promise<void>): void {
+    this.#loading = load
+  }
+
+  /** The load in flight settled (`load` is the one loadStarted() was given). */
+  loadSettled (load: Promise<void>): void {
+    if (this.#loading === load) this.#loading = undefined
+  }
+
+  /** A load succeeded in `seconds`: the backoff is over. */
+  loadSucceeded (seconds: number): void {
+    this.#backoffMs = 0
+    this.#retryAt = 0
+    this.#lastLoadSeconds = seconds
+  }
+
+  /** A load failed: no new one starts before `retryAt`, `backoffMs` after the failure. */
+  loadFailed (backoffMs: number, retryAt: number): void {
+    this.#backoffMs = backoffMs
+    this.#retryAt = retryAt
+    this.#failedLoads++
   }
 }

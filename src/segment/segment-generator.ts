@@ -46,12 +46,10 @@ export interface SegmentGeneratorOptions {
   /** Told of the IDs given back at shutdown, per tag: to max_id (`table`) or parked for the next start (`successor`). */
   onGiveBack?: (key: string, ids: bigint, to: 'table' | 'successor') => void
   /**
-   * The hand-over between the lives of one instance (its warm-start file): each tag's first
-   * load takes what the last life parked under `claimFrom`, and what this life's stop cannot
-   * give back to max_id is parked under `parkAs`, a new id each life, which the stop writes to
-   * the file for the next. (One id for every life would let a life that overlaps the next,
-   * on a copied file, park after its successor claimed, for the life after that to serve
-   * below its predecessor.) Undefined: no hand-over.
+   * The hand-over between one run of the instance and the next (its warm-start file): each
+   * tag's first load takes what the last run parked under `claimFrom`; what this stop cannot
+   * give back to max_id is parked under `parkAs`, new for each run (docs/segment-mode.md,
+   * "Giving the remainder back"). Undefined: no hand-over.
    */
   handover?: { claimFrom: string | undefined, parkAs: string }
   /** How often rates are sampled (ms); tests shorten it. */
@@ -88,8 +86,8 @@ export interface SegmentGenerator extends TagViews {
   /** How long ago the rates were last sampled (ms). */
   ratesAgeMs (): number
   /**
-   * Loads the first segment of each tag (a warm start), in the background of nothing: the
-   * promise settles when each has loaded or failed, within the wait timeout.
+   * Loads the first segment of each tag (a warm start). The promise settles when each has
+   * loaded or failed, within the wait timeout.
    */
   warm (tags: readonly string[]): Promise<void>
   /** True while warm() runs. */
@@ -99,7 +97,7 @@ export interface SegmentGenerator extends TagViews {
    * each tag's unused IDs (see giveBackTail), all within `budgetMs`.
    */
   shutdown (budgetMs: number): Promise<ShutdownResult>
-  /** Stops the timers (shutdown() does too). */
+  /** Stops serving and the timers, without giving anything back (shutdown() does both). */
   close (): void
 }
 
@@ -126,15 +124,14 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   // A database that stays down fails a load per tag per backoff, and the tag list every
   // second: one line per cause per 30 s, with how many were held back.
   const throttle = createLogThrottle(logger)
-  const tagList = createTagList({ store, logger, throttle, buffers, guard, refreshIntervalMs })
-  /** Set by shutdown(): nothing is served any more. */
+  /** Set by shutdown() and close(): every buffer is stopped, those added later too. */
   let stopping = false
   let warming = false
-  const isStopping = () => stopping
+  const tagList = createTagList({ store, logger, throttle, buffers, newBuffer, guard, refreshIntervalMs })
   const { wantsLoad, plan } = createBufferHorizon({ bufferSeconds, maxBufferedSegments, monotonic })
-  const loadSegment = createSegmentLoader({ store, logger, clock, monotonic, loadTimeoutMs, handover, guard, buffers, plan, stopping: isStopping })
+  const loadSegment = createSegmentLoader({ store, logger, clock, monotonic, loadTimeoutMs, handover, guard, buffers, plan })
   const heldBecause = guard === undefined ? undefined : () => holdCause(guard.view())
-  const { startLoad, waitForLoad } = createAllocationRetry({ loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, stopping: isStopping, heldBecause })
+  const { startLoad, waitForLoad } = createAllocationRetry({ loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, heldBecause })
   // A failover seen after the serving bound: the ranges held may have been allocated again by a peer.
   guard?.onVoid(() => {
     let dropped = 0
@@ -164,7 +161,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     const buf = buffers.get(key)
     if (buf === undefined) throw missingKey(key, tagList.initialized)
     checkServing()
-    if (buf.initOk) {
+    if (buf.serving) {
       const seg = buf.currentSegment
       if (seg.pos < seg.step) {
         const id = seg.take()
@@ -184,7 +181,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     const buf = buffers.get(key)
     if (buf === undefined) throw missingKey(key, tagList.initialized)
     checkServing()
-    if (buf.initOk) {
+    if (buf.serving) {
       const seg = buf.currentSegment
       if (seg.idle >= count) {
         const range = seg.takeRange(count)
@@ -207,7 +204,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     while (true) {
       if (stopping) throw shuttingDown()
       checkServing()
-      if (buf.initOk) {
+      if (buf.serving) {
         const seg = buf.currentSegment
         const n = Math.min(count - taken, seg.idle)
         if (n > 0) ranges.push(seg.takeRange(n))
@@ -224,6 +221,21 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       if (buf.ended) throw spaceEnded(buf.key)
       await waitForLoad(buf, deadline)
     }
+  }
+
+  /** A buffer for a new tag: stopped at once when the tag list adds it after the stop. */
+  function newBuffer (key: string): SegmentBuffer {
+    const buf = new SegmentBuffer(key)
+    if (stopping) buf.stopServing()
+    return buf
+  }
+
+  /** Stops serving every tag, and the timers. */
+  function stop (): void {
+    stopping = true
+    tagList.close()
+    clearInterval(rateTimer)
+    for (const buf of buffers.values()) buf.stopServing()
   }
 
   function firstId (ranges: IdRange[]): Id {
@@ -246,7 +258,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     for (const buf of buffers.values()) {
       // A tag never loaded has issued nothing: its meter starts at its first load
       // (segment-loader.ts), and 100,000 such tags cost a loop, not 100,000 samples.
-      if (!buf.initOk) continue
+      if (!buf.serving) continue
       buf.rate.sample(buf.issued, now)
       if (bufferSeconds > 0 && !stopping) plan(buf)
     }
@@ -262,7 +274,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     nextRanges,
     refreshTags: tagList.refreshTags,
     addTag (key) {
-      if (!buffers.has(key)) buffers.set(key, new SegmentBuffer(key))
+      if (!buffers.has(key)) buffers.set(key, newBuffer(key))
     },
     has (key) {
       return buffers.has(key)
@@ -280,7 +292,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
         const deadline = monotonic() + waitTimeoutMs
         await Promise.all(tags.map(async (key) => {
           const buf = buffers.get(key)
-          if (buf === undefined || buf.initOk) return
+          if (buf === undefined || buf.serving) return
           await waitForLoad(buf, deadline).catch((err: unknown) => {
             logger.warn({ key, err: (err as Error).message }, 'warm start: the tag\'s first segment did not load; it loads on its first request')
           })
@@ -291,22 +303,14 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     },
     async shutdown (budgetMs) {
       const deadline = monotonic() + budgetMs
-      stopping = true
-      tagList.close()
-      clearInterval(rateTimer)
+      stop()
       const warmTags: string[] = []
       for (const buf of buffers.values()) {
-        // The fast paths read initOk first: from here on every take goes the slow way, which refuses.
-        buf.initOk = false
         if (buf.rate.activeWithin(WARM_WINDOW_MS, buf.issued)) warmTags.push(buf.key)
       }
       const giveBacks = await giveBackAll(buffers, deadline, { store, monotonic, handover, guard, onGiveBack })
       return { giveBacks, warmTags }
     },
-    close () {
-      tagList.close()
-      stopping = true
-      clearInterval(rateTimer)
-    },
+    close: stop,
   }
 }

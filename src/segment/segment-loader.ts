@@ -32,12 +32,10 @@ export interface SegmentLoaderOptions {
   buffers: Map<string, SegmentBuffer>
   /** Plans the tag's next load again (the buffer horizon). */
   plan: (buf: SegmentBuffer) => void
-  /** True once shutdown() began: a load that lands then does not turn serving back on. */
-  stopping: () => boolean
 }
 
 export function createSegmentLoader (options: SegmentLoaderOptions): (buf: SegmentBuffer) => Promise<void> {
-  const { store, logger, clock, monotonic, loadTimeoutMs, handover, guard, buffers, plan, stopping } = options
+  const { store, logger, clock, monotonic, loadTimeoutMs, handover, guard, buffers, plan } = options
 
   /**
    * Java Leaf's updateSegmentFromDb: reserve a range, adapting the step to the load rate, and
@@ -53,23 +51,20 @@ export function createSegmentLoader (options: SegmentLoaderOptions): (buf: Segme
     // were reserved before and are above every ID that stop handed out.
     // Also held by a store failover (the guard refuses before it answers), and never after one.
     const epoch = guard === undefined ? 0 : await guard.beforeAllocate()
-    if (handover?.claimFrom !== undefined && !buf.claimed && !buf.initOk && buf.segments.length === 0 && guard?.parkedUsable() !== false) {
+    if (handover?.claimFrom !== undefined && !buf.claimed && buf.segments.length === 0 && guard?.parkedUsable() !== false) {
       const claimed = await withTimeout(store.claimParked(buf.key, handover.claimFrom, PARKED_MAX_AGE_MS), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
-      buf.claimed = true
       const parked = (claimed ?? []).filter((r) => r.end > r.first && r.end - r.first <= MAX_SEGMENT)
       if (parked.length < (claimed?.length ?? 0)) logger.warn({ key: buf.key, rows: claimed?.length }, 'parked rows that are not a range of IDs were dropped')
+      buf.claimedParked(parked.map((r) => new Segment(r.end, Number(r.end - r.first))))
       if (parked.length > 0) {
-        buf.segments = parked.map((r) => new Segment(r.end, Number(r.end - r.first)))
         for (const r of parked) guard?.holds(buf.key, r.end)
-        // A load that lands after shutdown() began must not turn serving back on.
-        buf.initOk = !stopping()
         buf.rate.sample(buf.issued, monotonic())
         plan(buf)
         logger.info({ key: buf.key, ranges: parked.length, ids: String(buf.buffered) }, 'took over the IDs the last stop parked')
         return
       }
     }
-    if (!buf.initOk || buf.updateTimestamp === 0) {
+    if (!buf.serving || buf.updateTimestamp === 0) {
       alloc = await allocate()
     } else {
       nextStep = adaptStep(buf.step, buf.minStep, clock() - buf.updateTimestamp)
@@ -89,7 +84,7 @@ export function createSegmentLoader (options: SegmentLoaderOptions): (buf: Segme
       throw new Error(`leaf_alloc.step of "${buf.key}" is ${alloc.step}: it must be 1 or more`)
     }
     if (alloc === undefined) {
-      buf.missing = true
+      buf.markMissing()
       if (buffers.get(buf.key) === buf) buffers.delete(buf.key)
       logger.warn({ key: buf.key }, 'tag no longer in leaf_alloc: dropped')
       return
@@ -98,21 +93,14 @@ export function createSegmentLoader (options: SegmentLoaderOptions): (buf: Segme
     if (guard !== undefined && !await guard.admit(buf.key, alloc.maxId - BigInt(reserved), alloc.maxId, alloc.store, epoch)) {
       throw new AllocationHeld('ALLOCATION_RANGE_HELD', `the range below ${alloc.maxId} of "${buf.key}" is not served: the store failed over (see /readyz)`)
     }
-    // (A tag whose serving shutdown() stopped has initOk off but keeps its chain: append.)
-    if (!buf.initOk && buf.segments.length === 0) {
-      buf.step = alloc.step
-      buf.minStep = alloc.step
-      buf.segments = [new Segment(alloc.maxId, buf.step)]
-      buf.initOk = !stopping()
+    if (buf.segments.length === 0) {
+      buf.firstLoaded(new Segment(alloc.maxId, alloc.step))
       buf.rate.sample(buf.issued, monotonic())
       plan(buf)
       return
     }
     // The second load (table step) starts the step clock; later ones use the adapted step.
-    buf.updateTimestamp = clock()
-    buf.step = reserved
-    buf.minStep = alloc.step
-    buf.segments.push(new Segment(alloc.maxId, buf.step))
+    buf.appendLoaded(new Segment(alloc.maxId, reserved), alloc.step, clock())
     plan(buf)
     logger.debug({ key: buf.key, max: String(alloc.maxId), step: buf.step, held: buf.segments.length }, 'segment loaded')
   }

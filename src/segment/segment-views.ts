@@ -41,7 +41,7 @@ export function toView (buf: SegmentBuffer, rate: number, { history = true }: { 
   const buffered = buf.buffered
   return {
     key: buf.key,
-    initOk: buf.initOk,
+    initOk: buf.serving,
     nextReady: buf.nextReady,
     pos: 0, // the chain's first segment is always the current one
     value0: s0?.value ?? 0n,
@@ -81,7 +81,7 @@ export interface ViewPage {
   views: SegmentBufferView[]
 }
 
-/** A tag with no segment and no failed load: it was never asked for (or its first load is in flight). */
+/** SegmentBuffer.neverLoaded, read from a view: what the pages show as not loaded yet. */
 export function neverLoaded (v: { initOk: boolean, segments: readonly unknown[], failedLoads: number }): boolean {
   return !v.initOk && v.segments.length === 0 && v.failedLoads === 0
 }
@@ -98,7 +98,7 @@ export function viewPage (buffers: Iterable<SegmentBuffer>, rateOf: (buf: Segmen
     total++
     if (needle !== '' && !buf.key.toLowerCase().includes(needle)) continue
     // Never loaded: below every loaded tag, an idle one included.
-    rows.push({ buf, rate: neverLoaded(buf) ? -1 : rateOf(buf) })
+    rows.push({ buf, rate: buf.neverLoaded ? -1 : rateOf(buf) })
   }
   rows.sort((a, b) => b.rate - a.rate || (a.buf.key < b.buf.key ? -1 : a.buf.key > b.buf.key ? 1 : 0))
   const page = rows.slice(query.offset, query.offset + query.limit)
@@ -131,7 +131,7 @@ export function tagViews (buffers: ReadonlyMap<string, SegmentBuffer>, monotonic
       const now = monotonic()
       const views: SegmentBufferView[] = []
       for (const buf of buffers.values()) {
-        if (options?.loaded === true && neverLoaded(buf)) continue
+        if (options?.loaded === true && buf.neverLoaded) continue
         views.push(toView(buf, buf.rate.current(buf.issued, now), options))
       }
       return views
@@ -150,7 +150,7 @@ export function tagViews (buffers: ReadonlyMap<string, SegmentBuffer>, monotonic
     exhaustedTags () {
       const tags: string[] = []
       for (const buf of buffers.values()) {
-        if (buf.initOk && !buf.nextReady && buf.currentSegment.idle === 0) tags.push(buf.key)
+        if (buf.serving && !buf.nextReady && buf.currentSegment.idle === 0) tags.push(buf.key)
       }
       return tags
     },

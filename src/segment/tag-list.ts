@@ -2,7 +2,7 @@
 
 import type { Logger } from '../logger.js'
 import type { LogThrottle } from '../log-throttle.js'
-import { SegmentBuffer } from './segment-buffer.js'
+import type { SegmentBuffer } from './segment-buffer.js'
 import type { SegmentStore } from './store.js'
 import type { MaxIdGuard } from './max-id-guard.js'
 
@@ -12,6 +12,8 @@ export interface TagListOptions {
   throttle: LogThrottle
   /** The generator's tags, which the refresh adds to and drops from. */
   buffers: Map<string, SegmentBuffer>
+  /** A buffer for a tag the list adds. */
+  newBuffer: (key: string) => SegmentBuffer
   guard: MaxIdGuard | undefined
   refreshIntervalMs: number
 }
@@ -26,7 +28,7 @@ export interface TagList {
   close (): void
 }
 
-export function createTagList ({ store, logger, throttle, buffers, guard, refreshIntervalMs }: TagListOptions): TagList {
+export function createTagList ({ store, logger, throttle, buffers, newBuffer, guard, refreshIntervalMs }: TagListOptions): TagList {
   let initialized = false
   let closed = false
   let refreshTimer: NodeJS.Timeout | undefined
@@ -43,7 +45,7 @@ export function createTagList ({ store, logger, throttle, buffers, guard, refres
     const added: string[] = []
     for (const tag of tags) {
       if (!buffers.has(tag)) {
-        buffers.set(tag, new SegmentBuffer(tag))
+        buffers.set(tag, newBuffer(tag))
         added.push(tag)
       }
     }

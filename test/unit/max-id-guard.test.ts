@@ -194,7 +194,8 @@ t.test('a mark is what was served or held, not what was received: a successor\'s
 t.test('servedEnd: the highest ID handed out + 1, through a batch that crosses segments; the end of a used-up segment while the next is untouched', async (t) => {
   const buf = new SegmentBuffer('order')
   t.equal(buf.servedEnd, 0n, 'none handed out')
-  buf.segments = [new Segment(11n, 10), new Segment(31n, 10)]
+  buf.firstLoaded(new Segment(11n, 10))
+  buf.appendLoaded(new Segment(31n, 10), 10, 0)
   t.equal(buf.servedEnd, 0n, 'held, none handed out')
   buf.currentSegment.takeRange(10)
   t.equal(buf.servedEnd, 11n, 'the first segment used up')

@@ -324,6 +324,19 @@ t.test('a first load that lands after shutdown began does not turn serving back 
   t.match(giveBacks, [{ key: 'order', returned: 10n }], 'its whole segment given back')
 })
 
+t.test('a tag added after the stop loads nothing: a warm start of it is refused', async (t) => {
+  const store = new FakeStore({ order: { step: 10 } })
+  const { generator } = setup(store)
+  await settled(time, generator.init())
+  await settled(time, generator.shutdown(1000))
+  store.add('late', 10)
+  generator.addTag('late')
+  await settled(time, generator.warm(['late']))
+  t.same(store.calls, [], 'no allocation')
+  t.match(generator.view('late'), { initOk: false, segments: [] })
+  await t.rejects(Promise.resolve().then(() => generator.next('late')), { code: 'NOT_READY' })
+})
+
 t.test('parked rows that are not a range of IDs are dropped, not served', async (t) => {
   const store = new FakeStore({ order: { step: 10 } })
   store.parked.push({ key: 'order', owner: 'A1', first: 50n, end: 50n }, { key: 'order', owner: 'A1', first: 60n, end: 55n }, { key: 'order', owner: 'A1', first: 1n, end: 2n ** 60n })
