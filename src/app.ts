@@ -101,9 +101,7 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
   })
   try {
     if (config.segment.enabled) {
-      leaf.segment = await startSegmentMode(config, logger, {
-        clock, onLoad: metrics.segmentLoad, onGiveBack: metrics.segmentGiveBack,
-      })
+      leaf.segment = await startSegmentMode(config, logger, { clock })
     }
     if (config.snowflake.enabled) {
       leaf.snowflake = await startSnowflakeMode(config, logger, { clock })

@@ -70,7 +70,7 @@ function noPasswordRemedy (store: StoreConfig): string {
 export async function startSegmentMode (
   config: Config,
   logger: Logger,
-  extra: Pick<SegmentGeneratorOptions, 'clock' | 'onLoad' | 'onGiveBack'> = {}
+  extra: Pick<SegmentGeneratorOptions, 'clock'> = {}
 ): Promise<SegmentMode> {
   const { segment } = config
   const { stateFile } = segment
@@ -162,8 +162,6 @@ export async function startSegmentMode (
     maxBufferedSegments: segment.maxBufferedSegments,
     handover: stateFile === undefined ? undefined : { claimFrom: warm?.owner, parkAs },
     clock: extra.clock,
-    onLoad: extra.onLoad,
-    onGiveBack: extra.onGiveBack,
   })
   const ready = await generator.init()
   const tls = storeTls(segment.store, store)

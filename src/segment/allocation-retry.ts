@@ -1,6 +1,7 @@
 // A tag's loads when the store fails: one at a time, backing off between failures, and the
 // callers that wait for one held to their deadline.
 
+import { channels } from '../channels.js'
 import { LeafError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import type { LogThrottle } from '../log-throttle.js'
@@ -17,7 +18,6 @@ export interface AllocationRetryOptions {
   waitTimeoutMs: number
   retryMinMs: number
   retryMaxMs: number
-  onLoad: ((key: string, seconds: number, ok: boolean) => void) | undefined
   logger: Logger
   throttle: LogThrottle
   /** Why loads are refused though the database answers (a failover hold), if they are. */
@@ -30,7 +30,7 @@ export interface AllocationRetry {
 }
 
 export function createAllocationRetry (options: AllocationRetryOptions): AllocationRetry {
-  const { loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, heldBecause } = options
+  const { loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, logger, throttle, heldBecause } = options
   let storeHealthy = true
   /**
    * A tag's last load, when it was refused with a code of its own (STORE_SPLIT: segment/host-fence.ts):
@@ -76,7 +76,7 @@ export function createAllocationRetry (options: AllocationRetryOptions): Allocat
       () => {
         refusals.delete(buf)
         buf.loadSucceeded((monotonic() - started) / 1000)
-        onLoad?.(buf.key, buf.lastLoadSeconds, true)
+        channels.segmentLoad.publish({ key: buf.key, seconds: buf.lastLoadSeconds, ok: true })
         if (!storeHealthy) {
           storeHealthy = true
           logger.info({ failedLoadsNotLogged: throttle.clear('segment-load') }, 'database reachable again: segment loads succeed')
@@ -87,7 +87,7 @@ export function createAllocationRetry (options: AllocationRetryOptions): Allocat
         buf.loadFailed(backoffMs, monotonic() + backoffMs)
         if (err instanceof LeafError) refusals.set(buf, err)
         else refusals.delete(buf)
-        onLoad?.(buf.key, (monotonic() - started) / 1000, false)
+        channels.segmentLoad.publish({ key: buf.key, seconds: (monotonic() - started) / 1000, ok: false })
         if (err instanceof IdSpaceEnded) {
           buf.markEnded()
           plan(buf)

@@ -1,6 +1,7 @@
 // What a graceful stop does with the IDs a tag holds and never handed out: back to max_id
 // when nobody reserved since, else parked for the next start of the same identity.
 
+import { channels } from '../channels.js'
 import type { Segment, SegmentBuffer } from './segment-buffer.js'
 import type { SegmentStore, UnusedRange } from './store.js'
 import { settlesWithin, withTimeout } from '../timers.js'
@@ -104,13 +105,11 @@ function unusedRanges (segs: readonly Segment[]): UnusedRange[] {
 
 export interface GiveBackAllDeps extends GiveBackDeps {
   guard: MaxIdGuard | undefined
-  /** Told of the IDs given back, per tag: to max_id (`table`) or parked (`successor`). */
-  onGiveBack: ((key: string, ids: bigint, to: 'table' | 'successor') => void) | undefined
 }
 
 /** What shutdown() does once serving stopped: waits for the loads out (within the deadline), then gives back every tag. */
 export async function giveBackAll (buffers: Map<string, SegmentBuffer>, deadline: number, deps: GiveBackAllDeps): Promise<GiveBack[]> {
-  const { monotonic, guard, onGiveBack } = deps
+  const { monotonic, guard } = deps
   // A load that lands now joins the chain and is given back with it. For a tag whose load
   // is still out when the wait ends, nothing is returned to max_id (giveBackTail parks).
   const inFlight = [...buffers.values()].flatMap((b) => b.loading === undefined ? [] : [b.loading])
@@ -121,8 +120,8 @@ export async function giveBackAll (buffers: Map<string, SegmentBuffer>, deadline
     if (buf.segments.length === 0) return guard?.released(buf.key, buf.servedEnd)
     const result = await giveBackTail(buf, deadline, deps)
     guard?.released(buf.key, buf.servedEnd)
-    if (result.returned > 0n) onGiveBack?.(buf.key, result.returned, 'table')
-    if (result.parked > 0n) onGiveBack?.(buf.key, result.parked, 'successor')
+    if (result.returned > 0n) channels.segmentGiveBack.publish({ key: buf.key, ids: result.returned, to: 'table' })
+    if (result.parked > 0n) channels.segmentGiveBack.publish({ key: buf.key, ids: result.parked, to: 'successor' })
     return result
   }))
   return giveBacks.filter((g) => g !== undefined)

@@ -34,8 +34,6 @@ export interface SegmentGeneratorOptions {
   /** Backoff between failed loads while callers wait, doubling from min to max. */
   retryMinMs?: number
   retryMaxMs?: number
-  /** Told of every segment load, for the metrics. */
-  onLoad?: (key: string, seconds: number, ok: boolean) => void
   /**
    * Seconds of each tag's recent issue rate kept buffered, counting every loaded segment
    * (leaf.segment.buffer-seconds). 0: Leaf's double buffer alone.
@@ -43,8 +41,6 @@ export interface SegmentGeneratorOptions {
   bufferSeconds?: number
   /** Most segments a tag holds, the current one included (leaf.segment.max-buffered-segments); 2 is Leaf's double buffer. */
   maxBufferedSegments?: number
-  /** Told of the IDs given back at shutdown, per tag: to max_id (`table`) or parked for the next start (`successor`). */
-  onGiveBack?: (key: string, ids: bigint, to: 'table' | 'successor') => void
   /**
    * The hand-over between one run of the instance and the next (its warm-start file): each
    * tag's first load takes what the last run parked under `claimFrom`; what this stop cannot
@@ -112,10 +108,8 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     loadTimeoutMs = DEFAULT_LOAD_TIMEOUT_MS,
     retryMinMs = 50,
     retryMaxMs = 1000,
-    onLoad,
     bufferSeconds = 0,
     maxBufferedSegments = 2,
-    onGiveBack,
     rateSampleMs = RATE_SAMPLE_MS,
     handover,
     guard,
@@ -131,7 +125,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   const { wantsLoad, plan } = createBufferHorizon({ bufferSeconds, maxBufferedSegments, monotonic })
   const loadSegment = createSegmentLoader({ store, logger, clock, monotonic, loadTimeoutMs, handover, guard, buffers, plan })
   const heldBecause = guard === undefined ? undefined : () => holdCause(guard.view())
-  const { startLoad, waitForLoad } = createAllocationRetry({ loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, onLoad, logger, throttle, heldBecause })
+  const { startLoad, waitForLoad } = createAllocationRetry({ loadSegment, plan, monotonic, waitTimeoutMs, retryMinMs, retryMaxMs, logger, throttle, heldBecause })
   // A failover seen after the serving bound: the ranges held may have been allocated again by a peer.
   guard?.onVoid(() => {
     let dropped = 0
@@ -308,7 +302,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
       for (const buf of buffers.values()) {
         if (buf.rate.activeWithin(WARM_WINDOW_MS, buf.issued)) warmTags.push(buf.key)
       }
-      const giveBacks = await giveBackAll(buffers, deadline, { store, monotonic, handover, guard, onGiveBack })
+      const giveBacks = await giveBackAll(buffers, deadline, { store, monotonic, handover, guard })
       return { giveBacks, warmTags }
     },
     close: stop,
