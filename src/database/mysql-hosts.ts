@@ -1,3 +1,4 @@
+import { nextBackoffMs } from '../backoff.js'
 import type { MysqlHost } from '../config/jdbc-url.js'
 import { storeIdOf } from './server-identity.js'
 import { codeOf, describeCause, MysqlError } from './driver-errors.js'
@@ -80,7 +81,8 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
   if (hosts.length === 0) throw new Error('no MySQL host')
   const refuse = gate === undefined ? undefined : (server: Parameters<NonNullable<ServerOptions['refuse']>>[0]) => gate.refuses(storeIdOf(server))
   const runners = hosts.map((h) => createServerRunner({ ...options, host: h.host, port: h.port, ...(refuse === undefined ? {} : { refuse }) }))
-  const failures = hosts.map(() => 0)
+  /** Each host's last rest (ms), 0 once it answers again. */
+  const restMs = hosts.map(() => 0)
   const restUntil = hosts.map(() => 0)
   const startAt = replication ? 0 : hosts.findIndex((h) => hostName(h) === options.startAt)
   let current = startAt === -1 ? 0 : startAt
@@ -101,15 +103,15 @@ export function createMysqlRunner (options: MysqlOptions, now: () => number = ()
   }
 
   function failed (i: number, err: unknown): void {
-    failures[i] = (failures[i] as number) + 1
-    restUntil[i] = now() + Math.min(BACKOFF_MIN_MS * 2 ** ((failures[i] as number) - 1), BACKOFF_MAX_MS)
+    restMs[i] = nextBackoffMs(restMs[i] as number, BACKOFF_MIN_MS, BACKOFF_MAX_MS)
+    restUntil[i] = now() + (restMs[i] as number)
     if (i !== current || hosts.length === 1) return
     current = (i + 1) % hosts.length
     logger?.warn({ from: name(i), to: name(current), cause: describeCause(err) }, 'MySQL host failed: moving to the next host of leaf.jdbc.url')
   }
 
   function succeeded (i: number): void {
-    failures[i] = 0
+    restMs[i] = 0
     restUntil[i] = 0
     // Only when the host in use is resting: a late answer of a host left behind (a call that
     // started before it failed) does not take the list back to it.

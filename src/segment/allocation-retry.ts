@@ -1,6 +1,7 @@
 // A tag's loads when the store fails: one at a time, backing off between failures, and the
 // callers that wait for one held to their deadline.
 
+import { nextBackoffMs } from '../backoff.js'
 import { channels } from '../channels.js'
 import { LeafError } from '../errors.js'
 import type { Logger } from '../logger.js'
@@ -83,7 +84,7 @@ export function createAllocationRetry (options: AllocationRetryOptions): Allocat
         }
       },
       (err: unknown) => {
-        const backoffMs = Math.min(Math.max(buf.backoffMs * 2, retryMinMs), retryMaxMs)
+        const backoffMs = nextBackoffMs(buf.backoffMs, retryMinMs, retryMaxMs)
         buf.loadFailed(backoffMs, monotonic() + backoffMs)
         if (err instanceof LeafError) refusals.set(buf, err)
         else refusals.delete(buf)

@@ -1,3 +1,4 @@
+import { nextBackoffMs } from '../../backoff.js'
 import type { RowDataPacket, ResultSetHeader } from 'mysql2/promise'
 import { createMysqlRunner, type MysqlOptions } from '../../database/mysql-hosts.js'
 import type { Statement } from '../../database/mysql-pool.js'
@@ -131,6 +132,7 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
   }
 
   async function allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined> {
+    let waitMs = 0
     for (let attempt = 1; ; attempt++) {
       try {
         return await allocateOnce(key, adapted)
@@ -140,7 +142,8 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
         channels.storeRetry.publish({ key, reason, attempt, host: hostInUse() })
         options.logger?.debug({ key, reason, attempt }, 'allocation conflict: repeated at once in a new transaction')
         // Full jitter: two instances that collided do not collide again in step.
-        await sleep(random() * RETRY_BASE_MS * 2 ** (attempt - 1))
+        waitMs = nextBackoffMs(waitMs, RETRY_BASE_MS)
+        await sleep(random() * waitMs)
       }
     }
   }
