@@ -220,7 +220,8 @@ export class SegmentBuffer {
 
   /**
    * The first load asked for what the last stop parked (once per tag): `parked` (maybe none)
-   * becomes the chain of an empty buffer. The steps stay unset: the next load uses the table's.
+   * becomes the chain of a buffer that holds none. The steps stay unset: the next load uses
+   * the table's.
    */
   claimedParked (parked: Segment[]): void {
     this.#claimed = true
