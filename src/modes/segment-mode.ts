@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { StoreConfig } from '../config/jdbc-url.js'
 import type { Config } from '../config/load-config.js'
 import { driverError, isPermanentStoreError, MysqlError, SqlState } from '../database/driver-errors.js'
+import { driverCause } from '../database/errors.js'
 import { StartRefused } from '../errors.js'
 import type { Logger } from '../logger.js'
 import { createHostFence, type HostFence } from '../segment/host-fence.js'
@@ -305,12 +306,12 @@ export function storeTls (config: StoreConfig, store: SegmentStore): string | un
 export function storeRefusal (where: string, err: unknown, store: StoreConfig): StartRefused | undefined {
   const sqlite = store.kind === 'sqlite'
   const tls = sqlite ? undefined : tlsRefusal(err, store.tls)
-  if (tls !== undefined) return new StartRefused(`segment store ${where}: ${tls}`, { code: 'STORE_TLS_REFUSED', cause: err })
+  if (tls !== undefined) return new StartRefused(`segment store ${where}: ${tls}`, { code: 'STORE_TLS_REFUSED', cause: driverCause(err) })
   if (!isPermanentStoreError(err, { sqlite })) return undefined
   const known = driverError(err)
   if (known === undefined) return undefined
   const remedy = known.code === 'ER_ACCESS_DENIED_NO_PASSWORD_ERROR'
     ? noPasswordRemedy(store)
     : REMEDIES[known.code] ?? (sqlite ? 'check the file leaf.jdbc.url names (sqlite:PATH)' : undefined)
-  return new StartRefused(`segment store ${where}: ${known.code}: ${known.message.replace(/\s+/g, ' ')}${remedy === undefined ? '' : `: ${remedy}`}`, { code: 'STORE_REFUSED', cause: err })
+  return new StartRefused(`segment store ${where}: ${known.code}: ${known.message.replace(/\s+/g, ' ')}${remedy === undefined ? '' : `: ${remedy}`}`, { code: 'STORE_REFUSED', cause: driverCause(err) })
 }
