@@ -70,7 +70,7 @@ export async function startSegmentMode (
   const unwritable = stateFile === undefined ? undefined : stateFolderProblem(stateFile)
   if (unwritable !== undefined) throw new StartRefused(`leaf.segment.state-file: ${unwritable}: make the folder writable, or set leaf.segment.state-file to a file in a writable folder (or to off)`, { code: 'STATE_FILE_UNWRITABLE' })
   const warm = stateFile === undefined ? undefined : openWarmState(stateFile, logger)
-  // A new id each life: what this stop parks, the next start takes (see SegmentGeneratorOptions.handover).
+  // A new id each run: what this stop parks, the next start takes (see SegmentGeneratorOptions.handover).
   const parkAs = randomUUID()
   const where = describeStore(segment.store)
   // The marks hold for the store they were taken on: not for another database or file.

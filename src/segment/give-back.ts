@@ -104,7 +104,7 @@ export async function giveBackAll (buffers: Map<string, SegmentBuffer>, deadline
   // A load that lands now joins the chain and is given back with it.
   const inFlight = [...buffers.values()].flatMap((b) => b.loading === undefined ? [] : [b.loading])
   if (inFlight.length > 0) await settlesWithin(Promise.all(inFlight), Math.max(0, deadline - monotonic()))
-  // Once a tag holds nothing any more (returned, parked for the next life, or lost), its
+  // Once a tag holds nothing any more (returned, parked for the next start, or lost), its
   // max_id mark is what was served: at once, before a late load of another tag is admitted.
   const giveBacks = await Promise.all([...buffers.values()].map(async (buf) => {
     if (buf.segments.length === 0) return guard?.released(buf.key, buf.servedEnd)

@@ -25,9 +25,9 @@ export interface HostFenceView {
 
 export interface HostFenceOptions {
   logger: Logger
-  /** Stores left by earlier lives (the warm-start file). */
+  /** Stores left by earlier runs (the warm-start file). */
   left?: readonly string[]
-  /** leaf.segment.trusted-stores: dropped from the `left` of earlier lives. */
+  /** leaf.segment.trusted-stores: dropped from the `left` of earlier runs. */
   trusted?: readonly string[]
   census: () => Promise<HostState[]>
   inUse?: () => string
@@ -44,7 +44,7 @@ export interface HostFence extends HostGate {
   blocked (): LeafError | undefined
   /** The line that refuses the start when every host answered writable, as more than one store. */
   startRefusal (): string | undefined
-  /** What the warm-start file keeps: the stores left (those of earlier lives that are trusted excepted). */
+  /** What the warm-start file keeps: the stores left (those of earlier runs, less the trusted ones). */
   leftStores (): string[]
   view (): HostFenceView
 }
@@ -60,22 +60,22 @@ function writable (hosts: readonly HostState[]): { hosts: HostState[], stores: n
 export function createHostFence (options: HostFenceOptions): HostFence {
   const { logger, census, inUse, onSplit } = options
   const trusted = new Set(options.trusted ?? [])
-  // Trust lets back only what earlier lives left: a failover of this life is remembered again.
+  // Trust lets back only what earlier runs left: a failover in this run is remembered again.
   const left = new Set((options.left ?? []).filter((s) => !trusted.has(s)))
   let hosts: HostState[] = []
   let checkedAt: Date | undefined
   let split: Split | undefined
   /** One census at a time: a refresh and a move at once share it. */
   let running: Promise<void> | undefined
-  /** Hosts seen read-only at a census of this life: replicas, which a promotion may make the primary. */
+  /** Hosts seen read-only at a census of this run: replicas, which a promotion may make the primary. */
   const seenReadOnly = new Set<string>()
   const storeOf = new Map<string, string>()
-  /** Stores this life wrote through: the host it started at, and each it moved to. */
+  /** Stores this run wrote through: the host it started at, and each it moved to. */
   const used = new Set<string>()
-  /** Store identities (HostState.store) a census of this life saw writable beside another: no replica to promote. */
+  /** Store identities (HostState.store) a census of this run saw writable beside another: no replica to promote. */
   const wereSplit = new Set<string>()
   const idOf = new Map<string, string>()
-  /** Store identities this life's allocations went to (not only statements: a start host may have had none). */
+  /** Store identities this run's allocations went to (not only statements: a start host may have had none). */
   const allocatedOn = new Set<string>()
   let hasAllocated = false
 
@@ -133,7 +133,7 @@ export function createHostFence (options: HostFenceOptions): HostFence {
       const target = hosts.find((h) => h.host === to)
       const toStore = storeOf.get(to)
       const onlyWritable = !hasAllocated && target?.state === 'writable' && writable(hosts).stores === 1
-      // A host that never answered read-only (or not at all) in this life, of a store it never
+      // A host that never answered read-only (or not at all) in this run, of a store it never
       // wrote through, may be an old primary back.
       const allowed = seenReadOnly.has(to) || (toStore !== undefined && used.has(toStore)) || onlyWritable || target?.state === 'read-only'
       // An old primary fenced with SET GLOBAL read_only = 1 answers read-only, until a restart.

@@ -115,7 +115,7 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
   for (const [key, mark] of Object.entries(options.saved?.marks ?? {})) {
     if (/^\d+$/.test(mark)) marks.set(key, BigInt(mark))
   }
-  /** What earlier lives served, the floor of a mark that released() puts back. */
+  /** What earlier runs served: released() never puts a mark below it. */
   const servedBefore = new Map(marks)
   let known = options.saved?.store
   let holdUntil = 0
@@ -124,7 +124,7 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
   let last: Regression | undefined
   const owed = new Set<string>()
   let pushing: Promise<void> | undefined
-  // A stop during a hold: the peers may not have pushed yet, so this life holds as long, and
+  // A stop during a hold: the peers may not have pushed yet, so this run holds as long, and
   // pushes its own marks again (a raise is idempotent).
   const heldUntil = options.saved?.heldUntil
   if (typeof heldUntil === 'number') {
@@ -166,7 +166,7 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
         await Promise.all(keys.slice(i, i + RAISE_CONCURRENCY).map(async (key) => {
           const mark = marks.get(key)
           if (mark === undefined) return owed.delete(key)
-          // A raise that lands on the store of an earlier failover pays nothing of this one.
+          // A raise sent before a newer failover does not count: it may have reached the old store.
           const asked = epoch
           try {
             await store.raiseMaxId(key, mark)

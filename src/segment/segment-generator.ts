@@ -198,7 +198,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     return (ranges[0] as IdRange).first
   }
 
-  /** The plan is asked again: the rate may have moved since it was made. */
+  /** Asks the plan again: the rate may have moved since it was made. */
   function preload (buf: SegmentBuffer): void {
     if (monotonic() < buf.retryAt || stopping || buf.ended) return
     if (wantsLoad(buf)) startLoad(buf)

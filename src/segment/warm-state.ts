@@ -9,7 +9,7 @@ import type { GuardState } from './max-id-guard.js'
 export const WARM_WINDOW_MS = 60_000
 
 export interface WarmState {
-  /** The id the last stop parked under (random, a new one each life). */
+  /** The id the last stop parked under (random, a new one each run). */
   owner: string
   tags: string[]
   guard?: GuardState
