@@ -55,17 +55,21 @@ export interface SegmentStore {
   /**
    * Moves `max_id` and reads the row back, atomically: by `adapted.step` only while the table's
    * step is still `adapted.tableStep`, so a step changed in the table applies from the next load.
+   * Undefined when the tag is not in the table.
    */
   allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined>
   /** `max_id = GREATEST(max_id, atLeast)`, after a failover; never lowers it. Resolves whether the tag exists. */
   raiseMaxId (key: string, atLeast: bigint): Promise<boolean>
   /** Who holds the rows (a server, a Galera cluster): a change is a failover. Undefined where the store cannot tell. */
   identity (): Promise<string | undefined>
-  /** Compare-and-set `max_id = firstUnused WHERE max_id = end`: holds only while nobody reserved after `end`. */
+  /** Compare-and-set `max_id = firstUnused WHERE max_id = end`; false when someone reserved after `end`. */
   giveBack (key: string, end: bigint, firstUnused: bigint): Promise<boolean>
   /** Parks unreturned ranges for the next start of `owner`; false when leaf_alloc_parked is missing and cannot be made. */
   park (key: string, owner: string, ranges: readonly UnusedRange[]): Promise<boolean>
-  /** Takes and deletes, in one transaction, what `owner` parked for `key`, so each range is taken once. */
+  /**
+   * Takes (lowest first) and deletes, in one transaction, what `owner` parked for `key` within
+   * `maxAgeMs`, so each range is taken once. Undefined when there is no parked table.
+   */
   claimParked (key: string, owner: string, maxAgeMs: number): Promise<UnusedRange[] | undefined>
   /** All rows, for the `/db` views. */
   getAllRows (): Promise<LeafAllocRow[]>
@@ -75,9 +79,9 @@ export interface SegmentStore {
   createTag (tag: NewTag): Promise<LeafAllocRow | undefined>
   /** Changes a tag's step and/or description (never max_id); undefined when it does not exist. */
   updateTag (key: string, changes: TagChanges): Promise<LeafAllocRow | undefined>
-  /** The store's replication and what a failover of it can cost, one line for the start's log. */
+  /** The store's replication and what a failover of it can cost, one line for the start's log (not SQLite). */
   topology? (): Promise<string>
-  /** Every host of the list and what it answers now (writable, read-only, unknown), read at once. */
+  /** Every host of the list and what it answers now (writable, read-only, unknown); MySQL only. */
   hosts? (): Promise<HostState[]>
   /** The host statements go to now (`host:port`), where the store has a list of them. */
   hostInUse? (): string
