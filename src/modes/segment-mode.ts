@@ -46,10 +46,8 @@ const REMEDIES: Record<string, string> = {
 }
 
 /**
- * What to do about error 1698. The server sends it, with or without a password, when the
- * account signs in by a plugin that takes none (MariaDB's unix_socket, MySQL's auth_socket:
- * an operating-system user on the server's own socket), which no TCP client can pass; so
- * "set leaf.jdbc.password" would be wrong either way.
+ * Error 1698: the account signs in by a plugin no TCP client can pass (unix_socket,
+ * auth_socket), so "set leaf.jdbc.password" would be wrong with or without a password.
  */
 function noPasswordRemedy (store: StoreConfig): string {
   const why = 'this user signs in without a password (such as IDENTIFIED VIA unix_socket, for the server\'s own socket only)'
@@ -60,13 +58,8 @@ function noPasswordRemedy (store: StoreConfig): string {
 }
 
 /**
- * Opens the store and loads the tags. An error no retry can mend (a wrong password, no such
- * database or table, a SQLite file that is not one) refuses the start in one line; a store
- * that is only unreachable (refused, timed out) is retried in the background, the server
- * answering NOT_READY meanwhile.
- * With a warm-start file, the tags it names load their first segments in the background
- * (the generator reports `warming` meanwhile, and readiness waits), and a graceful stop
- * gives back or parks what it did not hand out under the file's identity.
+ * Opens the store and loads the tags. An error no retry can mend refuses the start in one
+ * line; an unreachable store is retried in the background, answering NOT_READY meanwhile.
  */
 export async function startSegmentMode (
   config: Config,
@@ -78,7 +71,7 @@ export async function startSegmentMode (
   const unwritable = stateFile === undefined ? undefined : stateFolderProblem(stateFile)
   if (unwritable !== undefined) throw new StartRefused(`leaf.segment.state-file: ${unwritable}: make the folder writable, or set leaf.segment.state-file to a file in a writable folder (or to off)`, { code: 'STATE_FILE_UNWRITABLE' })
   const warm = stateFile === undefined ? undefined : openWarmState(stateFile, logger)
-  // A new id each life: what this stop parks, the next start takes (see SegmentGeneratorOptions.handover).
+  // A new id each run: what this stop parks, the next start takes (see SegmentGeneratorOptions.handover).
   const parkAs = randomUUID()
   const where = describeStore(segment.store)
   // The marks hold for the store they were taken on: not for another database or file.
@@ -200,10 +193,7 @@ export async function startSegmentMode (
   }
 }
 
-/**
- * Every host of the list read before the first allocation: a list whose hosts all answer
- * writable refuses the start (nothing was written yet); a split otherwise holds allocations.
- */
+/** Before the first allocation: a list whose hosts all answer writable refuses the start. */
 async function checkHostsAtStart (fence: HostFence, store: SegmentStore, where: string, logger: Logger): Promise<void> {
   await fence.check()
   const refusal = fence.startRefusal()
@@ -232,12 +222,8 @@ function fencedStore (store: SegmentStore, fence: HostFence): SegmentStore {
 interface TopologyTimer { current: NodeJS.Timeout | undefined, stopped: boolean }
 
 /**
- * Where the store can lose committed allocations, the buffer serves only within the hold of the
- * last refresh that confirmed the store (max-id-guard.ts boundServing; docs/production.md, "An
- * instance cut off from the store"): the hold is what a peer waits after a failover before it
- * allocates, so an instance that has not seen the store since stops serving first. A replication
- * not read at start (the database down) is bounded until it is read: the timer reads it again
- * each refresh interval.
+ * Bounds serving where the store can lose committed allocations
+ * (docs/production.md#an-instance-cut-off-from-the-store); bounded until the replication is read.
  */
 function boundServing (store: SegmentStore, guard: MaxIdGuard, topology: string | undefined, holdMs: number, everyMs: number, timeoutMs: number, logger: Logger): TopologyTimer | undefined {
   // No hold (failover-hold-ms=0): no peer waits, and no bound could be shorter than its wait.

@@ -12,7 +12,6 @@ import { settlesWithin, sleep } from '../timers.js'
 import { shuttingDown, spaceEnded } from './segment-errors.js'
 
 export interface AllocationRetryOptions {
-  /** One load of the tag's next segment (the segment loader). */
   loadSegment: (buf: SegmentBuffer) => Promise<void>
   plan: (buf: SegmentBuffer) => void
   monotonic: () => number

@@ -4,11 +4,10 @@
 import { PRELOAD_USED_FRACTION, type SegmentBuffer } from './segment-buffer.js'
 
 export interface BufferHorizonOptions {
-  /** Seconds of the tag's recent issue rate kept buffered; 0: Leaf's double buffer alone. */
+  /** 0: Leaf's double buffer alone. */
   bufferSeconds: number
-  /** Most segments a tag holds, the current one included. */
+  /** The current one included. */
   maxBufferedSegments: number
-  /** Monotonic ms, which the rate is read at. */
   monotonic: () => number
 }
 
@@ -18,16 +17,10 @@ export interface BufferHorizon {
 }
 
 export function createBufferHorizon ({ bufferSeconds, maxBufferedSegments, monotonic }: BufferHorizonOptions): BufferHorizon {
-  /** IDs the tag should hold at its current rate: the horizon. */
   function horizonIds (buf: SegmentBuffer): number {
     return bufferSeconds === 0 ? 0 : buf.rate.current(buf.issued, monotonic()) * bufferSeconds
   }
 
-  /**
-   * Whether the tag should load another segment now: Leaf's rule (the current segment is
-   * more than 10% used and none is loaded behind it), or fewer IDs held than the horizon
-   * asks for; never more than maxBufferedSegments held.
-   */
   function wantsLoad (buf: SegmentBuffer): boolean {
     if (!buf.serving) return true
     const held = buf.segments.length
@@ -37,11 +30,7 @@ export function createBufferHorizon ({ bufferSeconds, maxBufferedSegments, monot
     return buf.buffered < horizonIds(buf)
   }
 
-  /**
-   * Sets the current segment's preloadAfter: the position past which wantsLoad turns true at
-   * the rate known now, so the hot path compares one number. Planned again when a load lands,
-   * when the current segment changes and at every rate sample.
-   */
+  /** The position past which wantsLoad turns true at the current rate, so the hot path compares one number. */
   function plan (buf: SegmentBuffer): void {
     const cur = buf.currentSegment
     const held = buf.segments.length

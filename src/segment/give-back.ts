@@ -10,9 +10,7 @@ import type { MaxIdGuard } from './max-id-guard.js'
 /** What shutdown() did for one tag. */
 export interface GiveBack {
   key: string
-  /** IDs returned to max_id (0 when none could be). */
   returned: bigint
-  /** IDs parked for the next start with the same identity. */
   parked: bigint
   /** IDs held and not handed out: returned, parked, or lost. */
   unused: bigint
@@ -29,13 +27,8 @@ export interface GiveBackDeps {
 }
 
 /**
- * Gives back what a stopping instance holds of a tag and never handed out (serving stopped
- * first). The run of segments at the end of the chain that follow each other without a gap
- * were reserved one after another with nobody else reserving in between; if the last of
- * them still ends at max_id, nobody has reserved since either, so one compare-and-set puts
- * max_id back at the first unused ID of that run. What that cannot return (all of it when
- * someone reserved since, or segments before a gap) is parked for the next start of this
- * identity, which takes it before it reserves anything (see store.ts).
+ * Returns the gap-free run at the end of the chain to max_id, and parks the rest for the next
+ * start. Why it is safe: docs/segment-mode.md#giving-the-remainder-back.
  */
 export async function giveBackTail (buf: SegmentBuffer, deadline: number, { store, monotonic, handover }: GiveBackDeps): Promise<GiveBack> {
   const segs = buf.segments
@@ -50,9 +43,8 @@ export async function giveBackTail (buf: SegmentBuffer, deadline: number, { stor
   const first = segs[i] as Segment
   const firstUnused = first.base + BigInt(first.pos)
   let keep = segs.length // segments from here on are not parked
-  // A load still out could reserve right after the compare-and-set, from the IDs it returns:
-  // lost for nobody, but the range would come back below this tag's max_id mark, a false
-  // alarm of the guard. Parking the run is safe whatever the load does.
+  // A load still out could reserve the returned IDs, below this tag's max_id mark: the guard
+  // would take it for a failover. Parking the run is safe whatever the load does.
   if (firstUnused < last.max && buf.loading !== undefined) reasons.push('a load was still out')
   else if (firstUnused < last.max && timeLeft() > 0) {
     try {
@@ -63,9 +55,8 @@ export async function giveBackTail (buf: SegmentBuffer, deadline: number, { stor
         reasons.push('another instance reserved a segment since')
       }
     } catch (err) {
-      // No answer is no knowing: the UPDATE may have committed (a timed-out query, a reset
-      // after the commit). Parking the run then would hand its IDs out twice, from the
-      // parked rows and from max_id: they are lost instead. Either way none was served.
+      // With no answer the UPDATE may have committed; parking the run too could hand its IDs
+      // out twice (parked rows and max_id), so they are lost instead.
       keep = i
       reasons.push(`database: ${(err as Error).message} (the compare-and-set's outcome is unknown: its IDs are lost, not parked)`)
     }
@@ -110,11 +101,10 @@ export interface GiveBackAllDeps extends GiveBackDeps {
 /** What shutdown() does once serving stopped: waits for the loads out (within the deadline), then gives back every tag. */
 export async function giveBackAll (buffers: Map<string, SegmentBuffer>, deadline: number, deps: GiveBackAllDeps): Promise<GiveBack[]> {
   const { monotonic, guard } = deps
-  // A load that lands now joins the chain and is given back with it. For a tag whose load
-  // is still out when the wait ends, nothing is returned to max_id (giveBackTail parks).
+  // A load that lands now joins the chain and is given back with it.
   const inFlight = [...buffers.values()].flatMap((b) => b.loading === undefined ? [] : [b.loading])
   if (inFlight.length > 0) await settlesWithin(Promise.all(inFlight), Math.max(0, deadline - monotonic()))
-  // Once a tag holds nothing any more (returned, parked for the next life, or lost), its
+  // Once a tag holds nothing any more (returned, parked for the next start, or lost), its
   // max_id mark is what was served: at once, before a late load of another tag is admitted.
   const giveBacks = await Promise.all([...buffers.values()].map(async (buf) => {
     if (buf.segments.length === 0) return guard?.released(buf.key, buf.servedEnd)

@@ -3,68 +3,38 @@ import type { Logger } from '../logger.js'
 import type { HostState } from '../database/host-census.js'
 import type { HostGate } from '../database/mysql-hosts.js'
 
-// What keeps a host list (leaf.jdbc.url's `h1,h2`) from splitting: two instances allocating
-// the same ranges, one on an old primary that came back writable, the other on the replica
-// promoted in its place. docs/production.md (Host lists) walks through the interleavings.
-// - Every store this instance failed over from (the max_id guard saw "store changed") is
-//   remembered, in the warm-start file too, and nothing is sent to it again (the host list
-//   refuses it as it refuses a read-only host), unless leaf.segment.trusted-stores names it:
-//   that lets back a store left by an earlier life; a failover of this life away from it is
-//   remembered again (a key left set after the switchover back must not disarm the next one).
-// - Every host of the list is read (its read_only and identity, database/host-census.ts) at the
-//   start, at each refresh, and before the first statement on another host. While more than
-//   one store answers writable, nothing is allocated anywhere (STORE_SPLIT); the buffers serve
-//   on. A host that does not answer is unknown, not writable: this instance cannot reach it,
-//   so it cannot write through it either; a peer that reaches it and the promoted host sees
-//   both writable; a peer that reaches only the old primary refuses it if it left it, and the
-//   one left open is a new instance, with no memory, that reaches the old primary alone.
-// - A move goes only to a host this life saw read-only at some census (a replica, since
-//   promoted), or to a store this life already wrote through (back to a primary after a blip;
-//   another node of its Galera cluster, another address of its server); before this life's
-//   first allocation, also to the one writable store. An old primary that was down all this
-//   life and comes back writable is never moved to: a new instance started after the failover
-//   has no store left to remember, and a blip on its path to the promoted host would otherwise
-//   take it there. (A store this life left is refused by its identity anyway.) Nor is a store
-//   a census of this life saw writable beside another (a split), unless an allocation of this
-//   life went to it, or every other store of that split answers read-only now: an old primary
-//   fenced with SET GLOBAL read_only = 1 answers read-only like a replica, and a restart gives
-//   it its my.cnf's read_only = 0 again.
-// - At the start, a list whose hosts all answer writable refuses the start (startRefusal()).
+// Keeps a host list (`h1,h2`) from splitting: an old primary back writable beside the replica
+// promoted in its place, each allocating the same ranges. The rules and their interleavings:
+// docs/production.md#host-lists-that-cannot-split.
 
 /** While more than one store of the list answers writable. */
 export interface Split {
-  /** `host:port (store)` of each writable host. */
+  /** `host:port (store)` */
   hosts: string[]
   since: Date
 }
 
 export interface HostFenceView {
-  /** The last census: every host of the list. */
   hosts: HostState[]
   checkedAt?: Date
   split?: Split
   /** Stores this instance failed over from and will not write through. */
   left: string[]
-  /** The host statements go to now. */
   inUse?: string
 }
 
 export interface HostFenceOptions {
   logger: Logger
-  /** Stores left by earlier lives (the warm-start file). */
+  /** Stores left by earlier runs (the warm-start file). */
   left?: readonly string[]
-  /** leaf.segment.trusted-stores: dropped from the `left` of earlier lives. */
+  /** leaf.segment.trusted-stores: dropped from the `left` of earlier runs. */
   trusted?: readonly string[]
-  /** The census: the store's hosts(). */
   census: () => Promise<HostState[]>
-  /** The store's hostInUse(). */
   inUse?: () => string
-  /** Told when a split starts (true) or ends (false), for the metrics. */
   onSplit?: (split: boolean) => void
 }
 
 export interface HostFence extends HostGate {
-  /** Reads every host now. */
   check (): Promise<void>
   /** A store this instance failed over from (the guard's "store changed"). */
   leave (store: string): void
@@ -72,12 +42,9 @@ export interface HostFence extends HostGate {
   allocated (store?: string): void
   /** STORE_SPLIT while more than one store answers writable; undefined otherwise. */
   blocked (): LeafError | undefined
-  /**
-   * At the start: the one line that refuses it when every host answered writable (more than
-   * one store among them); undefined otherwise.
-   */
+  /** The line that refuses the start when every host answered writable, as more than one store. */
   startRefusal (): string | undefined
-  /** What the warm-start file keeps: the stores left (those of earlier lives that are trusted excepted). */
+  /** What the warm-start file keeps: the stores left (those of earlier runs, less the trusted ones). */
   leftStores (): string[]
   view (): HostFenceView
 }
@@ -93,23 +60,22 @@ function writable (hosts: readonly HostState[]): { hosts: HostState[], stores: n
 export function createHostFence (options: HostFenceOptions): HostFence {
   const { logger, census, inUse, onSplit } = options
   const trusted = new Set(options.trusted ?? [])
+  // Trust lets back only what earlier runs left: a failover in this run is remembered again.
   const left = new Set((options.left ?? []).filter((s) => !trusted.has(s)))
   let hosts: HostState[] = []
   let checkedAt: Date | undefined
   let split: Split | undefined
   /** One census at a time: a refresh and a move at once share it. */
   let running: Promise<void> | undefined
-  /** Hosts seen read-only at a census of this life: replicas, which a promotion may make the primary. */
+  /** Hosts seen read-only at a census of this run: replicas, which a promotion may make the primary. */
   const seenReadOnly = new Set<string>()
-  /** Each host's store (HostState.server) at the last census it answered. */
   const storeOf = new Map<string, string>()
-  /** Stores this life wrote through: the host it started at, and each it moved to. */
+  /** Stores this run wrote through: the host it started at, and each it moved to. */
   const used = new Set<string>()
-  /** Store identities (HostState.store) a census of this life saw writable beside another: no replica to promote. */
+  /** Store identities (HostState.store) a census of this run saw writable beside another: no replica to promote. */
   const wereSplit = new Set<string>()
-  /** Each host's store identity at the last census it answered. */
   const idOf = new Map<string, string>()
-  /** Store identities this life's allocations went to (not only statements: a start host may have had none). */
+  /** Store identities this run's allocations went to (not only statements: a start host may have had none). */
   const allocatedOn = new Set<string>()
   let hasAllocated = false
 
@@ -167,10 +133,10 @@ export function createHostFence (options: HostFenceOptions): HostFence {
       const target = hosts.find((h) => h.host === to)
       const toStore = storeOf.get(to)
       const onlyWritable = !hasAllocated && target?.state === 'writable' && writable(hosts).stores === 1
-      // A host that never answered read-only (or not at all) in this life, of a store it never
+      // A host that never answered read-only (or not at all) in this run, of a store it never
       // wrote through, may be an old primary back.
       const allowed = seenReadOnly.has(to) || (toStore !== undefined && used.has(toStore)) || onlyWritable || target?.state === 'read-only'
-      // A store every host of which answers read-only now: fenced.
+      // An old primary fenced with SET GLOBAL read_only = 1 answers read-only, until a restart.
       const fencedNow = (id: string) => {
         const of = hosts.filter((h) => idOf.get(h.host) === id)
         return of.length > 0 && of.every((h) => h.state === 'read-only')

@@ -2,36 +2,11 @@ import { channels } from '../channels.js'
 import type { Logger } from '../logger.js'
 import type { SegmentStore, TagRow } from './store.js'
 
-// A `max_id` that went backwards. An async replica promoted after its primary died lacks the
-// allocations it never received: its rows are behind ranges instances already served, and
-// the next allocation would hand one out again. No store can tell; the instances can:
-// - each keeps, per tag, a mark: the end of what it served or holds, the larger of the
-//   highest ID it served + 1 and the end of the ranges it holds. It keeps it in memory, the
-//   served part in the warm-start file, and the identity of the store that answered
-//   (database/mysql-pool.ts: a server, or a Galera cluster). In one store, max_id never goes
-//   below any instance's mark: a give-back returns only its giver's own unserved IDs, the run
-//   that ends at max_id, so no peer served or holds anything from where it puts max_id. A mark
-//   is not what an instance received: a range it gave back is nobody's, and a peer's later
-//   give-back may legally put max_id below it (a successor that takes a range parked just below
-//   it, then returns the run from inside that range);
-// - an allocation whose range starts below the tag's mark, or that a store of another
-//   identity answered, is never served. The instance then pushes every mark it holds into
-//   the table (`max_id = GREATEST(max_id, mark)`), and holds all allocations for `holdMs`
-//   (leaf.segment.failover-hold-ms), serving the buffer it holds meanwhile;
-// - every refresh of the tag list reads the store's identity too, so an instance that
-//   allocates nothing still sees the change within a refresh interval, and pushes its
-//   marks; and it reads each row's max_id: one below this instance's mark, as the mark was
-//   before the read was sent, is a regression whatever answered (a hand edit). The hold (two
-//   refresh intervals and a refresh's worst time, by default) outlasts that: when it ends,
-//   every live peer that reaches the store has pushed, and the rows are above every range it
-//   served;
-// - a peer that reaches no host sees nothing: where the store can lose committed allocations,
-//   it serves its buffer only within the hold of the send time of its last refresh that
-//   confirmed the store (boundServing), which the old primary answered, so before the primary
-//   died: it stops before any peer's hold ends. A failover it sees once past that bound may
-//   have been allocated over what it holds: the buffer is dropped.
-// docs/production.md walks through the interleavings, and what stays open: ranges served only
-// by instances that were dead or cut off during the failover.
+// Catches a `max_id` that went backwards (an async replica promoted without the last
+// allocations). Per tag the instance keeps a mark, the end of what it served or holds; an
+// allocation below the mark, or answered by a store of another identity, is never served: the
+// marks are pushed into the table and allocations held for `holdMs`. Why, and the interleavings:
+// docs/production.md#a-max_id-that-went-backwards, #an-instance-cut-off-from-the-store.
 
 export interface Regression {
   cause: 'store changed' | 'max_id went back'
@@ -48,22 +23,12 @@ export interface Regression {
 
 /** What the warm-start file keeps of the guard. */
 export interface GuardState {
-  /**
-   * The configured store the marks are for (a database's name, a SQLite file): marks of
-   * another (leaf.jdbc.url changed, a file copied between instances of different stores) are
-   * dropped at start, not taken for a failover. segment-mode.ts sets it.
-   */
+  /** The configured store the marks are for: marks of another are dropped at start, not taken for a failover. */
   where?: string
   store?: string
-  /**
-   * Tag -> its mark, as a decimal string: what a stop writes is the part served (the highest ID
-   * served + 1), since it holds nothing any more.
-   */
+  /** Tag -> mark (decimal). After a stop, only the served part: a stopped instance holds nothing. */
   marks: Record<string, string>
-  /**
-   * Set when the stop came during a hold, or with raises owed: the wall-clock ms the hold
-   * ends. The next life holds until then, and pushes its marks again first.
-   */
+  /** Wall-clock ms a hold (or raises owed) at the stop ends; the next start holds until then. */
   heldUntil?: number
 }
 
@@ -72,10 +37,7 @@ export interface GuardView {
   holdingMs: number
   /** Wall-clock ms the hold ends, while one lasts. */
   holdEndsAt?: number
-  /**
-   * Where the store can lose committed allocations: the bound on serving the buffer without
-   * confirming the store (ms), and how long ago it was last confirmed (ms; Infinity: never).
-   */
+  /** The serving bound and ms since the store was last confirmed, where the bound applies. */
   unconfirmed?: { boundMs: number, sinceMs: number }
   /** Tags whose mark is still to be pushed into the table. */
   raisesOwed: number
@@ -121,57 +83,27 @@ export interface MarksSnapshot {
 const RAISE_CONCURRENCY = 4
 
 export interface MaxIdGuard {
-  /**
-   * Before an allocation: pushes marks still owed, and rejects (AllocationHeld) while any is,
-   * or while the hold lasts. Resolves the epoch to hand to admit().
-   */
+  /** Pushes marks owed; rejects (AllocationHeld) while any is, or during a hold. Resolves the epoch for admit(). */
   beforeAllocate (): Promise<number>
   /** Whether the allocated range `[first, end)` may be served; false starts (or extends) a hold. */
   admit (key: string, first: bigint, end: bigint, store: string | undefined, epoch: number): Promise<boolean>
   /** At each refresh: a store of another identity starts a hold. */
   checkStore (): Promise<void>
-  /**
-   * Before the refresh's read of the rows: pushes marks still owed (a failed push, a hold
-   * carried from the last life), then takes the marks to compare the rows with (checkRows).
-   */
+  /** Before a refresh reads the rows: pushes marks owed, then snapshots the marks for checkRows(). */
   marksBeforeRead (): Promise<MarksSnapshot>
-  /**
-   * After the refresh's read and checkStore(): a row below this instance's mark for its tag
-   * went back (a hand edit, a failover the identity does not show): a regression, whatever
-   * answered. A refresh that leaves every mark pushed confirms the store as of `before.at`.
-   */
+  /** A row below its mark is a regression whatever answered (a hand edit); a clean refresh confirms the store. */
   checkRows (rows: readonly TagRow[], before: MarksSnapshot): Promise<void>
-  /**
-   * Bounds serving without the store (ms; undefined: no bound): where the store can lose
-   * committed allocations, the buffer is served only within this long of the last time the
-   * store's identity was confirmed (servingUntil).
-   */
+  /** Bounds serving without a confirmed store (ms; undefined: no bound). */
   boundServing (boundMs: number | undefined): void
-  /**
-   * The monotonic ms up to which the buffer may be served: the last confirmation's send time
-   * plus the bound; Infinity when unbounded. The generator reads it on every request.
-   */
+  /** Monotonic ms up to which the buffer may be served; Infinity when unbounded. Read on every request. */
   readonly servingUntil: number
-  /**
-   * Called when the buffer must be dropped (the regression was pushed too late to protect it);
-   * `drop` answers how many IDs it dropped.
-   */
+  /** Called to drop the buffer when a regression's marks were pushed too late to protect it. */
   onVoid (drop: () => number): void
-  /**
-   * Ranges this instance holds that were not allocated through admit() (those the last stop
-   * parked): the mark covers them.
-   */
+  /** Ranges held but not allocated through admit() (those the last stop parked). */
   holds (key: string, end: bigint): void
-  /**
-   * At a stop, once the tag's unused IDs are given back, parked or lost: the instance holds
-   * nothing of it any more, and served up to `servedEnd` (highest ID served + 1; 0n: none in
-   * this life). The mark becomes the served part, of this life or an earlier one.
-   */
+  /** At a stop: the tag holds nothing any more, and the mark drops to what was served (`servedEnd`). */
   released (key: string, servedEnd: bigint): void
-  /**
-   * Whether ranges parked by the last life may be taken: not once a failover was seen, since a
-   * claim's DELETE the old store never passed on would let them be taken twice.
-   */
+  /** Not once a failover was seen: a claim's DELETE the old store never passed on would let a range be taken twice. */
   parkedUsable (): boolean
   state (): GuardState
   view (): GuardView
@@ -183,7 +115,7 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
   for (const [key, mark] of Object.entries(options.saved?.marks ?? {})) {
     if (/^\d+$/.test(mark)) marks.set(key, BigInt(mark))
   }
-  /** What earlier lives served, the floor of a mark that released() puts back. */
+  /** What earlier runs served: released() never puts a mark below it. */
   const servedBefore = new Map(marks)
   let known = options.saved?.store
   let holdUntil = 0
@@ -192,7 +124,7 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
   let last: Regression | undefined
   const owed = new Set<string>()
   let pushing: Promise<void> | undefined
-  // A stop during a hold: the peers may not have pushed yet, so this life holds as long, and
+  // A stop during a hold: the peers may not have pushed yet, so this run holds as long, and
   // pushes its own marks again (a raise is idempotent).
   const heldUntil = options.saved?.heldUntil
   if (typeof heldUntil === 'number') {
@@ -200,12 +132,8 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
     for (const key of marks.keys()) owed.add(key)
   }
 
-  // Serving without the store, where it can lose committed allocations (docs/production.md,
-  // "An instance cut off from the store"): the buffer serves only within `bound` of the send
-  // time of the last refresh that confirmed the store (its identity, every row at or above the
-  // marks, nothing owed). A peer that sees a failover holds for as long (the bound is the hold),
-  // and the store it confirmed last was alive when that refresh was sent, so this instance stops
-  // serving before any peer's hold ends. Infinity: no bound.
+  // The buffer serves only within `bound` of the last confirming refresh's send time, so this
+  // instance stops before any peer's hold ends. Why: docs/production.md#an-instance-cut-off-from-the-store
   let bound = Infinity
   let confirmedAt = -Infinity
   let servingUntil = Infinity
@@ -216,11 +144,7 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
     if (at > confirmedAt) confirmedAt = at
     servingUntil = bound === Infinity ? Infinity : confirmedAt + bound
   }
-  /**
-   * After a regression's marks are pushed: a push that landed past servingUntil may have come
-   * after a peer's hold ended, and a peer may have allocated the ranges this instance holds.
-   * They are dropped, never served (IDs lost, none twice).
-   */
+  /** A push that landed past servingUntil may come after a peer allocated what this instance holds: drop it. */
   function afterPush (): void {
     if (!voidCheck || owed.size > 0) return
     voidCheck = false
@@ -234,7 +158,6 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
 
   /** Raises the tags owed, one push at a time; a push under way when another regression comes is followed by one more. */
   async function pushMarks (): Promise<void> {
-    // (`pushing` is cleared by the push it names, when it settles.)
     for (let under = pushing; under !== undefined; under = pushing) await under
     if (owed.size === 0) return
     pushing = (async () => {
@@ -243,7 +166,7 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
         await Promise.all(keys.slice(i, i + RAISE_CONCURRENCY).map(async (key) => {
           const mark = marks.get(key)
           if (mark === undefined) return owed.delete(key)
-          // A raise that lands on the store of an earlier failover pays nothing of this one.
+          // A raise sent before a newer failover does not count: it may have reached the old store.
           const asked = epoch
           try {
             await store.raiseMaxId(key, mark)
@@ -329,8 +252,7 @@ export function createMaxIdGuard (options: MaxIdGuardOptions): MaxIdGuard {
       return { marks: new Map(marks), epoch, busy: owed.size > 0 || pushing !== undefined, at: monotonic() }
     },
     async checkRows (rows, before) {
-      // Pushes under way at the read: a row may be read before its raise lands; the next
-      // refresh looks again.
+      // A row may have been read before its raise landed; the next refresh looks again.
       if (before.busy) return
       // A regression since the read (the identity this refresh read, an allocation) pushed
       // every mark: each row is at or above it now, and there is nothing to compare.

@@ -9,12 +9,9 @@ export const HISTORY_BUCKETS = 90
 const MIN_SAMPLE_MS = 100
 
 /**
- * The least rate (IDs/s) at which a tag's horizon is given in seconds (/cache, /api/cache and
- * leaf_segment_buffer_seconds); under it the tag is idle: its buffered count alone, and +Inf in
- * the gauge. Rates are sampled once a second (RATE_SAMPLE_MS), so a second with any ID issued
- * reads about 1 ID/s or more: a rate under it is the remnant of an earlier burst, which falls by
- * e every 20 s and never reaches 0. Divided by it, the buffer would last ever more seconds, a
- * different figure on every load (61,597 IDs at 0.0000285 IDs/s: 2,160,684,850.9 s).
+ * Under this rate (IDs/s) a tag is idle and its horizon has no seconds figure: with samples a
+ * second apart, a lower rate is only the decaying remnant of a burst, which never reaches 0 and
+ * would give ever larger figures (61,597 IDs at 0.0000285 IDs/s: 2,160,684,850.9 s).
  */
 export const MIN_HORIZON_RATE = 1
 
@@ -24,22 +21,15 @@ export function horizonSeconds (v: { rate: number, bufferSeconds: number }): num
 }
 
 export class RateMeter {
-  /**
-   * IDs per second for the horizon: a burst raises it at once (the rate since the last
-   * sample, when higher), a quieter spell lets it decay over about a minute.
-   */
+  /** IDs/s for the horizon: a burst raises it at once, a quieter spell lets it decay over a minute. */
   rate = 0
   private lastCount = 0
   private lastAt = Number.NaN
-  /**
-   * IDs issued per history bucket, a ring; `bucketAt` is the start of the newest bucket. Made at
-   * the first sample after the first: of 100,000 tags, those never asked for keep none.
-   */
+  /** A ring of IDs per bucket, made lazily: of 100,000 tags, those never asked for keep none. */
   private buckets: Float64Array | undefined
   private newest = 0
   private bucketAt = Number.NaN
 
-  /** Takes the tag's count of issued IDs at monotonic time `now` (ms). */
   sample (count: number, now: number): void {
     if (Number.isNaN(this.lastAt)) {
       this.lastAt = now

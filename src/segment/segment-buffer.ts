@@ -1,6 +1,5 @@
-// The segments one business tag holds: Java Leaf's SegmentBuffer, grown from two segments
-// into a chain kept a number of seconds of traffic ahead (buffer-horizon.ts decides when
-// to load). The first segment is the current one; loads are appended behind the last.
+// Java Leaf's SegmentBuffer, grown from two segments into a chain kept a number of seconds of
+// traffic ahead (docs/segment-mode.md#the-buffer-horizon). The first segment is the current one.
 
 import type { IdRange } from '../id-range.js'
 import { RateMeter } from './rate-meter.js'
@@ -71,28 +70,15 @@ export class Segment {
 const NO_SEGMENT = new Segment(0n, 0)
 
 /**
- * Whether a tag hands out IDs:
- * - 'empty': it holds no segment (never loaded, or its segments were dropped after a
- *   failover): its next load is a first load, at the table's step, and starts serving.
- * - 'serving': takes come from the current segment (the fast path reads only this).
- * - 'stopped': shutdown() stopped it. Nothing is served any more; a load that lands still
- *   joins the chain, so that the stop gives its IDs back.
+ * 'empty': no segment; the next load is a first load, at the table's step.
+ * 'stopped': shutdown() stopped it; a load that lands still joins the chain, to be given back.
  */
 export type ServingState = 'empty' | 'serving' | 'stopped'
 
-/**
- * Whether the store still reserves ranges for the tag; 'missing' and 'ended' are final:
- * - 'missing': a load found no leaf_alloc row (the generator drops the tag).
- * - 'ended': max_id cannot move by its step without passing 2^63 - 1. The tag serves what
- *   it holds, then answers ID_SPACE_EXHAUSTED.
- */
+/** Final once not 'open': 'missing' (no leaf_alloc row), 'ended' (max_id would pass 2^63 - 1). */
 export type SupplyState = 'open' | 'missing' | 'ended'
 
-/**
- * One tag's chain of segments and its two states (ServingState, SupplyState). The loader,
- * the load retry and the generator move it through the transitions below; what they read
- * back is read-only.
- */
+/** One tag's chain of segments; other modules move it only through the transitions below. */
 export class SegmentBuffer {
   readonly key: string
   readonly rate = new RateMeter()
@@ -174,7 +160,6 @@ export class SegmentBuffer {
     return this.#retryAt
   }
 
-  /** The last successful load's duration (s). */
   get lastLoadSeconds (): number {
     return this.#lastLoadSeconds
   }
@@ -187,7 +172,6 @@ export class SegmentBuffer {
     return this.#segments[0] ?? NO_SEGMENT
   }
 
-  /** A segment is loaded behind the current one. */
   get nextReady (): boolean {
     return this.#segments.length > 1
   }
@@ -197,32 +181,23 @@ export class SegmentBuffer {
     return this.#state !== 'serving' && this.#segments.length === 0 && this.#failedLoads === 0
   }
 
-  /**
-   * The highest ID handed out + 1; 0n when none was. The chain serves in order, each segment
-   * above the last, so it is the current segment's next ID once it served one.
-   */
+  /** The highest ID handed out + 1; 0n when none was. */
   get servedEnd (): bigint {
     const current = this.currentSegment
     return current.pos > 0 ? current.value : this.#usedEnd
   }
 
-  /** IDs handed out since the first load. */
   get issued (): number {
     return this.#consumed + this.currentSegment.pos
   }
 
-  /** IDs held and not handed out yet, in every loaded segment. */
   get buffered (): number {
     let n = 0
     for (const s of this.#segments) n += s.idle
     return n
   }
 
-  /**
-   * The first load asked for what the last stop parked (once per tag): `parked` (maybe none)
-   * becomes the chain of a buffer that holds none. The steps stay unset: the next load uses
-   * the table's.
-   */
+  /** The first load took what the last stop parked (maybe none); the steps stay unset, so the next load uses the table's. */
   claimedParked (parked: Segment[]): void {
     this.#claimed = true
     if (parked.length === 0) return
@@ -238,10 +213,7 @@ export class SegmentBuffer {
     this.#startServing()
   }
 
-  /**
-   * A later load landed: `segment` joins the end of the chain, reserved with the adapted
-   * step, and starts the step clock at `at` (wall-clock ms).
-   */
+  /** `at` (wall-clock ms) restarts the step adaptation's clock. */
   appendLoaded (segment: Segment, tableStep: number, at: number): void {
     this.#updateTimestamp = at
     this.#step = segment.step
@@ -254,7 +226,6 @@ export class SegmentBuffer {
     if (this.#state === 'empty') this.#state = 'serving'
   }
 
-  /** Drops the used-up current segment; the next one becomes current. */
   switchSegment (): void {
     const used = this.#segments.shift()
     if (used !== undefined) {
@@ -263,10 +234,7 @@ export class SegmentBuffer {
     }
   }
 
-  /**
-   * Drops every segment held, unserved: a store failover seen too late to protect them (the
-   * max_id guard). What was served stays counted; the next take loads anew.
-   */
+  /** A store failover seen too late to protect the segments held: they are never served. */
   dropSegments (): void {
     const current = this.#segments[0]
     if (current !== undefined && current.pos > 0) {
@@ -282,12 +250,10 @@ export class SegmentBuffer {
     this.#state = 'stopped'
   }
 
-  /** A load found no leaf_alloc row for the tag. */
   markMissing (): void {
     if (this.#supply === 'open') this.#supply = 'missing'
   }
 
-  /** A load found that max_id cannot move any more. */
   markEnded (): void {
     if (this.#supply === 'open') this.#supply = 'ended'
   }
@@ -301,14 +267,12 @@ export class SegmentBuffer {
     if (this.#loading === load) this.#loading = undefined
   }
 
-  /** A load succeeded in `seconds`: the backoff is over. */
   loadSucceeded (seconds: number): void {
     this.#backoffMs = 0
     this.#retryAt = 0
     this.#lastLoadSeconds = seconds
   }
 
-  /** A load failed: no new one starts before `retryAt`, `backoffMs` after the failure. */
   loadFailed (backoffMs: number, retryAt: number): void {
     this.#backoffMs = backoffMs
     this.#retryAt = retryAt

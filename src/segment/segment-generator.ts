@@ -23,32 +23,17 @@ export interface SegmentGeneratorOptions {
   logger: Logger
   /** Wall-clock ms, used only for the step adaptation (Leaf's updateTimestamp); injectable for tests. */
   clock?: () => number
-  /**
-   * Monotonic ms for everything else: wait deadlines, the backoff, load durations. A wall
-   * clock stepped back (NTP) would otherwise hold waiting callers and preloads for as long.
-   */
+  /** Monotonic ms for everything else: a wall clock stepped back (NTP) would stall waits and preloads. */
   monotonic?: () => number
   waitTimeoutMs: number
   refreshIntervalMs: number
   loadTimeoutMs?: number
-  /** Backoff between failed loads while callers wait, doubling from min to max. */
   retryMinMs?: number
   retryMaxMs?: number
-  /**
-   * Seconds of each tag's recent issue rate kept buffered, counting every loaded segment
-   * (leaf.segment.buffer-seconds). 0: Leaf's double buffer alone.
-   */
   bufferSeconds?: number
-  /** Most segments a tag holds, the current one included (leaf.segment.max-buffered-segments); 2 is Leaf's double buffer. */
   maxBufferedSegments?: number
-  /**
-   * The hand-over between one run of the instance and the next (its warm-start file): each
-   * tag's first load takes what the last run parked under `claimFrom`; what this stop cannot
-   * give back to max_id is parked under `parkAs`, new for each run (docs/segment-mode.md,
-   * "Giving the remainder back"). Undefined: no hand-over.
-   */
+  /** Park ids of the last run and this one: docs/segment-mode.md#giving-the-remainder-back. */
   handover?: { claimFrom: string | undefined, parkAs: string }
-  /** How often rates are sampled (ms); tests shorten it. */
   rateSampleMs?: number
   /** Refuses ranges from a store that went back (a failover); undefined: every range is served. */
   guard?: MaxIdGuard
@@ -60,38 +45,24 @@ export interface ShutdownResult {
   warmTags: string[]
 }
 
-/** The generator: IDs, the tag list, the warm start and the stop; its views of the tags are TagViews (segment-views.ts). */
 export interface SegmentGenerator extends TagViews {
   /** Loads the tag list (retrying in the background on failure) and starts the refresh timer. */
   init (): Promise<boolean>
   readonly initialized: boolean
   /** The next ID of a tag: synchronous while the current segment has IDs left. */
   next (key: string): Id | Promise<Id>
-  /** `count` increasing IDs of a tag, crossing into further segments as needed. */
   nextBatch (key: string, count: number): Id[] | Promise<Id[]>
-  /**
-   * The same IDs as ranges of consecutive IDs, one per segment they come from: synchronous
-   * while the current segment holds the whole batch.
-   */
+  /** The same IDs as one range per segment they come from. */
   nextRanges (key: string, count: number): IdRange[] | Promise<IdRange[]>
-  /** Re-reads the tag list: adds new tags, drops removed ones. */
   refreshTags (): Promise<void>
   /** Makes a tag servable at once (after it was inserted in the store). */
   addTag (key: string): void
   has (key: string): boolean
-  /** How long ago the rates were last sampled (ms). */
   ratesAgeMs (): number
-  /**
-   * Loads the first segment of each tag (a warm start). The promise settles when each has
-   * loaded or failed, within the wait timeout.
-   */
+  /** Loads the first segment of each tag; settles when each loaded or failed, within the wait timeout. */
   warm (tags: readonly string[]): Promise<void>
-  /** True while warm() runs. */
   readonly warming: boolean
-  /**
-   * A graceful stop: stops serving, waits for loads in flight, and gives back what it can of
-   * each tag's unused IDs (see giveBackTail), all within `budgetMs`.
-   */
+  /** Stops serving, waits for loads in flight and gives back unused IDs, within `budgetMs`. */
   shutdown (budgetMs: number): Promise<ShutdownResult>
   /** Stops serving and the timers, without giving anything back (shutdown() does both). */
   close (): void
@@ -115,8 +86,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     guard,
   } = options
   const buffers = new Map<string, SegmentBuffer>()
-  // A database that stays down fails a load per tag per backoff, and the tag list every
-  // second: one line per cause per 30 s, with how many were held back.
+  // A database that stays down would log a failed load per tag per backoff.
   const throttle = createLogThrottle(logger)
   /** Set by shutdown() and close(): every buffer is stopped, those added later too. */
   let stopping = false
@@ -139,10 +109,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
   const rateTimer = setInterval(sampleRates, rateSampleMs)
   rateTimer.unref()
 
-  /**
-   * Throws STORE_UNCONFIRMED past the bound on serving without the store (max-id-guard.ts
-   * boundServing): one comparison per request, and a clock read only where a bound applies.
-   */
+  /** STORE_UNCONFIRMED past the serving bound; reads the clock only where a bound applies (hot path). */
   function checkServing (): void {
     if (guard === undefined) return
     const until = guard.servingUntil
@@ -186,11 +153,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     return take(buf, count)
   }
 
-  /**
-   * Takes `count` IDs, waiting for loads as needed. A caller that gets nothing for the wait
-   * timeout fails, however many loads others used up meanwhile; a batch that makes progress
-   * gets a new wait for each further segment.
-   */
+  /** A caller fails after a wait timeout with nothing; a batch that makes progress gets a new wait. */
   async function take (buf: SegmentBuffer, count: number): Promise<IdRange[]> {
     const ranges: IdRange[] = []
     let taken = 0
@@ -224,7 +187,6 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     return buf
   }
 
-  /** Stops serving every tag, and the timers. */
   function stop (): void {
     stopping = true
     tagList.close()
@@ -236,10 +198,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     return (ranges[0] as IdRange).first
   }
 
-  /**
-   * A background load, when the plan still wants one (the rate may have moved since it was
-   * made); skipped while a failed load backs off.
-   */
+  /** Asks the plan again: the rate may have moved since it was made. */
   function preload (buf: SegmentBuffer): void {
     if (monotonic() < buf.retryAt || stopping || buf.ended) return
     if (wantsLoad(buf)) startLoad(buf)
@@ -250,8 +209,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     const now = monotonic()
     sampledAt = now
     for (const buf of buffers.values()) {
-      // A tag never loaded has issued nothing: its meter starts at its first load
-      // (segment-loader.ts), and 100,000 such tags cost a loop, not 100,000 samples.
+      // Tags never loaded are skipped: 100,000 of them cost a loop, not 100,000 samples.
       if (!buf.serving) continue
       buf.rate.sample(buf.issued, now)
       if (bufferSeconds > 0 && !stopping) plan(buf)

@@ -25,12 +25,10 @@ export interface SegmentLoaderOptions {
   clock: () => number
   monotonic: () => number
   loadTimeoutMs: number
-  /** Where the first load claims parked ranges from (see SegmentGeneratorOptions.handover). */
   handover: { claimFrom: string | undefined } | undefined
   guard: MaxIdGuard | undefined
   /** The generator's tags: one the store no longer has is dropped from it. */
   buffers: Map<string, SegmentBuffer>
-  /** Plans the tag's next load again (the buffer horizon). */
   plan: (buf: SegmentBuffer) => void
 }
 
@@ -38,8 +36,7 @@ export function createSegmentLoader (options: SegmentLoaderOptions): (buf: Segme
   const { store, logger, clock, monotonic, loadTimeoutMs, handover, guard, buffers, plan } = options
 
   /**
-   * Java Leaf's updateSegmentFromDb: reserve a range, adapting the step to the load rate, and
-   * append it to the tag's chain. One load runs at a time per tag, so segments join the
+   * Java Leaf's updateSegmentFromDb. One load runs at a time per tag, so segments join the
    * chain in the order the table reserved them, each above the last.
    */
   async function loadSegment (buf: SegmentBuffer): Promise<void> {
@@ -47,9 +44,8 @@ export function createSegmentLoader (options: SegmentLoaderOptions): (buf: Segme
     let nextStep: number | undefined
     const allocate = (adapted?: { step: number, tableStep: number }) =>
       withTimeout(store.allocate(buf.key, adapted), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
-    // A tag's first load takes what the last stop of this identity parked, once: those IDs
-    // were reserved before and are above every ID that stop handed out.
-    // Also held by a store failover (the guard refuses before it answers), and never after one.
+    // A tag's first load takes what the last stop parked: above every ID that stop handed out.
+    // Never after a failover: the old store may not have passed on a claim's DELETE.
     const epoch = guard === undefined ? 0 : await guard.beforeAllocate()
     if (handover?.claimFrom !== undefined && !buf.claimed && buf.segments.length === 0 && guard?.parkedUsable() !== false) {
       const claimed = await withTimeout(store.claimParked(buf.key, handover.claimFrom, PARKED_MAX_AGE_MS), loadTimeoutMs, `store did not answer within ${loadTimeoutMs} ms`)
@@ -108,11 +104,7 @@ export function createSegmentLoader (options: SegmentLoaderOptions): (buf: Segme
   return loadSegment
 }
 
-/**
- * Java Leaf's step rule, from the third load on: loads less than 15 minutes apart double the
- * step (up to MAX_STEP), 15 to 30 minutes keep it, more than 30 halve it (never below the
- * table's step).
- */
+/** Java Leaf's step rule, from the third load on: docs/segment-mode.md#segment-mode. */
 export function adaptStep (step: number, minStep: number, sinceLastLoadMs: number): number {
   if (sinceLastLoadMs < SEGMENT_DURATION_MS) return step * 2 > MAX_STEP ? step : step * 2
   if (sinceLastLoadMs < SEGMENT_DURATION_MS * 2) return step

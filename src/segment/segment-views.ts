@@ -86,10 +86,7 @@ export function neverLoaded (v: { initOk: boolean, segments: readonly unknown[],
   return !v.initOk && v.segments.length === 0 && v.failedLoads === 0
 }
 
-/**
- * The page `query` asks for, with a view made for each of its tags only: with 100,000 tags in
- * memory a view costs what the page shows, not what exists. `rateOf` is the tag's current rate.
- */
+/** Views are made for the page's tags only: with 100,000 tags, a page costs what it shows. */
 export function viewPage (buffers: Iterable<SegmentBuffer>, rateOf: (buf: SegmentBuffer) => number, query: ViewQuery): ViewPage {
   const needle = query.search.toLowerCase()
   const rows: { buf: SegmentBuffer, rate: number }[] = []
@@ -107,14 +104,9 @@ export function viewPage (buffers: Iterable<SegmentBuffer>, rateOf: (buf: Segmen
 
 /** What the generator shows of its tags, for the views and the metrics. */
 export interface TagViews {
-  /**
-   * The tags' views: `history: false` leaves out the history; `loaded: true` leaves out the
-   * tags never loaded (neverLoaded()), which have nothing to show.
-   */
+  /** `loaded: true` leaves out tags never loaded, which have nothing to show. */
   views (options?: { history?: boolean, loaded?: boolean }): SegmentBufferView[]
-  /** One tag's view; undefined when the tag is not in memory. */
   view (key: string, options?: { history?: boolean }): SegmentBufferView | undefined
-  /** The tags in memory, loaded or not. */
   tagCount (): number
   /** A page of the views, the busiest tags first: what /cache and /api/cache show. */
   viewPage (query: ViewQuery): ViewPage

@@ -1,8 +1,7 @@
 import type { HostState } from '../database/host-census.js'
 import type { TlsSession } from '../database/tls-options.js'
 
-// What the segment generator needs from a database. The generator does not know
-// which store is behind it: MySQL/MariaDB (mysql-store.ts) or SQLite (sqlite-store.ts).
+// What the segment generator needs from a database; stores/ holds the implementations.
 
 /** A `leaf_alloc` row after `max_id` was moved: the segment is `[maxId - step, maxId)`. */
 export interface Allocation {
@@ -51,47 +50,25 @@ export interface TagRow {
 }
 
 export interface SegmentStore {
-  /**
-   * `SELECT biz_tag, max_id FROM leaf_alloc`: the refresh compares each `max_id` with this
-   * instance's mark for the tag (segment/max-id-guard.ts), whatever store answered.
-   */
+  /** Every tag and its `max_id`; the refresh compares each with this instance's mark. */
   getAllTags (): Promise<TagRow[]>
   /**
-   * Moves `max_id` and reads the row back, atomically: by the table's own step, or by
-   * `adapted.step` while the table's step is still `adapted.tableStep`. A table step changed
-   * since (a PATCH, an UPDATE by hand) is used as it is, so a new step applies from the next
-   * load. Resolves undefined when the tag is not in the table.
+   * Moves `max_id` and reads the row back, atomically: by `adapted.step` only while the table's
+   * step is still `adapted.tableStep`, so a step changed in the table applies from the next load.
+   * Undefined when the tag is not in the table.
    */
   allocate (key: string, adapted?: AdaptedStep): Promise<Allocation | undefined>
-  /**
-   * `UPDATE leaf_alloc SET max_id = GREATEST(max_id, atLeast)`: puts a row that went back (a
-   * promoted replica missing allocations) above IDs served from it. Never lowers it. Resolves
-   * whether the tag exists.
-   */
+  /** `max_id = GREATEST(max_id, atLeast)`, after a failover; never lowers it. Resolves whether the tag exists. */
   raiseMaxId (key: string, atLeast: bigint): Promise<boolean>
-  /**
-   * Who holds the rows: a server (where it listens, its server_id) or a Galera cluster (its
-   * state UUID); a change is a failover (segment/max-id-guard.ts). Undefined where the store
-   * cannot tell (the embedded SQLite file).
-   */
+  /** Who holds the rows (a server, a Galera cluster): a change is a failover. Undefined where the store cannot tell. */
   identity (): Promise<string | undefined>
-  /**
-   * Gives unused IDs back: `UPDATE leaf_alloc SET max_id = firstUnused WHERE biz_tag = ? AND
-   * max_id = end`, a compare-and-set that holds only while no other instance reserved a
-   * segment after the one ending at `end`. Resolves whether it did.
-   */
+  /** Compare-and-set `max_id = firstUnused WHERE max_id = end`; false when someone reserved after `end`. */
   giveBack (key: string, end: bigint, firstUnused: bigint): Promise<boolean>
-  /**
-   * Keeps ranges a stopping instance held and never handed out, and could not return to
-   * max_id, for the next start with the same identity (`owner`): rows of leaf_alloc_parked.
-   * Resolves false when there is no such table and it may not be created.
-   */
+  /** Parks unreturned ranges for the next start of `owner`; false when leaf_alloc_parked is missing and cannot be made. */
   park (key: string, owner: string, ranges: readonly UnusedRange[]): Promise<boolean>
   /**
-   * Takes the ranges `owner` parked for `key` within the last `maxAgeMs`, lowest first, and
-   * deletes them in the same transaction, with the tag's older rows: each range is taken
-   * once, whoever else asks. Resolves undefined when there is no such table and it may not
-   * be created.
+   * Takes (lowest first) and deletes, in one transaction, what `owner` parked for `key` within
+   * `maxAgeMs`, so each range is taken once. Undefined when there is no parked table.
    */
   claimParked (key: string, owner: string, maxAgeMs: number): Promise<UnusedRange[] | undefined>
   /** All rows, for the `/db` views. */
@@ -102,16 +79,9 @@ export interface SegmentStore {
   createTag (tag: NewTag): Promise<LeafAllocRow | undefined>
   /** Changes a tag's step and/or description (never max_id); undefined when it does not exist. */
   updateTag (key: string, changes: TagChanges): Promise<LeafAllocRow | undefined>
-  /**
-   * The store's replication, read off the server, and what a failover of it can cost an ID
-   * service, in one line for the start's log. Absent where nothing replicates (SQLite).
-   */
+  /** The store's replication and what a failover of it can cost, one line for the start's log (not SQLite). */
   topology? (): Promise<string>
-  /**
-   * Every host of the store's list and what it answers now: writable, read-only or unknown (no
-   * answer within the query timeout), each read over a connection of its own, all at once.
-   * Absent where the store has one server it cannot fail over from (SQLite, PostgreSQL).
-   */
+  /** Every host of the list and what it answers now (writable, read-only, unknown); MySQL only. */
   hosts? (): Promise<HostState[]>
   /** The host statements go to now (`host:port`), where the store has a list of them. */
   hostInUse? (): string
@@ -122,12 +92,7 @@ export interface SegmentStore {
   close (): Promise<void>
 }
 
-/**
- * Whether a store of this topology() line can lose committed allocations in a promotion: the
- * lines of asynchronous replication (MySQL/MariaDB with a binary log and neither Galera nor
- * semi-synchronous replication, PostgreSQL streaming to asynchronous standbys) begin so. A
- * single server, Galera and semi-synchronous replication keep serving their buffers unbounded.
- */
+/** Whether a promotion of this topology() can lose committed allocations (async replication). */
 export function canLoseWrites (topology: string): boolean {
   return topology.startsWith('asynchronous')
 }

@@ -10,9 +10,7 @@ export interface TagListOptions {
   store: SegmentStore
   logger: Logger
   throttle: LogThrottle
-  /** The generator's tags, which the refresh adds to and drops from. */
   buffers: Map<string, SegmentBuffer>
-  /** A buffer for a tag the list adds. */
   newBuffer: (key: string) => SegmentBuffer
   guard: MaxIdGuard | undefined
   refreshIntervalMs: number
@@ -21,10 +19,8 @@ export interface TagListOptions {
 export interface TagList {
   /** Loads the tag list (retrying in the background on failure) and starts the refresh timer. */
   init (): Promise<boolean>
-  /** True once the tag list was read. */
   readonly initialized: boolean
   refreshTags (): Promise<void>
-  /** Stops the refresh timer. */
   close (): void
 }
 

@@ -1,11 +1,5 @@
-// The warm-start file: the id the last graceful stop parked its unused IDs under, and the
-// tags that served in the last minute before it, so the next start takes those IDs and loads
-// those tags before it turns ready. It holds no ranges: what a stop parks is in the database,
-// taken there by one start only, so a copied or restored file can cost a load, never an ID
-// twice. It also keeps what the max_id guard knew (max-id-guard.ts): each tag's highest
-// ID served + 1 and the store's identity, so a store that went back while the instance was
-// stopped is seen at its next start. (A file older than the marks costs nothing: a mark is a
-// lower bound, and an older one a lower one.)
+// The warm-start file (docs/segment-mode.md#warm-start). It holds no ranges, so a copied or
+// restored file can cost a load, never an ID twice; an older file's marks are lower bounds too.
 
 import { accessSync, constants, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs'
 import { dirname } from 'node:path'
@@ -15,18 +9,14 @@ import type { GuardState } from './max-id-guard.js'
 export const WARM_WINDOW_MS = 60_000
 
 export interface WarmState {
-  /** The id the last stop parked under (random, a new one each life). */
+  /** The id the last stop parked under (random, a new one each run). */
   owner: string
   tags: string[]
   guard?: GuardState
   hostList?: HostListState
 }
 
-/**
- * What a host list (leaf.jdbc.url's `h1,h2`) keeps across lives (segment/host-fence.ts): the
- * host last used, where the next start begins, and the stores failed over from, never written
- * again. Written at a graceful stop, and at once when a store is left.
- */
+/** A host list's host in use and stores left; written at a graceful stop and when a store is left. */
 export interface HostListState {
   /** The configured store it is for, as GuardState.where. */
   where: string
@@ -58,12 +48,7 @@ export function readWarmState (path: string): WarmState | undefined {
   }
 }
 
-/**
- * Why the file could not be written at the next stop, checked at start so that a folder
- * nobody may write refuses the start rather than losing the file a graceful stop writes:
- * the nearest folder that exists (the file's own, or the one its folder will be made in)
- * must be a folder, and writable.
- */
+/** Checked at start, so that an unwritable folder refuses the start rather than losing the file at the stop. */
 export function stateFolderProblem (path: string): string | undefined {
   const folder = dirname(path)
   let existing = folder

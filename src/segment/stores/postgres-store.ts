@@ -3,12 +3,9 @@ import { codeOf, SqlState } from '../../database/driver-errors.js'
 import { createPostgresRunner, pgStoreId, type PgServer, type PostgresOptions } from '../../database/postgres-pool.js'
 import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type UnusedRange } from '../store.js'
 
-// The segment store on PostgreSQL: Java Leaf's table (sql/leaf_alloc.postgres.sql) and its
-// semantics, each reservation one statement: UPDATE ... RETURNING moves max_id and reads the
-// row back atomically, with the identity of the server that ran it (the timeline it writes on
-// now: postgres-pool.ts), so neither a transaction nor a second round trip is needed. A single
-// row UPDATE under READ COMMITTED waits for a concurrent one and then applies to the row it
-// left: no conflict to repeat, unlike Galera (mysql-store.ts).
+// Java Leaf's table on PostgreSQL. Each reservation is one UPDATE ... RETURNING, with the
+// identity of the server that ran it (docs/production.md#postgresql-the-timeline-the-server-writes-on-now).
+// Under READ COMMITTED a concurrent UPDATE waits and then applies: no conflict to repeat, unlike Galera.
 
 /** update_time in UTC whatever the session's zone (the pool's sessions are UTC anyway). */
 const NOW_UTC = "(now() AT TIME ZONE 'UTC')"

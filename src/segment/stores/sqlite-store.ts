@@ -49,10 +49,8 @@ const LEAF_TABLES = new Set(['leaf_alloc', 'leaf_alloc_parked', 'leaf_worker_lea
 
 export interface SqliteStoreOptions {
   /**
-   * The embedded default (an empty leaf.jdbc.url): its folder is made if missing, and a
-   * leaf_alloc made at this open gets the demo tags (SEED_ROWS). Any other path must be in a
-   * folder that exists, and a leaf_alloc made there starts empty, with a warning: a mistyped
-   * path never serves demo IDs, nor makes folders.
+   * Only the embedded default gets its folder made and the demo tags: a mistyped path of one's
+   * own never serves demo IDs, nor makes folders.
    */
   embeddedDefault?: boolean
   logger?: Pick<Logger, 'warn' | 'info'>
@@ -61,11 +59,8 @@ export interface SqliteStoreOptions {
 interface RowRecord { biz_tag: string, max_id: bigint, step: bigint, description: string | null, update_time: string }
 
 /**
- * The embedded store: one SQLite file (`path` absolute, or `:memory:`). A file with no
- * tables gets leaf_alloc, empty but for the embedded default's demo tags (SqliteStoreOptions);
- * a file with other programs' tables and no leaf_alloc is refused. Several processes may share
- * the file: writes run in IMMEDIATE transactions, and a write lock held elsewhere for longer
- * than BUSY_TIMEOUT_MS fails the call (SQLITE_BUSY).
+ * The embedded store: one SQLite file (`path` absolute, or `:memory:`), which several processes
+ * may share (IMMEDIATE write transactions). Another program's database is refused.
  */
 export function createSqliteStore (path: string, { embeddedDefault = false, logger }: SqliteStoreOptions = {}): SegmentStore {
   const where = `segment store sqlite:${path}`
