@@ -51,7 +51,6 @@ export class RecyclableLease implements WorkerLease {
   private readonly cacheFile: string
   /** Monotonic time by which issuing stops, unless a renewal confirms more. */
   private fenceAt = -Infinity
-  /** The wall clock's estimate of the lease's end, for the status. */
   private expiresAt: number | undefined
   /** The last issuedUntil the store confirmed. */
   private recorded = 0
@@ -82,7 +81,7 @@ export class RecyclableLease implements WorkerLease {
   private watched = new Map<number, { version: string, at: number }>()
   private handingBack: Promise<void> | undefined
   private storeError: Error | undefined
-  /** Ids the last pass gave back because their previous holder ran too far ahead. */
+  /** Ids the last pass gave back because their previous holder's clock ran too far ahead. */
   private readonly driftRefused = new Set<number>()
 
   private timer: NodeJS.Timeout | undefined
@@ -105,7 +104,7 @@ export class RecyclableLease implements WorkerLease {
     this.timer.unref()
   }
 
-  /** Renews; a lease another instance took is claimed again (any id), with no restart. */
+  /** Renews; a lease another instance took is claimed again (any id). */
   async heartbeat (): Promise<void> {
     if (this.closed || this.beating) return
     this.beating = true
@@ -133,8 +132,6 @@ export class RecyclableLease implements WorkerLease {
     })
     if (soonest !== undefined && soonest >= 0 && !this.closed) this.throttle.warn('exhausted', undefined, 'no worker id free to lease again: retried at the next heartbeat', { pool: this.options.pool.where })
   }
-
-  // The check on the ID path, the fence, and the renewal that moves it on.
 
   /** Before every new millisecond: refuses once the lease may have run out (a pause, a partition). */
   check (ms: number): void {
@@ -180,10 +177,7 @@ export class RecyclableLease implements WorkerLease {
     this.options.logger.warn({ workerId: this.workerId, why }, 'worker-id lease lost: snowflake issuing stopped')
   }
 
-  /**
-   * Extends the lease and records the millisecond issuing may reach before the fence this
-   * renewal sets: the store runs it after `sentAt`, so the lease lasts until sentAt + TTL.
-   */
+  /** The store runs a renewal after `sentAt`, so the lease lasts at least until sentAt + TTL. */
   private async renew (): Promise<boolean> {
     const sentAt = this.monotonic()
     const until = Math.max(this.options.clock() + (this.options.aheadMs ?? 0), this.admitted) + this.window
@@ -246,7 +240,6 @@ export class RecyclableLease implements WorkerLease {
 
   // The claims, and the hand-backs of claims given up on.
 
-  /** A token for a new claim: no statement of another claim matches it. */
   private newToken (): string {
     return `${this.instance}.${++this.claims}`
   }
@@ -326,8 +319,7 @@ export class RecyclableLease implements WorkerLease {
     const last = this.workerId >= 0 ? this.workerId : cached?.workerId
     this.driftRefused.clear()
     this.storeError = undefined
-    // Generated as the pass goes: a range may hold millions of ids (22 worker bits), and the
-    // pass seldom gets past the first.
+    // Lazy: a range may hold millions of ids, and the pass seldom gets past the first.
     const preferred = last !== undefined && last >= min && last <= max && takeable(known.get(last)) ? last : undefined
     function * candidates (): Generator<number> {
       if (preferred !== undefined) yield preferred
@@ -395,8 +387,7 @@ export class RecyclableLease implements WorkerLease {
       ? Math.max(Math.min(claimed.issuedUntil, this.admitted), this.floors.get(id) ?? claimed.issuedUntil)
       : claimed.issuedUntil
     claimed = { ...claimed, issuedUntil: last }
-    // A hand-back (below) whose answer never comes may run later: it names this claim's token
-    // alone, so it can free only this claim, which nothing takes up again.
+    // A hand-back that lands late names this claim's token alone: it frees only this claim.
     const handBack = async (): Promise<void> => {
       await this.options.pool.release(id, token, claimed.issuedUntil, claimed.by).catch(() => {
         this.abandoned.set(token, { workerId: id, issuedUntil: claimed.issuedUntil, by: claimed.by, until: this.monotonic() + 2 * this.ttl, settled: true })
@@ -431,9 +422,8 @@ export class RecyclableLease implements WorkerLease {
     // here), and nothing recorded for another id counts for this one.
     this.recorded = 0
     this.onWorkerChange?.(id, this.notBefore)
-    // The first renewal confirms the lease and records our issuedUntil: nothing is issued
-    // before it. (The claim's own expiry may have passed during a long wait above; then the
-    // renewal succeeds only if nobody claimed the id meanwhile.)
+    // Nothing is issued before the first renewal records our issuedUntil. If the claim expired
+    // during the wait, it succeeds only if nobody claimed the id meanwhile.
     if (!await this.renew()) {
       await handBack()
       // Never served: the next claim counts as claimed or reclaimed against the id served before.
