@@ -23,10 +23,7 @@ export function checkLayoutRecord (where: string, recorded: string | undefined, 
   }
 }
 
-/**
- * Leaf's fields, whatever the epoch (leaf.snowflake.twepoch was a setting before layouts were):
- * a name is not enough, `leaf,worker=8,sequence=14` is called `leaf` too.
- */
+/** Leaf's fields, whatever the epoch: the name alone is not enough (`leaf,worker=8` is called `leaf` too). */
 function hasLeafFields (layout: Layout): boolean {
   return layout.unit === 'ms' && layout.fields.map((field) => `${field.name}=${field.bits}${field.value === undefined ? '' : `:${field.value}`}`).join() === 'time=41,worker=10,sequence=12'
 }

@@ -1,6 +1,5 @@
 // The store side of the recyclable lease (recyclable-lease.ts), for zookeeper-lease and db-lease.
 
-/** One worker id of a pool, as the store sees it now. */
 export interface PoolSlot {
   workerId: number
   /** free: never leased, or released; expired: its holder's lease ran out; held: leased now. */
@@ -23,7 +22,7 @@ export interface Claimed {
   by?: string | undefined
 }
 
-/** The store side of the lease protocol. `owner` is the token of one claim. */
+/** `owner` is always the token of one claim. */
 export interface LeaseStore {
   /** For logs and the status: never a password. */
   readonly where: string

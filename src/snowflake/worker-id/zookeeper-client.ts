@@ -22,7 +22,6 @@ const OPEN_ACL: ACL[] = [new zookeeper.ACL(zookeeper.Permission.ALL, new zookeep
  */
 const CREATOR_ACL: ACL[] = [new zookeeper.ACL(zookeeper.Permission.ALL, new zookeeper.Id('auth', ''))]
 
-/** What a client authenticates as (leaf.snowflake.zk.auth). */
 interface Identity {
   /** The user of `digest:user:password`, or undefined without authentication. */
   user: string | undefined
@@ -236,7 +235,6 @@ export const zk = {
   setData: (client: Client, path: string, data: string) => call<unknown>((cb) => client.setData(path, Buffer.from(data), cb)),
   create: (client: Client, path: string, data: string, mode: number) => call<string>((cb) => client.create(path, Buffer.from(data), aclOf(client), mode, cb)),
   remove: (client: Client, path: string) => call<void>((cb) => client.remove(path, (err) => cb(err, undefined))),
-  /** Removes a node that may not exist. */
   async removeIfExists (client: Client, path: string): Promise<void> {
     try {
       await zk.remove(client, path)
