@@ -1,8 +1,6 @@
 /**
- * What the worker-id lease promises the generator: IDs may be issued for milliseconds up to
- * `issuableUntil`, because a restart waits past it. Past it, `extend(ms)` records `ms` first,
- * or throws (a LeafError) when the instance may not issue at all. A lease that loses its
- * worker id sets `issuableUntil` to -Infinity: issuing stops at the next ID.
+ * The lease's promise to the generator: up to `issuableUntil` is safe, because a restart waits
+ * past it; `extend(ms)` records more or throws. A lost lease sets it to -Infinity.
  */
 export interface IssueGuard {
   readonly issuableUntil: number

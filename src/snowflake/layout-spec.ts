@@ -1,8 +1,5 @@
 import { build, LAYOUT_PRESETS, layoutEnd, preset, type Layout, type LayoutContext, type LayoutField, type LayoutPreset, type LayoutSpec, type TimeUnit } from './layout.js'
 
-// leaf.snowflake.layout read: a preset, a preset with overrides or a custom spec, turned into a
-// Layout (layout.ts) and checked before any ID is made with it.
-
 /** The time field must outlast the start by this much (10 years of 365.25 days). */
 export const MIN_YEARS_LEFT = 10
 const YEAR_MS = 365.25 * 24 * 3600 * 1000
@@ -20,12 +17,7 @@ export class LayoutError extends Error {
   }
 }
 
-/**
- * `leaf.snowflake.layout`: a preset (`js-safe`), a preset with overrides
- * (`uid-generator,epoch=2022-01-01T00:00:00+08:00`, `uid-generator,time=31s,worker=23,sequence=9`),
- * or a custom spec, its fields from the most significant bit down
- * (`time=41ms,worker=10,sequence=12,epoch=1288834974657`).
- */
+/** `leaf.snowflake.layout`: a preset, a preset with overrides, or a custom spec (docs/id-layouts.md). */
 export function parseLayout (value: string, c: LayoutContext): Layout {
   const items = value.split(',').map((s) => s.trim()).filter((s) => s !== '')
   if (items.length === 0) items.push('leaf')
@@ -79,11 +71,7 @@ export function parseLayout (value: string, c: LayoutContext): Layout {
 /** How many characters a misspelt preset may have inserted, deleted or changed and still be named. */
 const PRESET_TYPOS = 2
 
-/**
- * The preset a name that is none was likely meant to be: compared in lower case with `_` and
- * spaces read as `-` (`JS_SAFE` is js-safe), the one within PRESET_TYPOS edits (`uidgenerator`,
- * `leaf2`) when no other is as near; undefined for a name further from all (`snowflake`).
- */
+/** The preset a misspelt name likely meant (`JS_SAFE`, `uidgenerator`), if exactly one is that near. */
 function nearPreset (name: string): LayoutPreset | undefined {
   const norm = name.toLowerCase().replace(/[_\s]/g, '-')
   let nearest: LayoutPreset | undefined

@@ -1,6 +1,4 @@
-// An ID layout: which fields a snowflake ID holds, how wide each is and where it sits, the
-// epoch and the time unit (leaf.snowflake.layout). Plain data and arithmetic: the generator,
-// the make/explain routes and the worker-id sources all read it.
+// An ID layout (leaf.snowflake.layout) as plain data and arithmetic: the one place that knows the bits.
 
 export type FieldName = 'version' | 'type' | 'genMethod' | 'time' | 'worker' | 'sequence'
 export type TimeUnit = 'ms' | 's'
@@ -30,7 +28,6 @@ export interface Layout {
   sequence: LayoutField
   maxWorkerId: number
   maxSequence: number
-  /** The largest time value (units since the epoch). */
   maxTime: number
   /** The fields' total width: every ID with a zero top field is below 2^bits. */
   bits: number
@@ -61,7 +58,6 @@ export interface LayoutContext {
   /** Vesta's version and genMethod values. */
   vestaVersion: number
   vestaGenMethod: number
-  /** Now, for the epoch and lifetime checks. */
   now: number
   /** The years the time field must have left; MIN_YEARS_LEFT unless a test says otherwise. */
   minYearsLeft?: number
@@ -208,7 +204,6 @@ export function explainId (layout: Layout, id: bigint): ExplainedId {
   return out
 }
 
-/** The layout route's body: what clients and people need instead of guessing. */
 export function describeLayout (layout: Layout): Record<string, unknown> {
   return {
     name: layout.name,

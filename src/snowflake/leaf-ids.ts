@@ -1,8 +1,6 @@
 // Java Leaf's own IDs, whatever layout this instance issues: its bit widths, its epoch, and an
 // ID read back by them (the tests and fault scenarios check issued IDs with it).
 
-// Java Leaf's layout: 41 bits of milliseconds since twepoch, 10 bits of worker id,
-// 12 bits of sequence.
 export const WORKER_ID_BITS = 10
 export const SEQUENCE_BITS = 12
 export const MAX_WORKER_ID = (1 << WORKER_ID_BITS) - 1 // 1023

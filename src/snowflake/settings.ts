@@ -1,7 +1,5 @@
-// The snowflake keys as the mode takes them: the layout spec parsed (layout.ts) and the worker-id
-// range resolved and checked against its worker bits. config/ hands up the values as given;
-// server.ts resolves them right after loading, so a bad layout refuses the start as a
-// configuration error, whether or not snowflake mode is enabled (the decode routes read it too).
+// The snowflake keys resolved: the layout parsed, the worker-id range checked against it. Done
+// at start even with snowflake mode off, since the decode routes read the layout too.
 
 import { ConfigError, refuseIfAny } from '../config/config-error.js'
 import type { Config, SnowflakeConfig } from '../config/load-config.js'
@@ -20,11 +18,7 @@ export interface ResolvedConfig extends Config {
   snowflake: SnowflakeSettings
 }
 
-/**
- * Parses leaf.snowflake.layout (its epoch and lifetime checked against `now`) and checks the
- * worker-id keys against its worker bits. Throws as loadConfig does: the ConfigError naming the
- * key, or a ConfigErrors with every one.
- */
+/** Throws as loadConfig does: a ConfigError naming the key, or a ConfigErrors with every one. */
 export function resolveSnowflakeSettings (snowflake: SnowflakeConfig, now = Date.now()): SnowflakeSettings {
   const layout = resolveLayout(snowflake, now)
   const settings: SnowflakeSettings = { ...snowflake, layout, workerIdMax: snowflake.workerIdMax ?? layout.maxWorkerId }
@@ -34,7 +28,6 @@ export function resolveSnowflakeSettings (snowflake: SnowflakeConfig, now = Date
   return settings
 }
 
-/** The config with its snowflake section resolved (resolveSnowflakeSettings). */
 export function resolveConfig (config: Config, now = Date.now()): ResolvedConfig {
   return { ...config, snowflake: resolveSnowflakeSettings(config.snowflake, now) }
 }

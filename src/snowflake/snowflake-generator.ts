@@ -19,10 +19,7 @@ export interface SnowflakeGeneratorOptions {
   /** The ID layout; by default Leaf's with `twepoch`. */
   layout?: Layout
   twepoch?: number
-  /**
-   * How far ahead of the clock (ms) the generator may move its own time instead of waiting,
-   * when a time unit's sequence is used up or the clock steps back (0: never, as Leaf).
-   */
+  /** How far ahead of the clock (ms) its own time may run instead of waiting (0: never, as Leaf). */
   borrowAheadMs?: number
   clock?: () => number
   /** Resolves after `ms`; injectable for tests. */
@@ -42,10 +39,7 @@ export interface SnowflakeGeneratorOptions {
 export interface SnowflakeGenerator {
   readonly workerId: number
   readonly layout: Layout
-  /**
-   * Issues with another worker id from now on (a recyclable lease claimed a new one), and
-   * nothing for a millisecond before `notBefore` (that id's previous holder's last one).
-   */
+  /** Switches to a newly claimed worker id, issuing nothing before `notBefore` (its previous holder's last millisecond). */
   rebind (workerId: number, notBefore: number): void
   /** Synchronous except while the clock is waited out. */
   next (key?: string): bigint | Promise<bigint>
@@ -131,9 +125,8 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
         return true
       }
       if (borrowAheadMs > 0) return borrow(now, time)
-      // This unit is used up. A millisecond is spun out, as Leaf does; a longer unit is waited
-      // for (nextAfterWait). A clock stepping back meanwhile goes to the backwards rule, the
-      // unit still spent.
+      // Used up: a millisecond is spun out, as Leaf does; a longer unit is waited for
+      // (nextAfterWait), and so is a clock that steps back meanwhile.
       if (unitMs !== 1) return false
       while (time <= lastTime) {
         time = timeAt(clock())
@@ -150,18 +143,13 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
     return borrowAheadMs > 0 && borrow(now, time)
   }
 
-  /**
-   * Borrowed time: instead of waiting, stay in (or move to) a time unit ahead of the clock, never
-   * back, and never one that begins more than borrowAheadMs ahead of it.
-   */
+  /** Borrowed time: docs/id-layouts.md#borrowed-time */
   function borrow (now: number, time: number): boolean {
     let limit = timeAt(now + borrowAheadMs)
     const target = lastTime >= time && lastTime >= minTime && sequence < maxSequence ? lastTime : Math.max(lastTime + 1, minTime, time)
     if (target > limit) {
-      // At the bound, the next millisecond comes within reach when the clock's does: spin it
-      // out, as the unborrowed path does, rather than sleep (a timer takes a millisecond or
-      // more, and the steady rate lost a third to it). Anything further waits, and so does a
-      // clock that stepped back meanwhile or did not move within BORROW_SPIN_MS.
+      // Spin, not sleep, for the next millisecond at the bound: a timer cost a third of the
+      // steady rate (docs/id-layouts.md#borrowed-time). Anything further waits.
       if (unitMs !== 1 || target > limit + 1) return false
       const spinEnd = spinClock() + BORROW_SPIN_MS
       for (let t = clock(); target > limit; t = clock()) {
@@ -182,9 +170,8 @@ export function createSnowflakeGenerator (options: SnowflakeGeneratorOptions): S
   async function nextAfterWait (): Promise<bigint> {
     let now = clock()
     if (now < notBefore) {
-      // A timer can fire up to a millisecond early by the wall clock (libuv's clock is
-      // monotonic and truncated to the millisecond), so wait until the clock is there; but
-      // never longer in all than the cap, whatever the clock does meanwhile.
+      // A timer can fire up to a millisecond early by the wall clock (libuv truncates its
+      // monotonic clock), so loop until the clock is there, never past the cap in all.
       const budget = maxRestartWaitMs + TIMER_SLACK_MS
       if (notBefore - now > budget) throw clockBackwards(notBefore - now)
       let waited = 0

@@ -2,11 +2,8 @@ import { LeaseRefused } from '../../errors.js'
 import type { Layout } from '../layout.js'
 import { CreateMode, isNoNode, isNodeExists, zk, type Client } from './zookeeper-client.js'
 
-// The ID layout is part of a fleet's identity: two instances of one leaf.name with different
-// layouts can make the same 64-bit number from different fields. So every worker-id pool
-// records the layout of the first instance that used it, and an instance whose layout differs
-// refuses to start. A pool older than the record (Java Leaf's ZooKeeper tree, or a Leaf-TS
-// pool from before layouts) was used with Leaf's layout.
+// Two layouts under one leaf.name can make the same number from different fields, so every pool
+// records its first instance's layout: docs/id-layouts.md#the-layout-is-part-of-the-fleets-identity
 
 /**
  * Refuses when `recorded` (undefined: none yet) is not this instance's layout, or when there is
@@ -26,18 +23,12 @@ export function checkLayoutRecord (where: string, recorded: string | undefined, 
   }
 }
 
-/**
- * Leaf's fields, whatever the epoch (leaf.snowflake.twepoch was a setting before layouts were):
- * a name is not enough, `leaf,worker=8,sequence=14` is called `leaf` too.
- */
+/** Leaf's fields, whatever the epoch: the name alone is not enough (`leaf,worker=8` is called `leaf` too). */
 function hasLeafFields (layout: Layout): boolean {
   return layout.unit === 'ms' && layout.fields.map((field) => `${field.name}=${field.bits}${field.value === undefined ? '' : `:${field.value}`}`).join() === 'time=41,worker=10,sequence=12'
 }
 
-/**
- * The layout record of a ZooKeeper tree, `/snowflake/<name>/layout`, shared by the zookeeper and
- * zookeeper-lease sources: checked, and written by the first instance.
- */
+/** The layout record of a ZooKeeper tree, `/snowflake/<name>/layout` (zookeeper and zookeeper-lease). */
 export async function recordZookeeperLayout (client: Client, name: string, layout: Layout): Promise<void> {
   const base = `/snowflake/${name}`
   const path = `${base}/layout`

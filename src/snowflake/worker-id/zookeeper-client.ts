@@ -2,52 +2,36 @@ import type { Socket } from 'node:net'
 import zookeeper, { type ACL, type Client } from 'node-zookeeper-client'
 import { LeaseRefused } from '../../errors.js'
 
-// Promise wrappers over node-zookeeper-client's callbacks, and its traps handled in one
-// place: a client retries its connection forever by itself, node data must be a Buffer,
-// close() takes no callback, and close() on a client that has not connected yet crashes the
-// process when the server's answer to the connect request arrives afterwards (the library
-// parses it as a reply and throws "Unknown code" from its socket handler). So a client is
-// closed only once it is connected (closeZookeeper).
+// Promise wrappers over node-zookeeper-client, and its traps in one place. The worst: close()
+// before the client connected crashes the process when the connect answer arrives ("Unknown
+// code" from its socket handler), so closeZookeeper waits for the connection (docs/reliability.md).
 
 export type { Client } from 'node-zookeeper-client'
 export const { CreateMode } = zookeeper
 
-/**
- * ZooKeeper expires a session some time after its timeout (its expiry runs once per tick):
- * waiting for another session's node to go allows this much beyond our session timeout.
- */
+/** ZooKeeper expires sessions once per tick, so another session's node may outlive its timeout by this. */
 export const EXPIRY_MARGIN_MS = 2000
 
 /** Java Leaf's ACL, and ours without leaf.snowflake.zk.auth: anyone may do anything. */
 const OPEN_ACL: ACL[] = [new zookeeper.ACL(zookeeper.Permission.ALL, new zookeeper.Id('world', 'anyone'))]
 
 /**
- * With leaf.snowflake.zk.auth: every right to the session's authenticated identity alone. The
- * `auth` scheme has ZooKeeper store the identity the session authenticated as (`digest`,
- * `user:base64(sha1(user:password))`) rather than one the client computes: the server hashes
- * with its own algorithm (`zookeeper.DigestAuthenticationProvider.digestAlg`, SHA-1 unless
- * configured otherwise), so the ACL names the creating identity on any server. A session that
- * is not authenticated creates nothing with it (INVALID_ACL).
+ * With leaf.snowflake.zk.auth: every right to the authenticated identity alone. The `auth` scheme,
+ * not a `digest` the client computes, because the server hashes with its own configurable
+ * algorithm (DigestAuthenticationProvider.digestAlg). Unauthenticated, it fails with INVALID_ACL.
  */
 const CREATOR_ACL: ACL[] = [new zookeeper.ACL(zookeeper.Permission.ALL, new zookeeper.Id('auth', ''))]
 
-/** What a client authenticates as (leaf.snowflake.zk.auth), for its nodes' ACL and its refusals. */
 interface Identity {
   /** The user of `digest:user:password`, or undefined without authentication. */
   user: string | undefined
   acl: ACL[]
-  /** ZooKeeper refused the authentication: the client has stopped for good. */
   authFailed: boolean
 }
 
 const identities = new WeakMap<Client, Identity>()
 
-/**
- * A client that keeps trying to connect, in the background, until it does or is closed. `auth`
- * is leaf.snowflake.zk.auth (`digest:user:password`; empty: none): sent on every connection
- * before any request, and every node the client creates (zk.create, zk.mkdirp, aclOf) is then
- * its identity's alone.
- */
+/** A client that keeps trying to connect until it does or is closed; with `auth`, its nodes are its identity's alone. */
 export function createZookeeper (connectString: string, sessionTimeoutMs: number, auth: string): Client {
   const client = zookeeper.createClient(connectString, { sessionTimeout: sessionTimeoutMs, spinDelay: 500, retries: 1 })
   guardHandshake(client, sessionTimeoutMs)
@@ -57,8 +41,7 @@ export function createZookeeper (connectString: string, sessionTimeoutMs: number
     const credentials = auth.slice(scheme.length + 1)
     identity.user = credentials.slice(0, Math.max(0, credentials.indexOf(':')))
     identity.acl = CREATOR_ACL
-    // Before connect(): the library keeps it and sends it on every connection, a reconnect's
-    // included (ZooKeeper forgets it with the connection, not with the session).
+    // Before connect(), so it is sent on every reconnect too: ZooKeeper forgets it with the connection.
     client.addAuthInfo(scheme, Buffer.from(credentials))
     authFirst(client)
     client.once('authenticationFailed', () => { identity.authFailed = true })
@@ -68,7 +51,6 @@ export function createZookeeper (connectString: string, sessionTimeoutMs: number
   return client
 }
 
-/** The ACL of every node `client` creates: open, or its identity's alone (createZookeeper). */
 export function aclOf (client: Client): ACL[] {
   return identities.get(client)?.acl ?? OPEN_ACL
 }
@@ -80,11 +62,9 @@ interface Packet { request: { header: { type: number } | null } }
 interface ConnectionInternals { onSocketConnected: () => void, packetQueue?: { queue: Packet[] } }
 
 /**
- * node-zookeeper-client queues its authentication packets on each new connection behind the
- * requests that waited for it, so those run unauthenticated (NO_AUTH) on a reconnect. ZooKeeper's
- * own Java client sends them first; so does this one, by moving them to the front once the
- * library has queued them. The queue is the library's `connectionManager.packetQueue.queue`,
- * which its typings do not show; test/integration/zookeeper-auth.test.ts fails if that shape goes.
+ * node-zookeeper-client queues auth packets behind the waiting requests, which then run
+ * unauthenticated (NO_AUTH) on a reconnect; this moves them to the front, as the Java client
+ * sends them. Untyped internals: test/integration/zookeeper-auth.test.ts fails if they change.
  */
 function authFirst (client: Client): void {
   const manager = (client as unknown as { connectionManager?: ConnectionInternals }).connectionManager
@@ -99,19 +79,13 @@ function authFirst (client: Client): void {
   }
 }
 
-/** Clients closeZookeeper has closed: their handshake guard stops. */
 const closing = new WeakSet<Client>()
 
 /**
- * node-zookeeper-client times a connection attempt only until TCP connects: a handshake that is
- * never answered then waits forever, and the client with it. ZooKeeper 3.8.0 leaves exactly such
- * a connection open when a connect request comes while it is still starting (its close throws a
- * NullPointerException: "this.zkDb is null"), which a client retrying through a restart hits; a
- * proxy that accepts and stalls does the same. So while a client is not connected, the socket of
- * its attempt is ended every `timeoutMs` (the library's own connect timeout with one server), and
- * the library tries again as after any lost connection. The socket is the library's
- * `connectionManager.socket`, which its typings do not show; test/integration/zookeeper-handshake.test.ts
- * fails if that shape goes.
+ * node-zookeeper-client times an attempt only until TCP connects, so an unanswered handshake
+ * (ZooKeeper 3.8.0 still starting: "this.zkDb is null"; a stalling proxy) waits forever. Ends
+ * the attempt's socket every `timeoutMs` while not connected (docs/snowflake-mode.md). Untyped
+ * internals: test/integration/zookeeper-handshake.test.ts fails if they change.
  */
 function guardHandshake (client: Client, timeoutMs: number): void {
   let timer: NodeJS.Timeout | undefined
@@ -162,10 +136,7 @@ export async function connectZookeeper (connectString: string, sessionTimeoutMs:
   throw new Error(`ZooKeeper at ${connectString} did not answer within ${timeoutMs} ms`)
 }
 
-/**
- * Ends a client's session: at once when it is connected (resolving when it says it is
- * disconnected, bounded), otherwise as soon as it connects (see the note at the top).
- */
+/** Ends a client's session: at once when connected, otherwise as soon as it connects (see the top). */
 export function closeZookeeper (client: Client, timeoutMs = 2000): Promise<void> {
   if (!isConnected(client)) {
     client.once('connected', () => { closing.add(client); client.close() })
@@ -212,12 +183,7 @@ export function authFailedRefusal (): LeaseRefused {
     'give it as digest:user:password, to a ZooKeeper server that accepts the digest scheme')
 }
 
-/**
- * ZooKeeper refused `client` a node of `tree` (NO_AUTH: the node's ACL names another identity)
- * or its authentication (AUTH_FAILED): the refusal of the start, in one line naming
- * leaf.snowflake.zk.auth and the fix. Any other error is returned as it is. The line names the
- * user, never the password.
- */
+/** NO_AUTH or AUTH_FAILED as a one-line refusal naming leaf.snowflake.zk.auth (and the user, never the password); any other error as is. */
 export function authRefusal (client: Client, err: unknown, tree: string): unknown {
   const identity = identities.get(client)
   // A client whose authentication failed has stopped: its later calls fail as a lost connection.
@@ -233,10 +199,8 @@ export function authRefusal (client: Client, err: unknown, tree: string): unknow
 
 export const zk = {
   /**
-   * Creates each missing node of `path`, as the library's mkdirp does, with the client's ACL;
-   * but the first one (`/snowflake`) keeps the open ACL: every leaf.name's tree, Java Leaf's
-   * included, lives under it, so one fleet's identity must not keep another from creating its
-   * own. It holds no data, and ZooKeeper deletes no node that has children.
+   * mkdirp with the client's ACL, except `/snowflake`, which stays open: every leaf.name's tree,
+   * Java Leaf's included, is under it, so no one fleet's identity may lock the others out.
    */
   async mkdirp (client: Client, path: string): Promise<string> {
     let at = ''
@@ -267,12 +231,10 @@ export const zk = {
       throw err
     }
   },
-  /** Runs a multi-operation transaction: all of its operations, or none. */
   commit: (transaction: zookeeper.Transaction) => call<unknown>((cb) => transaction.commit(cb)),
   setData: (client: Client, path: string, data: string) => call<unknown>((cb) => client.setData(path, Buffer.from(data), cb)),
   create: (client: Client, path: string, data: string, mode: number) => call<string>((cb) => client.create(path, Buffer.from(data), aclOf(client), mode, cb)),
   remove: (client: Client, path: string) => call<void>((cb) => client.remove(path, (err) => cb(err, undefined))),
-  /** Removes a node that may not exist. */
   async removeIfExists (client: Client, path: string): Promise<void> {
     try {
       await zk.remove(client, path)

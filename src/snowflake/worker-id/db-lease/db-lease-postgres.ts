@@ -7,10 +7,9 @@ import type { Claimed, LeaseStore } from '../lease-store.js'
 import { LeaseRefused } from '../../../errors.js'
 import { LAYOUT_ROW, LEASE_TABLE, parseSeen, previousIssuedUntil, slotOf, type Before, type DbLeaseStoreOptions } from './db-lease-rows.js'
 
-// The db-lease pool's statements on PostgreSQL, each the MySQL one's twin (db-lease-mysql.ts;
-// db-lease-rows.ts describes the rows). MySQL's NOW(3) is the time a statement started, one
-// value within it: statement_timestamp() here, stored to the millisecond (timestamptz(3)), so
-// a release's released_at equals its expires_at as on MySQL.
+// The db-lease statements on PostgreSQL, each the MySQL one's twin. statement_timestamp() stands
+// for NOW(3) (one value per statement), stored as timestamptz(3) so that a release's released_at
+// equals its expires_at as on MySQL.
 
 /** The DDL of sql/leaf_worker_lease.postgres.sql (test/integration/worker-id-sources.test.ts compares them). */
 export const PG_LEASE_DDL = `CREATE TABLE IF NOT EXISTS leaf_worker_lease (

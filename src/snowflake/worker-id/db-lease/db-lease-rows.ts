@@ -3,19 +3,10 @@ import type { StoreConfig } from '../../../config/jdbc-url.js'
 import type { Layout } from '../../layout.js'
 import type { PoolSlot } from '../lease-store.js'
 
-// The db-lease pool: one row per (pool, worker id) in `leaf_worker_lease`, beside leaf_alloc.
-// `owner` is the token of one claim (NULL: released); `generation` counts the claims and
-// renewals, so that a claimant can tell a live holder from a stopped one without trusting the
-// database's clock (recyclable-lease.ts), and `lease_ms` is the TTL that holder asked for (a
-// claimant watches it that long at least); `issued_until` is the last millisecond, by the
-// holders' clocks, that any holder of the id may have issued, and only ever rises;
-// `released_until` is the millisecond the last holder actually reached, written by its own
-// release, and read only while that release is the row's last write (`released_at` still
-// equals `expires_at`). docs/worker-ids.md argues each statement against late, repeated and
-// lost arrival.
-
-// What the three engines' statement sets (db-lease-mysql.ts, db-lease-sqlite.ts,
-// db-lease-postgres.ts) share; db-lease-store.ts picks one.
+// The db-lease pool: one row per (pool, worker id) in `leaf_worker_lease`, and what the three
+// engines' statement sets share. `owner` is one claim's token (NULL: released); `generation`
+// lets a claimant tell a live holder without trusting the database's clock; `issued_until` only
+// rises. Each column and statement: docs/worker-ids.md#the-lease-protocol-db-lease-zookeeper-lease
 
 export const LEASE_TABLE = 'leaf_worker_lease'
 /** Columns a table made by an earlier version lacks, with their MySQL and SQLite types. */
@@ -32,8 +23,7 @@ export interface Before { owner: string | null, issued_until: number | string, r
 /** The last millisecond the id's previous holders may have issued, from the row as the claim found it. */
 export function previousIssuedUntil (row: Before | undefined): number {
   if (row === undefined) return 0
-  // Released by its holder, and untouched since: the millisecond that holder actually reached
-  // (which covers the holders before it: it waited for them). Otherwise the recorded bound.
+  // A release untouched since covers the holders before it too: that holder waited for them.
   if (row.owner === null && Number(row.clean) === 1 && row.released_until !== null) return Number(row.released_until)
   return Number(row.issued_until)
 }
@@ -55,7 +45,7 @@ export interface DbLeaseStoreOptions {
   ttlMs: number
   connectTimeoutMs: number
   queryTimeoutMs: number
-  /** Recorded by the pool's first instance; another layout refuses to start (layout-record.ts). */
+  /** Recorded by the pool's first instance (layout-record.ts). */
   layout: Layout
   /** Told when TLS is preferred and the database offers none (database/tls-options.ts). */
   logger?: Logger

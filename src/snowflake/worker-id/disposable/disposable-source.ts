@@ -14,11 +14,8 @@ import { firstNonLoopbackIPv4 } from '../local-ip.js'
 import type { LeaseStatus, WorkerIdSource, WorkerLease } from '../worker-id-source.js'
 import { LeaseRefused } from '../../../errors.js'
 
-// The disposable source, Baidu UidGenerator's DisposableWorkerIdAssigner: every start inserts
-// one row into WORKER_NODE and takes the row's auto-increment ID as its worker id. No id is
-// ever handed out twice, so there is nothing to renew or release: the store is needed at start
-// only, and the ids run out after max starts (then, as with UidGenerator, a new table or wider
-// worker bits).
+// Baidu UidGenerator's DisposableWorkerIdAssigner: every start takes a new WORKER_NODE row's
+// auto-increment ID. Never reused, so nothing to renew or release; the ids run out instead.
 
 export const WORKER_NODE_TABLE = 'WORKER_NODE'
 
@@ -134,9 +131,8 @@ export async function acquireDisposableWorkerId (options: DisposableWorkerIdOpti
   let unavailable: string | undefined
   const lease = {
     workerId,
-    // Nothing records how far an earlier start borrowed: it ended before now, and never issued
-    // more than borrowAheadMs past its clock. Past that, this start's IDs (a higher worker id
-    // in the same unit) are above all of its IDs: a restart never goes back (UidGenerator's #85).
+    // An earlier start never issued more than borrowAheadMs past its clock: past that, this
+    // start's IDs are above all of its IDs (UidGenerator's issue #85).
     notBefore: (options.borrowAheadMs ?? 0) > 0 ? (options.clock ?? Date.now)() + (options.borrowAheadMs ?? 0) + 1 : 0,
     issuableUntil: Infinity,
     // Never reached: the id is ours for good, nothing is recorded as IDs are issued.

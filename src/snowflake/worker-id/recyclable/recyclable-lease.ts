@@ -10,37 +10,16 @@ import type { Claimed, PoolSlot } from '../lease-store.js'
 import { fenceMarginMs, type ClaimResult, type RecyclableLeaseOptions } from './recyclable-lease-options.js'
 import type { LeaseStatus, WorkerLease } from '../worker-id-source.js'
 
-// The lease protocol of the recyclable sources (db-lease, zookeeper-lease), over any store
-// that offers the LeaseStore operations (lease-store.ts). docs/worker-ids.md argues each rule, for statements
-// that arrive late, twice or never; in short:
-//
-// - A claim is one conditional write in the store (LeaseStore.claim): two claimants of one
-//   id cannot both win. Every claim has a token of its own, and renewals and releases name
-//   it: a statement of an earlier claim, even one of this process, can never touch a later
-//   claim. A claim whose outcome is unknown is abandoned, never taken up again.
-// - A holder renews every heartbeat. A renewal sent at monotonic time t makes the lease run at
-//   least until t + TTL (the store dates it when it runs, after t). The holder stops issuing
-//   at t + TTL - margin by its monotonic clock, checked before every new millisecond
-//   (check()): it has stopped before anyone can claim the id.
-// - A claimant takes over a holder that stopped renewing only when the store says its lease
-//   expired and, where the store's expiry rests on a wall clock that may step (a database's
-//   NOW()), when it has itself seen the holder's row unchanged for a whole TTL on its own
-//   monotonic clock (PoolSlot.version).
-// - Every renewal records `issuedUntil`, the last millisecond the holder may issue before
-//   that fence, and the holder never issues past the last one the store confirmed. A new
-//   holder issues nothing at or before the recorded value.
-// - A clean stop stops issuing, then records the millisecond it actually reached and frees
-//   the id: the next holder waits for that millisecond only.
+// The lease protocol of db-lease and zookeeper-lease, over any LeaseStore: a token per claim,
+// self-fencing before the TTL, and a handover of the last millisecond issued. Each rule, and
+// why no ID repeats: docs/worker-ids.md#the-lease-protocol-db-lease-zookeeper-lease
 
 /** A poll of an exhausted pool waits at least this long. */
 const EXHAUSTED_POLL_MS = 100
 /** A stop waits this long at most for the release: a store that does not answer lets the lease expire instead. */
 const RELEASE_TIMEOUT_MS = 2000
 
-/**
- * Claims a worker id from `pool` and keeps it leased (see the notes above). Refuses the start
- * (LeaseRefused) when the pool stays exhausted past one TTL.
- */
+/** Claims a worker id from `pool` and keeps it leased; LeaseRefused if it stays exhausted past one TTL. */
 export async function acquireRecyclableLease (options: RecyclableLeaseOptions): Promise<RecyclableLease> {
   const ttl = options.pool.ttlMs()
   if (ttl < 3 * options.heartbeatIntervalMs) {
@@ -67,13 +46,11 @@ export class RecyclableLease implements WorkerLease {
   issuableUntil = -Infinity
   /** Told when a new claim changes the worker id or the first millisecond allowed. */
   onWorkerChange: ((workerId: number, notBefore: number) => void) | undefined
-  /** The token of the claim served now (renewals and the release name it). */
   private token = ''
   private readonly monotonic: () => number
   private readonly cacheFile: string
   /** Monotonic time by which issuing stops, unless a renewal confirms more. */
   private fenceAt = -Infinity
-  /** The wall clock's estimate of the lease's end, for the status. */
   private expiresAt: number | undefined
   /** The last issuedUntil the store confirmed. */
   private recorded = 0
@@ -88,33 +65,25 @@ export class RecyclableLease implements WorkerLease {
   private taken = false
   private lastRenewal: number | undefined
   private lastServed = -1
-  /** Failures that repeat every heartbeat or claim pass are logged once per 30 s each. */
   private readonly throttle: LogThrottle
 
-  // The claims: their tokens, the holders before them, the ones given up on.
   /** This process's part of every claim token: `<instance>.<n>`, n counting its claims. */
   private readonly instance = randomUUID()
   private claims = 0
   /** Each id this process claimed: the previous holders' last millisecond as its claim read it. */
   private readonly floors = new Map<number, number>()
   /**
-   * Claims this process gave up on: handed back without an answer, or without an answer
-   * themselves. They are never served. Their hand-back names their token alone, so it is
-   * harmless whenever and however often it lands, and it is sent again at the next passes:
-   * until one is answered, for a claim known to have run (`settled`); for a claim that may
-   * still run later, every heartbeat until its lease would have run out anyway.
+   * Claims whose answer (or hand-back's answer) never came: never served, and handed back again
+   * at each pass until answered (`settled`) or, if the claim may still run, until its lease ends.
    */
   private readonly abandoned = new Map<string, { workerId: number, issuedUntil: number | undefined, by: string | undefined, until: number, settled: boolean }>()
   /** Each expired or held slot with a version: the version, and when this process first saw it (monotonic). */
   private watched = new Map<number, { version: string, at: number }>()
-  /** The round of hand-backs under way, if any (sendHandBacks). */
   private handingBack: Promise<void> | undefined
-  /** The last pass's store failure, if any. */
   private storeError: Error | undefined
-  /** Ids the last pass gave back because their previous holder ran too far ahead. */
+  /** Ids the last pass gave back because their previous holder's clock ran too far ahead. */
   private readonly driftRefused = new Set<number>()
 
-  // The heartbeat.
   private timer: NodeJS.Timeout | undefined
   /** The heartbeat under way, if any: close() lets its claim pass hand its claim back before the pool closes. */
   private beat: Promise<void> | undefined
@@ -135,7 +104,7 @@ export class RecyclableLease implements WorkerLease {
     this.timer.unref()
   }
 
-  /** Renews; a lease another instance took is claimed again (any id), with no restart. */
+  /** Renews; a lease another instance took is claimed again (any id). */
   async heartbeat (): Promise<void> {
     if (this.closed || this.beating) return
     this.beating = true
@@ -157,15 +126,12 @@ export class RecyclableLease implements WorkerLease {
       if (renewed || !this.taken) return
     }
     if (this.closed) return
-    // Another instance holds our id now: lease any id again.
     const soonest = await this.claimOnce().catch((err: unknown) => {
       this.throttle.warn('claim', err, 'worker-id claim failed: retried at the next heartbeat', { pool: this.options.pool.where })
       return -1
     })
     if (soonest !== undefined && soonest >= 0 && !this.closed) this.throttle.warn('exhausted', undefined, 'no worker id free to lease again: retried at the next heartbeat', { pool: this.options.pool.where })
   }
-
-  // The check on the ID path, the fence, and the renewal that moves it on.
 
   /** Before every new millisecond: refuses once the lease may have run out (a pause, a partition). */
   check (ms: number): void {
@@ -182,7 +148,7 @@ export class RecyclableLease implements WorkerLease {
     if (this.unavailable !== undefined) throw this.lostError()
     this.renewSoon()
     if (this.paused === undefined) {
-      // Told once, at the moment it happens: the log and /readyz say why IDs stopped.
+      // Logged once: the log and /readyz say why IDs stopped.
       this.paused = `the clock (${ms}) passed the last millisecond this lease recorded (${this.recorded}): no snowflake ID until a renewal records more`
       this.options.logger.warn({ workerId: this.workerId, ms, issuedUntil: this.recorded }, 'snowflake issuing paused: the clock passed the last millisecond the worker-id lease recorded')
     }
@@ -211,10 +177,7 @@ export class RecyclableLease implements WorkerLease {
     this.options.logger.warn({ workerId: this.workerId, why }, 'worker-id lease lost: snowflake issuing stopped')
   }
 
-  /**
-   * Extends the lease and records the millisecond issuing may reach before the fence this
-   * renewal sets: the store runs it after `sentAt`, so the lease lasts until sentAt + TTL.
-   */
+  /** The store runs a renewal after `sentAt`, so the lease lasts at least until sentAt + TTL. */
   private async renew (): Promise<boolean> {
     const sentAt = this.monotonic()
     const until = Math.max(this.options.clock() + (this.options.aheadMs ?? 0), this.admitted) + this.window
@@ -275,10 +238,8 @@ export class RecyclableLease implements WorkerLease {
     setImmediate(() => { this.heartbeat().catch(() => {}) })
   }
 
-  // The claims: a pass over the pool, the hand-over from the id's previous holders, and the
-  // hand-backs of claims given up on.
+  // The claims, and the hand-backs of claims given up on.
 
-  /** A token for a new claim: no statement of another claim matches it. */
   private newToken (): string {
     return `${this.instance}.${++this.claims}`
   }
@@ -337,9 +298,8 @@ export class RecyclableLease implements WorkerLease {
   }
 
   /**
-   * One pass over the pool: the id held last, then the lowest free id, then the one that
-   * expired longest ago (where versions are watched: that has stood still for a whole TTL).
-   * Resolves undefined once an id is ours, or the ms until one might be when none could be taken.
+   * One pass: the id held last, the lowest free id, then the one expired (or still) longest.
+   * Resolves undefined once an id is ours, else the ms until one might be free.
    */
   private async claimOnce (): Promise<number | undefined> {
     const { min, max, pool } = this.options
@@ -359,8 +319,7 @@ export class RecyclableLease implements WorkerLease {
     const last = this.workerId >= 0 ? this.workerId : cached?.workerId
     this.driftRefused.clear()
     this.storeError = undefined
-    // Generated as the pass goes: a range may hold millions of ids (22 worker bits), and the
-    // pass seldom gets past the first.
+    // Lazy: a range may hold millions of ids, and the pass seldom gets past the first.
     const preferred = last !== undefined && last >= min && last <= max && takeable(known.get(last)) ? last : undefined
     function * candidates (): Generator<number> {
       if (preferred !== undefined) yield preferred
@@ -371,7 +330,6 @@ export class RecyclableLease implements WorkerLease {
       for (const id of expired) if (id !== preferred) yield id
     }
     for (const id of candidates()) {
-      // Closed meanwhile (a heartbeat's pass): nothing more is claimed.
       if (this.closed) break
       const token = this.newToken()
       const slot = known.get(id)
@@ -379,9 +337,8 @@ export class RecyclableLease implements WorkerLease {
       try {
         claimed = await pool.claim(id, token, this.options.address, slot?.state === 'expired' ? slot.version : undefined)
       } catch (err) {
-        // The store failed (a lock wait, SQLITE_BUSY, a lost connection): the pass ends here.
-        // The claim may still land: its token is never used again, and it is handed back at
-        // the next passes (knowing nothing of the id's previous holders).
+        // A store failure ends the pass, but the claim may still land: its token is never
+        // served, and it is handed back at the next passes.
         this.abandoned.set(token, { workerId: id, issuedUntil: undefined, by: undefined, until: this.monotonic() + 2 * this.ttl, settled: !mayStillRun(err) })
         this.claimEnded('error')
         throw err
@@ -406,7 +363,6 @@ export class RecyclableLease implements WorkerLease {
     return this.handingBack
   }
 
-  /** Sends the hand-back of every abandoned claim again (see `abandoned`). */
   private async handBackAbandoned (): Promise<void> {
     for (const [token, claim] of this.abandoned) {
       if (this.monotonic() > claim.until) {
@@ -422,11 +378,7 @@ export class RecyclableLease implements WorkerLease {
     }
   }
 
-  /**
-   * The id is ours in the store under `token`: wait for its previous holders' last millisecond
-   * (bounded by max-clock-drift-ms; beyond that the id goes back and the next one is tried),
-   * record our own issuedUntil, and serve.
-   */
+  /** Waits for the previous holders' last millisecond (at most max-clock-drift-ms, else hands the id back), then serves. */
   private async handOver (id: number, token: string, claimed: Claimed): Promise<boolean> {
     // Recorded by an earlier claim of this process (a ZooKeeper session that expired): what
     // counts is the millisecond it actually reached, not the one it was allowed, and never less
@@ -435,8 +387,7 @@ export class RecyclableLease implements WorkerLease {
       ? Math.max(Math.min(claimed.issuedUntil, this.admitted), this.floors.get(id) ?? claimed.issuedUntil)
       : claimed.issuedUntil
     claimed = { ...claimed, issuedUntil: last }
-    // A hand-back (below) whose answer never comes may run later: it names this claim's token
-    // alone, so it can free only this claim, which nothing takes up again.
+    // A hand-back that lands late names this claim's token alone: it frees only this claim.
     const handBack = async (): Promise<void> => {
       await this.options.pool.release(id, token, claimed.issuedUntil, claimed.by).catch(() => {
         this.abandoned.set(token, { workerId: id, issuedUntil: claimed.issuedUntil, by: claimed.by, until: this.monotonic() + 2 * this.ttl, settled: true })
@@ -454,8 +405,7 @@ export class RecyclableLease implements WorkerLease {
     }
     if (waitMs > 0) {
       this.options.logger.info({ workerId: id, issuedUntil: claimed.issuedUntil, waitMs }, 'waiting for the previous holder\'s last millisecond')
-      // In steps: a close() meanwhile ends the wait, and the id goes back below. (A timer may
-      // also fire a little early by the wall clock.)
+      // In steps, so a close() ends the wait; a timer may also fire early by the wall clock.
       while (!this.closed && this.options.clock() <= claimed.issuedUntil) await sleep(Math.min(100, Math.max(1, claimed.issuedUntil + 1 - this.options.clock())))
     }
     if (this.closed) {
@@ -472,9 +422,8 @@ export class RecyclableLease implements WorkerLease {
     // here), and nothing recorded for another id counts for this one.
     this.recorded = 0
     this.onWorkerChange?.(id, this.notBefore)
-    // The first renewal confirms the lease and records our issuedUntil: nothing is issued
-    // before it. (The claim's own expiry may have passed during a long wait above; then the
-    // renewal succeeds only if nobody claimed the id meanwhile.)
+    // Nothing is issued before the first renewal records our issuedUntil. If the claim expired
+    // during the wait, it succeeds only if nobody claimed the id meanwhile.
     if (!await this.renew()) {
       await handBack()
       // Never served: the next claim counts as claimed or reclaimed against the id served before.
@@ -518,7 +467,6 @@ export class RecyclableLease implements WorkerLease {
 
   async close (): Promise<void> {
     if (this.closed) return
-    // Issue nothing more, then hand the id back with the millisecond actually reached.
     this.closed = true
     this.issuableUntil = -Infinity
     this.fenceAt = -Infinity

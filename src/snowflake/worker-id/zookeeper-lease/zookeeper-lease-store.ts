@@ -9,20 +9,11 @@ import {
 } from '../zookeeper-client.js'
 import { LeaseRefused } from '../../../errors.js'
 
-// The zookeeper-lease pool, under /snowflake/<leaf.name>/lease:
-// - holders/<id>: an ephemeral node per leased id. Creating it is the claim; ZooKeeper deletes
-//   it when the holder's session expires, judged by ZooKeeper's clock: the lease's TTL is the
-//   session timeout.
-// - issued/<id>: a persistent node per id ever leased, with the last millisecond its holders
-//   may have issued. Only the holder writes it, in a transaction that also checks that its
-//   holder node exists: a holder whose session expired can write nothing any more.
-//
-// Why that check is enough: a holder node goes only when its own session removes it or dies.
-// A session that died commits nothing. And this process runs its operations on one session one
-// after another (serial() below), so a release can never slip between a renewal's read of its
-// holder node and that renewal's commit; ZooKeeper runs one session's requests in the order
-// sent. (The versions read are passed on, but node-zookeeper-client turns a version of 0 into
-// "any version", and a recreated node starts again at 0: they prove nothing alone.)
+// The zookeeper-lease pool, under /snowflake/<leaf.name>/lease: holders/<id> is an ephemeral
+// node per leased id (creating it is the claim; the TTL is the session timeout), and issued/<id>
+// the last millisecond its holders may have issued, written only in a transaction that checks
+// the holder node. Why that check suffices, and why one session's operations run one after
+// another (serial()): docs/worker-ids.md#why-the-new-holder-starts-later
 
 export interface ZookeeperLeaseStoreOptions {
   address: string
@@ -30,7 +21,7 @@ export interface ZookeeperLeaseStoreOptions {
   /** The session timeout asked for; ZooKeeper may grant another within its bounds. */
   ttlMs: number
   connectTimeoutMs: number
-  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none (zookeeper-client.ts). */
+  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none. */
   auth?: string
   logger: Logger
   /** Recorded by the tree's first instance; another layout refuses to start (layout-record.ts). */
@@ -67,7 +58,6 @@ export async function createZookeeperLeaseStore (options: ZookeeperLeaseStoreOpt
   let client = connect()
   /** Monotonic time of ZooKeeper's last answer to this pool. */
   let answeredAt = performance.now()
-  /** The tail of each client's chain of operations (serial()). */
   const tails = new WeakMap<Client, Promise<unknown>>()
 
   function connect (): Client {
@@ -89,9 +79,8 @@ export async function createZookeeperLeaseStore (options: ZookeeperLeaseStoreOpt
   }
 
   /**
-   * One ZooKeeper call, bounded: it fails when the connection is down or silent. A node this
-   * identity may not use fails as the refusal naming leaf.snowflake.zk.auth (LeaseRefused), so
-   * that a start stops at once: an id whose issued/<id> it cannot read is never taken.
+   * One ZooKeeper call, bounded. A node this identity may not use refuses the start at once
+   * (LeaseRefused): an id whose issued/<id> it cannot read is never taken.
    */
   async function call<T> (session: Client, what: Promise<T>): Promise<T> {
     let value: T
@@ -104,7 +93,6 @@ export async function createZookeeperLeaseStore (options: ZookeeperLeaseStoreOpt
     return value
   }
 
-  /** Runs `fn` on `session` once every earlier operation on `session` has settled. */
   function serial<T> (session: Client, fn: () => Promise<T>): Promise<T> {
     const run = (tails.get(session) ?? Promise.resolve()).then(fn, fn)
     tails.set(session, run.catch(() => {}))
@@ -112,16 +100,12 @@ export async function createZookeeperLeaseStore (options: ZookeeperLeaseStoreOpt
   }
 
   /**
-   * The client to use now, refusing at once while it is not connected (requests would queue
-   * without a bound). node-zookeeper-client keeps a connection that went silent (a path that
-   * died without a FIN or RST) forever: it pings, never reconnects, and never hears that its
-   * session expired. So a connected client with no answer for a whole session timeout is
-   * probed, and replaced by a new session if the probe goes unanswered too; its own session
-   * has expired by then, or soon will, along with its holder node.
+   * The client to use now; refuses while not connected (requests would queue without bound).
+   * node-zookeeper-client keeps a silent connection (no FIN or RST) forever and never hears its
+   * session expired, so one silent for a whole session timeout is probed, then replaced.
    */
   async function current (): Promise<Client> {
     const session = client
-    // (A client whose authentication ZooKeeper refused never connects again: that refusal.)
     if (!isConnected(session)) throw authRefusal(session, new Error(`not connected to ZooKeeper at ${options.address}`), tree)
     const silentMs = performance.now() - answeredAt
     if (closed || silentMs <= ttlMs()) return session
@@ -140,9 +124,7 @@ export async function createZookeeperLeaseStore (options: ZookeeperLeaseStoreOpt
     await closeZookeeper(client)
     throw new LeaseRefused('LEASE_STORE_UNAVAILABLE', `ZooKeeper at ${options.address} did not answer within ${options.connectTimeoutMs} ms: the zookeeper-lease source cannot lease a worker id without it`)
   }
-  // The tree's set-up holds no lease yet, so nothing needs fencing: it may take what is left
-  // of the connect timeout (a loaded ZooKeeper or host answers a first call slowly), not the
-  // renewal's per-call bound.
+  // No lease to fence yet: the set-up may take the rest of the connect timeout, not the per-call bound.
   const setUp = async () => {
     await zk.mkdirp(client, holders)
     await zk.mkdirp(client, issued)
@@ -223,10 +205,8 @@ export async function createZookeeperLeaseStore (options: ZookeeperLeaseStoreOpt
           await call(session, zk.create(session, `${holders}/${workerId}`, data, CreateMode.EPHEMERAL))
         } catch (err) {
           if (!isNodeExists(err)) throw err
-          // A node of this very session is one of its earlier claims whose outcome this process
-          // never learnt (a create answered too late, a hand-back that failed): the lease serves
-          // no claim while it claims, and this session's operations run in order, so nothing
-          // else uses that node. It is taken over under the new claim's token.
+          // A node of this very session is an earlier claim whose outcome was never learnt; no
+          // claim is served while claiming, so it is taken over under the new token.
           const node = await call(session, zk.getWithStat(session, `${holders}/${workerId}`))
           if (node === undefined || ownerOf(node.stat) !== sessionIdOf(session)) return undefined
           await call(session, zk.setData(session, `${holders}/${workerId}`, data))

@@ -11,7 +11,7 @@ export interface WorkerLeaseOptions {
   name: string
   /** Empty: no ZooKeeper, `staticWorkerId` is the worker id. */
   zkAddress: string
-  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none (zookeeper-client.ts). */
+  /** leaf.snowflake.zk.auth, `digest:user:password`; empty or absent: none. */
   zkAuth?: string
   /** Empty: the first non-loopback IPv4 address. */
   ip: string
@@ -27,7 +27,7 @@ export interface WorkerLeaseOptions {
   zkSessionTimeoutMs: number
   clock: () => number
   logger: Logger
-  /** The ID layout: its worker bits bound the ids, and the ZooKeeper tree records it. Default: Leaf'snowflake. */
+  /** Default: Leaf's. Its worker bits bound the ids, and the ZooKeeper tree records it. */
   layout?: Layout
   /** How far past the clock the generator may record (borrowed time, a unit's rest); default 0. */
   aheadMs?: number
@@ -60,13 +60,9 @@ export function refuseIfAhead (stored: number | undefined, now: number, where: s
 }
 
 /**
- * The first millisecond a restart may issue in. IDs may have been issued for every millisecond
- * up to one heartbeat after the cache file's last time, that one included (HeartbeatLease.issuableUntil).
- * Without the cache file (`fromCache` false: a new container, another host's /tmp) what is left
- * may lag: the generator records time ahead of the clock (borrowed, or a unit's last
- * millisecond) in the cache file first, and ZooKeeper hears of it only at the next beat, or
- * not at all while it is away. The earlier life ended before now, and never issued more than
- * `aheadMs` past its clock: so the first ID comes after both bounds.
+ * The first millisecond a restart may issue in: past one heartbeat after the last recorded time.
+ * Without the cache file, ZooKeeper's record may lag time recorded ahead of the clock, so the
+ * first ID also waits `aheadMs` past now (the earlier process never issued further ahead).
  */
 export function restartWindow (last: number | undefined, fromCache: boolean, options: Pick<WorkerLeaseOptions, 'heartbeatIntervalMs' | 'aheadMs'>, now: number): number {
   const recorded = last === undefined ? 0 : last + options.heartbeatIntervalMs + 1

@@ -51,7 +51,6 @@ export class HeartbeatLease implements WorkerLease {
   private readonly address: string | undefined
   /** A gap between two records longer than this means the session may have expired unseen. */
   private readonly pauseLimitMs: number
-  /** Failures that repeat every heartbeat (or every request) are logged once per 30 s each. */
   private readonly throttle: LogThrottle
 
   constructor (
@@ -87,10 +86,8 @@ export class HeartbeatLease implements WorkerLease {
     // Judged by the clock, not by `ms`: what is recorded may lie ahead of it (borrowed time).
     const now = this.options.clock()
     if (this.paths !== undefined && this.lastRecordedAt > 0 && now - this.lastRecordedAt > this.pauseLimitMs) {
-      // Nothing was recorded for longer than the session timeout: this process was paused
-      // (or starved), and ZooKeeper may have expired its session meanwhile and let another
-      // instance of this ip:port take the worker id. No ID until our session is seen holding
-      // the ephemeral node again (sync, at the next heartbeat).
+      // Paused past the session timeout: ZooKeeper may have let another instance of this
+      // ip:port take the worker id. No ID until our session holds the ephemeral node again.
       this.ephemeralOf = undefined
       this.setUnavailable(`nothing recorded for ${now - this.lastRecordedAt} ms, longer than the ZooKeeper session timeout: the ephemeral node is checked again`)
     }
@@ -160,11 +157,7 @@ export class HeartbeatLease implements WorkerLease {
     this.onConnectionChange?.(connected)
   }
 
-  /**
-   * A session that does not hold our ephemeral node yet (a start from the cache, or a new
-   * session after an expiry): ZooKeeper must hold this ip:port with our worker id, and no
-   * other live session may hold the ephemeral node. Otherwise issuing stops until it does.
-   */
+  /** A session without our ephemeral node yet: issuing stops until ZooKeeper confirms our worker id and node. */
   private async sync (client: Client, data: string): Promise<void> {
     const paths = this.paths as ZkPaths
     if (this.syncing) return
@@ -212,8 +205,7 @@ export class HeartbeatLease implements WorkerLease {
       this.throttle.warn('cache-heartbeat', err, 'worker-id cache not written')
     }
     const { client, paths } = this
-    // A disconnected client queues requests without a timeout: skip ZooKeeper until it is
-    // back, and bound a write that started before the connection went.
+    // A disconnected client queues requests without a timeout: skip it, and bound a write in flight.
     if (paths === undefined || this.beating || client === undefined || !this.connected) return
     // ZooKeeper holds the last time recorded, so a restart that lost the cache file knows it too.
     const data = nodeData(paths.ip, this.options.port, Math.max(now, this.lastWritten))
@@ -253,7 +245,6 @@ export class HeartbeatLease implements WorkerLease {
   }
 
   async close (): Promise<void> {
-    // From here on another instance may take the worker id: issue nothing more.
     this.unavailable = 'the lease is closed'
     this.issuableUntil = -Infinity
     this.closed = true

@@ -31,12 +31,7 @@ export function zookeeperSource (config: ResolvedConfig, logger: Logger, clock: 
   }
 }
 
-/**
- * Leases this instance's worker id: from ZooKeeper with Java Leaf's layout, from the local
- * cache when ZooKeeper cannot be reached at start, or from the configuration. Refuses
- * (LeaseRefused) whenever the clock or another live holder says IDs could repeat. The cache
- * is written before the lease is returned, whatever the source.
- */
+/** Refuses (LeaseRefused) whenever the clock or another live holder says IDs could repeat. */
 export async function acquireWorkerLease (options: WorkerLeaseOptions): Promise<WorkerLease> {
   if (options.zkAddress === '') return acquireStaticLease(options)
   const cacheDir = workerCacheDir(options)
