@@ -294,7 +294,6 @@ function readPropertiesFile (path: string, from: ConfigFileSource, { optional = 
 const COMMAND_LINE_OPTIONS = Object.fromEntries(['config', ...CONFIG_KEYS].map((name) => [name, { type: 'string' as const }]))
 
 /** Spring Boot style: a name that is not a key takes the next argument too, and is passed over. */
-
 function readCommandLine (argv: string[], errors: ConfigError[]): { configPath: string | undefined, values: Partial<RawConfig> } {
   const values: Partial<RawConfig> = {}
   let configPath: string | undefined

@@ -205,7 +205,6 @@ function isServiceLink (name: string, value: string): boolean {
  * LEAF_ is ours: any other LEAF_* variable is an error. SERVER_ is shared (CGI, Spring Boot):
  * refused only one slip from a key (SERVER_PROT) or when its meaning would be lost.
  */
-
 export function checkEnvironment (env: Record<string, string | undefined>): ConfigError[] {
   const errors: ConfigError[] = []
   for (const [name, value = ''] of Object.entries(env)) {

@@ -243,7 +243,6 @@ interface LegacySwitches {
  * The mode the older switches ask for when no sslMode was given (table: docs/configuration.md#tls).
  * Java Leaf's Connector/J 5.1 checks the certificate on useSSL=true unless told not to.
  */
-
 function legacyMode (driver: Driver, l: LegacySwitches, out: UrlParameters): void {
   const set = (mode: TlsMode, from: string) => { out.tlsMode = mode; out.tlsModeFrom = from }
   if (driver === 'postgres') {

@@ -268,7 +268,6 @@ export interface MysqlRunner {
   /** The server a connection reaches now, read afresh (refused if it turned read-only). */
   identify (): Promise<ServerIdentity | null>
   /** The TLS of the latest connection set up; undefined before the first. */
-
   tlsSession (): TlsSession | undefined
   close (): Promise<void>
 }

@@ -212,7 +212,6 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
     async returning<R extends pg.QueryResultRow> (sql: string, values?: unknown[]) {
       return await withClient(async (client) => {
         // The identity of the server that made the change, in the same round trip.
-
         const who = saysWho.get(client) === true
         const result = await client.query<R & IdentityRow>(who ? `${sql}, ${IDENTITY_COLUMNS}` : sql, values)
         return Object.assign(result, { server: who ? serverOf(result.rows[0]) : null })
