@@ -119,7 +119,6 @@ const WORDS: Record<string, string> = {
   LEAF_NO_CONNECTION_FREE: 'no connection of the pool free in time',
 }
 
-/** `CODE (plain words)` for a driver error or one of ours, the bare code for other codes, else the message. */
 export function describeCause (err: unknown): string {
   if (err instanceof UnansweredStatement) return describeCause(err.cause)
   const code = driverError(err)?.code ?? codeOf(err)

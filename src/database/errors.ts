@@ -1,6 +1,6 @@
 // A driver's error is never changed: where the plumbing has more to say, it wraps it as `cause`.
 
-/** The codes of the errors below, stable: logs, /readyz and tests read them. */
+/** Stable: logs, /readyz and tests read them. */
 export type DatabaseErrorCode =
   | 'LEAF_STATEMENT_UNANSWERED'
   | 'LEAF_STORE_LEFT'
@@ -36,10 +36,7 @@ export class UnansweredStatement extends DatabaseError {
   }
 }
 
-/**
- * A server the pool sends nothing to, refused before a statement left: read-only (a replica, a
- * standby), or a store this instance failed over from. Another host of the list may take it.
- */
+/** Refused before a statement left (read-only, or a store failed over from): another host may take it. */
 export class ServerRefused extends DatabaseError {
   constructor (code: 'LEAF_STORE_LEFT' | 'LEAF_SERVER_READ_ONLY', message: string) {
     super(code, message)
