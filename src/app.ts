@@ -20,10 +20,7 @@ export interface AppOptions {
   logger: FastifyBaseLogger & Logger
   /** Wall clock for the generators; tests inject one. */
   clock?: () => number
-  /**
-   * The socket server.ts bound before anything else (http/bound-server.ts): the app serves on
-   * it once ready, and closes it. Without one (tests), the app makes its own alike, for inject() or listen().
-   */
+  /** The socket server.ts bound first; without one (tests), the app makes its own alike. */
   server?: BoundServer
 }
 
@@ -38,25 +35,18 @@ declare module 'fastify' {
   }
 }
 
-/**
- * Builds the service from a config object (loadConfig's, its snowflake section resolved by
- * resolveConfig): the enabled modes, their routes, metrics and
- * views, and their clean-up on close. Listening is the caller's business (server.ts).
- */
+/** Listening is the caller's business (server.ts). */
 export async function buildApp (config: ResolvedConfig, { logger, clock, server: bound }: AppOptions): Promise<FastifyInstance> {
   const debug = logger.level === 'debug' || logger.level === 'trace'
   let handler: FastifyServerFactoryHandler | undefined
   const app = Fastify({
-    // One server either way (http/bound-server.ts): the bound one, or one made the same way,
-    // with the same timeouts and connection bound (Fastify's own has no request timeout or bound).
+    // Fastify's own server has no request timeout or connection bound.
     serverFactory: (h: FastifyServerFactoryHandler) => {
       if (bound === undefined) return createServiceServer(config.server, h)
       handler = h
       return bound.server
     },
-    // No logger inside Fastify: with one, it builds a child logger and response listeners for
-    // every request, which cost more than the rest of an ID request's JavaScript. The service
-    // logs through its own pino instance, handed to whatever logs.
+    // No logger inside Fastify: its per-request child logger costs more than the rest of an ID request.
     logger: false,
     frameworkErrors,
     clientErrorHandler,
@@ -71,8 +61,7 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
     dropped.warn('server.max-connections', undefined, `connection refused: server.max-connections (${config.server.maxConnections}) are open; raise it if these are clients, not a flood`,
       { remoteAddress: peer?.remoteAddress })
   })
-  // On close, requests in flight finish, but their keep-alive connections would hold the
-  // server open until the clients hang up: close each one as soon as it goes idle.
+  // Otherwise keep-alive connections would hold the server open after close until clients hang up.
   let drain: NodeJS.Timeout | undefined
   app.addHook('preClose', (done) => {
     drain = setInterval(() => app.server.closeIdleConnections(), 50)

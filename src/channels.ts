@@ -1,10 +1,7 @@
 import { channel, type Channel } from 'node:diagnostics_channel'
 
-// What the core tells observers, on node:diagnostics_channel: metrics/ subscribes, and so may
-// a user's own code (docs/monitoring.md#diagnostics-channels lists them). Publishing to a
-// channel without subscribers costs a property read.
+// metrics/ subscribes, and so may users (docs/monitoring.md#diagnostics-channels).
 
-/** A channel whose messages have one shape. */
 export interface TypedChannel<T> {
   readonly name: string | symbol
   readonly hasSubscribers: boolean
@@ -66,17 +63,13 @@ export interface LeaseLostMessage {
 }
 
 export const channels = {
-  /** A segment load ended (a range reserved, or the attempt failed). */
   segmentLoad: typed<SegmentLoadMessage>('leaf-ts:segment:load'),
-  /** IDs of a tag given back at a graceful stop. */
   segmentGiveBack: typed<SegmentGiveBackMessage>('leaf-ts:segment:give-back'),
   /** An allocation repeated after a conflict (Galera's certification, a lock wait). */
   storeRetry: typed<StoreRetryMessage>('leaf-ts:store:retry'),
   /** The store failed over and may be behind (segment/max-id-guard.ts). */
   storeRegression: typed<StoreRegressionMessage>('leaf-ts:store:regression'),
-  /** The clock went back behind the last snowflake ID. */
   clockBackwards: typed<ClockBackwardsMessage>('leaf-ts:snowflake:clock-backwards'),
-  /** A worker-id claim of a recyclable source ended. */
   leaseClaim: typed<LeaseClaimMessage>('leaf-ts:worker-id:claim'),
   /** The worker-id lease ran out or was taken: issuing stopped. */
   leaseLost: typed<LeaseLostMessage>('leaf-ts:worker-id:lost'),

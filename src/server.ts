@@ -10,16 +10,13 @@ import { resolveConfig, type ResolvedConfig } from './snowflake/settings.js'
 // Entry point: read the config, build the app, listen, and drain on SIGTERM/SIGINT.
 // The package's own file, beside dist/ (and src/ under `npm run dev`): found from any working folder.
 const SHIPPED_CONFIG = fileURLToPath(new URL('../config/leaf.properties', import.meta.url))
-// The install folder (dist/'s parent): the embedded store's, and relative paths' when no file is read.
 const INSTALL_DIR = fileURLToPath(new URL('../', import.meta.url))
 
 let loaded: LoadedConfig
 let config: ResolvedConfig
 try {
   loaded = loadConfig({ argv: process.argv.slice(2), env: process.env, shippedPath: SHIPPED_CONFIG, installDir: INSTALL_DIR })
-  // The layout is parsed, and the worker ids checked against it, before anything else runs,
-  // whether or not snowflake mode is on (the decode routes read it): a bad one is a
-  // configuration error like any other key's.
+  // Even with snowflake mode off (the decode routes read the layout): a configuration error like any.
   config = resolveConfig(loaded.config)
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err
@@ -38,9 +35,7 @@ for (const warning of warnings) logger.warn(warning)
 logger.info({ file: file ?? '(none: built-in defaults)', from: fileFrom ?? null, relativePathsFrom: relativeTo },
   file === undefined ? 'configuration loaded: no file found, built-in defaults' : `configuration loaded from ${file}`)
 
-// The port first: a second process on a port in use stops here, before any file, store or
-// ZooKeeper node is touched (http/bound-server.ts). "Server listening" waits until the app
-// serves: until then the socket answers 503 NOT_READY.
+// The port first: a second process on a port in use stops before touching any file or store.
 let bound: BoundServer
 try {
   bound = await bindPort(config.server)

@@ -4,7 +4,6 @@ export function sleep (ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
-/** A call that did not answer in time. */
 export class TimeoutError extends Error {
   readonly code = 'LEAF_TIMEOUT'
 

@@ -1,9 +1,6 @@
 import type { Clock } from './clock.js'
 import type { Transport } from './transport.js'
 
-// What createLeafClient accepts: the options, their defaults, and their checks (settle) before
-// anything is sent.
-
 export interface LeafClientOptions {
   /** Base URLs of the Leaf-TS servers (`http://10.0.0.1:8080`); asked round-robin. */
   servers: readonly string[]
@@ -37,7 +34,7 @@ export interface LeafClientOptions {
   connections?: number
   /** How requests are sent; the default is undici, one keep-alive Pool per server. */
   transport?: Transport
-  /** Time as the client sees it (tests). */
+  /** Tests inject one. */
   clock?: Clock
 }
 

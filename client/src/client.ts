@@ -80,11 +80,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
   let lastSnowflakeKey: string | undefined
   let lastSnowflake: KeyBuffer | undefined
 
-  /**
-   * One batch of (mode, key) with failover: servers round-robin (or the key's own first when
-   * sticky), a failed one skipped for its backoff, until one answers or the budget runs out.
-   * A 4xx answer is the same on every server, so it is not retried.
-   */
+  /** A 4xx answer is the same on every server, so it is not retried. */
   async function fetchBatch (mode: Mode, key: string, count: number, deadline: number, onAttemptFailed: (err: LeafClientError) => void): Promise<Batch> {
     const stickyKey = `${mode}/${key}`
     let prefer = o.balance === 'sticky' ? sticky.get(stickyKey) : undefined
@@ -127,10 +123,8 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
         const e = err instanceof LeafClientError ? err : new LeafClientError(CLIENT_CODES.NETWORK, `${server}: ${String(err)}`, { server, cause: err })
         counters.failures++
         if (lowerMaxBatch(e, asked)) continue
-        // A request the call's own budget cut short (less than requestTimeoutMs was left) timed
-        // out because the time ran out, not because its server failed: the call ends with the
-        // failure before it, or as no server answered (every server refusing stays NETWORK,
-        // not a TIMEOUT of 3 ms), and the server is not marked failed.
+        // Cut short by the call's own budget: not the server's failure, and not the call's error
+        // (every server refusing stays NETWORK, not a TIMEOUT of 3 ms).
         if (e.code === CLIENT_CODES.TIMEOUT && remaining < o.requestTimeoutMs) throw exhausted(last, attempts, deadline)
         if (!e.retryable) throw withAttempts(e, attempts)
         ring.failed(server)
@@ -141,11 +135,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
     }
   }
 
-  /**
-   * An answer whose IDs went back is refused like a bad answer (the server goes into its
-   * backoff and the call to the next one), counted, and named in one process warning per
-   * instance: the caller gets another server's IDs, or ID_REGRESSION, never a repeated ID.
-   */
+  /** Refused like a bad answer: the caller gets another server's IDs, or ID_REGRESSION, never a repeated ID. */
   function wentBack (server: string, instance: string, why: string, counters: ServerCounters): LeafClientError {
     counters.refused++
     const e = new LeafClientError(CLIENT_CODES.ID_REGRESSION, `${server}: 200 refused: ${why}`, { status: 200, server })
@@ -213,11 +203,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
 
   const bufferOf = (mode: Mode, key: string): KeyBuffer => mode === 'segment' ? segmentBuffer(key) : mode === 'snowflake' ? snowflakeBuffer(key) : buffer(mode, key)
 
-  /**
-   * Without prefetch: each call is its own requests, `count` IDs in batches of at most maxBatch.
-   * Its deadline is a timer (clock.timer), as a caller's waiting on a buffer is: it keeps the
-   * process alive while the call waits, and ends the call if its requests have not by then.
-   */
+  /** Without prefetch. The deadline is a timer, which keeps the process alive while the call waits. */
   function direct (mode: Mode, key: string, count: number): Promise<bigint[]> {
     if (closed !== undefined) return Promise.reject(closed)
     const deadline = clock.now() + o.timeoutMs

@@ -1,12 +1,9 @@
-// The sync path of a key's buffer: the batches it holds and the IDs taken from them without
-// waiting. When to fetch is the subclass's (key-buffer.ts): it is told at the refill mark
-// (refillSoon) and when the buffer is empty (startFetch).
+// The sync path of a key's buffer; when to fetch is the subclass's (key-buffer.ts).
 
 import { CLIENT_CODES, LeafClientError } from './errors.js'
 import type { IdRange } from './id-ranges.js'
 import type { Clock } from './clock.js'
 
-/** A batch as fetched: its runs, how many IDs they hold, when its request was sent, who answered. */
 export interface Batch { ranges: IdRange[], count: number, fetchedAt: number, server: string }
 
 export interface HeldBatchesOptions {
@@ -25,19 +22,15 @@ export abstract class HeldBatches {
   private lastNum = -1
   private next = 0n
   private last = -1n
-  // The current batch's runs, and the same as numbers (see Held).
   private ranges: IdRange[] = []
   private nums: number[] = NO_RUNS
   private rangeIndex = 0
-  /** IDs left in the current batch, the current run included. */
   protected left = 0
   /** The next fetch starts when `left` comes down to this; -1: none is due. */
   protected refillAt = -1
   /**
-   * The key's fetches came less than the sizing's aim apart: the next batch's refill starts at
-   * its first take rather than at half, so a batch capped at maxBatch (or still growing) has a
-   * whole batch's time for the answer. A snowflake key's aim is at most half its age limit,
-   * so the batch fetched early is used before it ages.
+   * Fetches came faster than the sizing aims: the next refill starts at the first take, not at
+   * half, so a batch capped at maxBatch has a whole batch's time for the answer.
    */
   protected hot = false
   private expiresAt = Infinity
@@ -52,13 +45,9 @@ export abstract class HeldBatches {
   }
 
   /**
-   * The next ID of a run held as numbers; NaN when the current run is held as bigints (past
-   * 2^53) or the buffer is empty.
-   *
-   * Every ID goes through here, so V8 optimizes it. The switch to the batch's next run, or
-   * to the fetched batch, is written out here with no call on its way: in a function of its
-   * own it ran once per batch, too seldom for V8 to optimize it, and cost the take that made
-   * it 1 to 2 µs (at one take in 10,000, the whole p99.99 of nextId).
+   * NaN when the run is held as bigints (past 2^53) or the buffer is empty. The switch to the
+   * next run or batch is inlined: as a function it ran too seldom for V8 to optimize, and cost
+   * that take 1 to 2 µs (the whole p99.99 of nextId).
    */
   private takeNumber (): number {
     for (;;) {
@@ -125,17 +114,13 @@ export abstract class HeldBatches {
     return undefined
   }
 
-  /** The next ID from the buffer, or undefined when it is empty (a fetch is then under way). */
   tryNextId (): bigint | undefined {
     const id = this.takeId()
     if (id === undefined) this.startFetch()
     return id
   }
 
-  /**
-   * As tryNextId, as a number, without a bigint. Throws UNSAFE_INTEGER (and keeps the ID)
-   * when the next ID is past 2^53, which a number cannot hold exactly.
-   */
+  /** Throws UNSAFE_INTEGER (and keeps the ID) past 2^53. */
   tryNextNumber (): number | undefined {
     const id = this.takeSafeNumber()
     if (id === undefined) this.startFetch()
@@ -175,7 +160,6 @@ export abstract class HeldBatches {
     this.refillAt = -1
   }
 
-  /** Fills ids[from..from+n) from the buffer; returns how far it got. */
   protected fill (ids: bigint[], from: number, n: number): number {
     let i = from
     const end = from + n
@@ -213,10 +197,7 @@ export abstract class HeldBatches {
   protected abstract startFetch (): void
 }
 
-/**
- * A batch as held: its runs also as numbers, [first, last] per run, NaN for a run past 2^53,
- * made when it arrives, so taking the next run converts nothing.
- */
+/** Runs also as numbers (NaN past 2^53), made on arrival so taking the next run converts nothing. */
 export interface Held extends Batch { nums: number[] }
 
 const NO_RUNS: number[] = []

@@ -1,17 +1,9 @@
 import type { IdRange } from './id-ranges.js'
 
-// What keeps a server's repeated IDs from reaching a caller: per server instance (the name in
-// its Leaf-Instance header, or its URL when it sends none) and per (mode, key), the IDs this
-// client has accepted from it. An answer is checked once, when it arrives; the IDs taken from
-// the buffer afterwards are never looked at, so the hot path costs nothing.
-//
-// One request for a key at a time (the buffer's refill) needs only a high-water mark: the
-// next answer must start above it. Requests for one key may also be under way at once (no
-// prefetch, concurrent callers), and their answers arrive in any order: an answer is then
-// held to the mark as it was when its request was SENT (what the instance had issued before it
-// received the request), and must not overlap any answer accepted while it was under way.
-// Every two answers accepted from one instance for one key are so compared one way or the
-// other, so no ID is accepted twice from it.
+// No ID twice from one server instance (client/README.md#guarantees), checked once per answer, so the
+// hot path costs nothing. Answers to concurrent requests arrive in any order: each is held to
+// the mark as it was when its request was SENT, and must not overlap any answer accepted
+// meanwhile; so every two accepted answers are compared one way or the other.
 
 /** A request under way for one `<mode>/<key>`. */
 export interface Ticket { readonly scope: string, readonly seq: number }
@@ -27,14 +19,12 @@ interface Mark {
 }
 
 export class HighWaterMarks {
-  /** Orders requests sent and answers accepted. */
   private seq = 0
   /** Per `<mode>/<key>`: the seq of each request under way. */
   private readonly open = new Map<string, Set<number>>()
   /** Per instance, per `<mode>/<key>`. */
   private readonly marks = new Map<string, Map<string, Mark>>()
 
-  /** A request for `scope` is sent. */
   sent (scope: string): Ticket {
     const seq = ++this.seq
     let open = this.open.get(scope)
@@ -51,11 +41,7 @@ export class HighWaterMarks {
     if (open.size === 0) this.open.delete(ticket.scope)
   }
 
-  /**
-   * The answer to `ticket` from `instance`: undefined when it is accepted (its IDs are above
-   * every ID accepted from that instance for the key before the request was sent, overlap
-   * none accepted since, and strictly increase within it), else why it is refused.
-   */
+  /** Undefined when accepted; else why it is refused. */
   accept (ticket: Ticket, instance: string, ranges: readonly IdRange[]): string | undefined {
     this.ended(ticket)
     let previous: bigint | undefined

@@ -5,7 +5,6 @@ import { HeldBatches, runNumbers, type Batch, type Held, type HeldBatchesOptions
 export interface KeyBufferOptions extends HeldBatchesOptions {
   /** Shared with the client, which may lower `maxBatch` when a server says its own is lower. */
   sizing: SizingOptions
-  /** How long a caller waits for IDs. */
   timeoutMs: number
   /** One fetch of `count` IDs with failover, before `deadline` (clock time); told of each failed attempt. */
   fetch (count: number, deadline: number, onAttemptFailed: (err: LeafClientError) => void): Promise<Batch>
@@ -14,20 +13,17 @@ export interface KeyBufferOptions extends HeldBatchesOptions {
 interface Waiter {
   kind: 'one' | 'number' | 'many'
   need: number
-  /** nextIds: the array being filled. */
   ids: bigint[] | undefined
   filled: number
   one: bigint
   num: number
   done: boolean
-  /** Clock time the caller gives up at. */
   deadline: number
   cancelTimer: () => void
   resolve (value: unknown): void
   reject (err: Error): void
 }
 
-/** What a key's buffer has done, for `stats()`. */
 export interface KeyStats {
   /** The batch size the next fetch asks for (before a waiting caller's demand is added). */
   batchSize: number
@@ -35,20 +31,12 @@ export interface KeyStats {
   failedFetches: number
   /** IDs of snowflake batches dropped for their age. */
   droppedIds: number
-  /**
-   * Calls that found the buffer empty and waited for a fetch (nextId, nextIds, their variants).
-   * Once warm it stays put: a count that grows means the batch is too small for the traffic.
-   */
+  /** Calls that waited for a fetch; growing once warm means the batch is too small for the traffic. */
   waits: number
-  /** IDs in the buffer now (current and next batch). */
   buffered: number
 }
 
-/**
- * The double buffer of one (mode, key): IDs are served from the current batch; when half of
- * it is used, one fetch of the next batch starts in the background (never two at once), and
- * callers that find both empty wait for it, first come first served.
- */
+/** Leaf's double buffer for one (mode, key): one fetch at a time; waiters first come, first served. */
 export class KeyBuffer extends HeldBatches {
   private deferFetch = false
   private refillScheduled = false
@@ -57,7 +45,6 @@ export class KeyBuffer extends HeldBatches {
   private head = 0
   private lastFetchAt: number | undefined
   private lastError: LeafClientError | undefined
-  /** The deadline of the fetch under way (or of the last one). */
   private fetchDeadline = 0
   private closed: LeafClientError | undefined
   private size: number
@@ -84,7 +71,6 @@ export class KeyBuffer extends HeldBatches {
     return id !== undefined ? Promise.resolve(id) : this.wait('number', 1, undefined)
   }
 
-  /** `count` IDs, in the order the buffer holds them. */
   nextIds (count: number): Promise<bigint[]> {
     const ids = new Array<bigint>(count)
     // A fetch the fill starts waits for this caller's demand to size it (wait starts it).
@@ -162,11 +148,7 @@ export class KeyBuffer extends HeldBatches {
     return { need, deadline }
   }
 
-  /**
-   * A refill nobody waits for starts on the event loop's next turn, not inside the take
-   * that came to the threshold: sending a request takes tens of µs, and that caller would pay
-   * them as latency.
-   */
+  /** On the next turn: sending a request takes tens of µs, which the take at the threshold would pay. */
   protected override refillSoon (): void {
     if (this.refillScheduled) return
     this.refillScheduled = true
@@ -225,20 +207,15 @@ export class KeyBuffer extends HeldBatches {
     this.stats.failedFetches++
     if (this.closed !== undefined) return
     const e = err instanceof LeafClientError ? err : new LeafClientError(CLIENT_CODES.NETWORK, String(err), { cause: err })
-    // A fetch whose budget ran out before any server failed in it (TIMEOUT, no server named)
-    // does not hide the failure an earlier fetch met.
+    // A bare TIMEOUT does not hide the failure an earlier fetch met.
     if (!(e.code === CLIENT_CODES.TIMEOUT && e.server === undefined && this.lastError !== undefined)) this.lastError = e
     if (!e.retryable) {
       // The same answer would come again (KEY_NOT_FOUND, UNAUTHORIZED): every waiter gets it.
       this.rejectAll(e)
       return
     }
-    // The fetch had the budget of the callers waiting when it started, and ends before their
-    // deadline only when every server has failed and no backoff ends within it: they get their
-    // error at their deadline (the last failure's code). Another fetch for them would ask the
-    // servers again at once, and again, as fast as they refuse, until then. Callers that came
-    // later, with a later deadline, get another fetch. With nobody waiting, the refill is tried
-    // again when half of what is left is used, or at once when it is empty.
+    // Every server failed: the callers get their error at their deadline, since another fetch
+    // would ask the servers again as fast as they refuse. Later callers get another fetch.
     this.compact()
     if (this.head === this.waiters.length) {
       this.refillAt = this.left > 0 ? Math.floor(this.left / 2) : -1
@@ -287,7 +264,6 @@ export class KeyBuffer extends HeldBatches {
     if (this.head < this.waiters.length) this.startFetch()
   }
 
-  /** Drops settled waiters from the front of the queue. */
   private compact (): void {
     while (this.head < this.waiters.length && (this.waiters[this.head] as Waiter).done) this.head++
     if (this.head === this.waiters.length) {

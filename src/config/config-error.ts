@@ -1,4 +1,4 @@
-/** What kind of configuration error: stable, for callers and tests to switch on. */
+/** Stable: callers and tests switch on it. */
 export type ConfigErrorCode =
   /** A key's value does not read (a number out of range, an unknown URL scheme, an empty secret file). */
   | 'CONFIG_INVALID_VALUE'
@@ -45,7 +45,6 @@ export class ConfigErrors extends ConfigError {
   }
 }
 
-/** Throws what `errors` holds: the error itself when there is one, else all of them. */
 export function refuseIfAny (errors: readonly ConfigError[]): void {
   const [first] = errors
   if (first === undefined) return

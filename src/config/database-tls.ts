@@ -4,10 +4,9 @@ import { ConfigError } from './config-error.js'
 import { readPemFile } from './pem-file.js'
 import type { FileParameter, TlsMode, UrlParameters } from './url-parameters.js'
 
-/** The TLS a MySQL or PostgreSQL connection uses: the mode and the PEM contents it needs. */
 export interface DatabaseTls {
   mode: TlsMode
-  /** What chose the mode, for the start line and /cache: a URL parameter, `leaf.jdbc.ssl.ca`, or `default`. */
+  /** A URL parameter, `leaf.jdbc.ssl.ca`, or `default`. */
   modeFrom: string
   /** Certificates the server's chain must end in; none: Node's public roots. */
   ca?: string
@@ -17,21 +16,12 @@ export interface DatabaseTls {
   passphrase?: string
 }
 
-/** The PEM files the keys name (paths as given). */
 export interface TlsKeys { ca: string, cert: string, key: string }
 
-/**
- * With no mode in the URL: `prefer`, as Connector/J 8 and libpq (TLS whenever the server offers
- * it, so that a Java fleet's sessions stay encrypted when its instances are swapped); but a CA
- * given says the server is to be checked: `verify-full`.
- */
+/** `prefer`, as Connector/J 8 and libpq, so a Java fleet stays encrypted; a CA given asks for `verify-full`. */
 const DEFAULT_MODE: TlsMode = 'prefer'
 
-/**
- * The TLS of a store from its URL's parameters and the leaf.jdbc.ssl.* keys, with each PEM file
- * read (a relative path from `relativeTo`) and checked. Throws a ConfigError naming the key or
- * parameter and the fix.
- */
+/** Each PEM file read and checked; throws a ConfigError naming the key or parameter and the fix. */
 export function resolveDatabaseTls (params: UrlParameters, keys: TlsKeys, relativeTo: string): DatabaseTls {
   const pick = (what: 'ca' | 'cert' | 'key', key: string): FileParameter | undefined => {
     const fromUrl = params[what]
@@ -74,8 +64,7 @@ export function resolveDatabaseTls (params: UrlParameters, keys: TlsKeys, relati
       createSecureContext({ ca: tls.ca, cert: tls.cert, key: tls.key, passphrase: tls.passphrase })
     } catch (err) {
       const which = cert ?? ca ?? key
-      // Node's message names the problem (a key that does not match its certificate, a
-      // passphrase that does not open the key): never a secret.
+      // Node's message names the problem, never a secret.
       throw new ConfigError(nameOf(which as FileParameter), `the PEM files do not make a TLS context (${(err as Error).message}): give the CA, the client certificate and its own key, unencrypted or with sslpassword`, { cause: err })
     }
   }

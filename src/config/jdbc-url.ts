@@ -7,46 +7,29 @@ import { readUrlParameters } from './url-parameters.js'
 export interface MysqlHost { host: string, port: number }
 
 export type StoreConfig =
-  /**
-   * `path` as written in the URL until load-config.ts resolves it (resolveSqlitePath);
-   * `embeddedDefault`: the URL was empty (stores/sqlite-store.ts: only that one makes its folder and demo tags).
-   */
+  /** `embeddedDefault`: the URL was empty; only that store makes its folder and demo tags. */
   | { kind: 'sqlite', path: string, embeddedDefault?: true }
-  /**
-   * `hosts` in the URL's order: the first that answers and is writable is used (database/mysql-hosts.ts).
-   * `replication` (Connector/J's `jdbc:mysql:replication://`): the first host is the source and
-   * the only one written; the others are replicas, which must answer read-only.
-   */
+  /** `replication`: the first host is the only one written; the others must answer read-only. */
   | { kind: 'mysql', hosts: MysqlHost[], user: string, password: string, database: string, replication?: true } & NetworkedOptions
-  /** One PostgreSQL server (stores/postgres-store.ts). */
   | { kind: 'postgres', host: string, port: number, user: string, password: string, database: string, applicationName?: string } & NetworkedOptions
 
-/** What a MySQL or PostgreSQL URL says besides where: TLS, and the timeouts its parameters set (url-parameters.ts). */
 export interface NetworkedOptions {
   /** Always set by parseJdbcUrl; undefined (a config built by hand, in tests): plain text. */
   tls?: DatabaseTls
-  /** connectTimeout / socketTimeout of the URL, which win over leaf.jdbc.connect-timeout-ms and query-timeout-ms. */
+  /** The URL's connectTimeout / socketTimeout win over the keys. */
   urlTimeouts?: { connectMs?: number, queryMs?: number }
 }
 
-/** Where the TLS files come from besides the URL: the leaf.jdbc.ssl.* keys, relative paths read from `relativeTo`. */
 export interface TlsSources { keys?: TlsKeys, relativeTo?: string }
 const NO_TLS_KEYS: TlsKeys = { ca: '', cert: '', key: '' }
 
 const DEFAULT_PORTS = { mysql: 3306, postgres: 5432 } as const
 
-/** The embedded store's file, in the install folder (where dist/ and config/ are), whatever the working folder. */
+/** In the install folder, whatever the working folder. */
 export const DEFAULT_SQLITE_PATH = './data/leaf.db'
 const URL_KEY = 'leaf.jdbc.url'
 
-/**
- * Turns `leaf.jdbc.url` into a store config. Accepts Java Leaf's JDBC form as-is
- * (`jdbc:mysql://host:3306/leaf?useUnicode=true&characterEncoding=utf8`), Connector/J's
- * failover form with several hosts (`jdbc:mysql://h1:3306,h2:3306/leaf`), the same as a
- * `mysql://user:pass@h1,h2:3307/db` URL, PostgreSQL's JDBC form
- * (`jdbc:postgresql://host:5432/leaf`) and libpq's (`postgres://user:pass@host:5432/leaf`,
- * `postgresql://...`), and `sqlite:PATH`; empty means the embedded store.
- */
+/** Java Leaf's JDBC URL as-is, Connector/J host lists, libpq URLs, `sqlite:PATH`; empty: the embedded store. */
 export function parseJdbcUrl (url: string, username: string, password: string, tlsSources: TlsSources = {}): StoreConfig {
   let value = url.trim()
   if (value === '') return { kind: 'sqlite', path: DEFAULT_SQLITE_PATH, embeddedDefault: true }
@@ -124,11 +107,7 @@ export function parseJdbcUrl (url: string, username: string, password: string, t
   return { kind, host: host.host, port: host.port, user, password: pass, database, ...networked, ...(params.applicationName === undefined ? {} : { applicationName: params.applicationName }) }
 }
 
-/**
- * Why a host-list form of Connector/J (`jdbc:mysql:<form>://`) or MariaDB Connector/J
- * (`jdbc:mariadb:<form>://`) is refused: each would write through more than one server, or
- * through one the URL does not name. docs/configuration.md lists the forms.
- */
+/** Each would write through more than one server, or one the URL does not name. */
 const REFUSED_FORMS: Record<string, string> = {
   loadbalance: 'it spreads writes over every host, and two writable hosts hand out the same IDs (a split brain by design): give the hosts as a failover list (jdbc:mysql://h1,h2/leaf) or the source first in jdbc:mysql:replication://',
   'load-balance-read': 'it spreads writes over every host, and two writable hosts hand out the same IDs: give the hosts as a failover list (jdbc:mysql://h1,h2/leaf)',
@@ -138,11 +117,7 @@ const REFUSED_FORMS: Record<string, string> = {
   'loadbalance+srv': 'it spreads writes over every host: give the hosts as a failover list (jdbc:mysql://h1,h2/leaf)',
 }
 
-/**
- * `jdbc:mysql:<form>://...` and `jdbc:mariadb:<form>://...`: `sequential` and `failover` are the
- * plain failover list; `replication` (true) names the source first and its replicas after it;
- * the rest are refused in one line naming the form.
- */
+/** True for `replication`; `sequential` and `failover` are the plain list; the rest are refused. */
 function readMysqlForm (driver: string, form: string): boolean {
   if (form === 'sequential' || form === 'failover') return false
   if (form === 'replication') return true

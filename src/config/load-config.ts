@@ -14,31 +14,26 @@ export { ForeignKeyError, UnknownKeyError } from './unknown-keys.js'
 export type { StoreConfig } from './jdbc-url.js'
 
 export const DEFAULT_CONFIG_PATH = 'config/leaf.properties'
-/**
- * The package's folder, two up from src/config/: the default of LoadOptions.installDir when this
- * file runs unbundled (tests). The bundled server (dist/server.js) passes its own.
- */
+/** The package's folder when unbundled (tests); the bundled server passes its own. */
 export const INSTALL_DIR = fileURLToPath(new URL('../../', import.meta.url))
 
-/** The fields toConfig makes from several keys: those of the table's resolvedKey entries (keys.ts). */
+/** The fields made from several keys (keys.ts, resolvedKey). */
 interface ResolvedFields {
   server: {
     /** server.tls.cert and server.tls.key, read; undefined: plain HTTP. */
     tls: ServerTls | undefined
   }
   segment: {
-    /** leaf.jdbc.url with the user, password and ssl keys: parsed once per start. */
     store: StoreConfig
     /** The URL's connectTimeout and socketTimeout win over the keys, as its user and password do. */
     connectTimeoutMs: number
     queryTimeoutMs: number
     /** leaf.segment.failover-hold-ms, or its default (defaultFailoverHoldMs): max-id-guard.ts. */
     failoverHoldMs: number
-    /** The warm-start file's path; undefined: no warm start. */
+    /** undefined: no warm start. */
     stateFile: string | undefined
   }
   snowflake: {
-    /** leaf.snowflake.port, else server.port. */
     port: number
     /** leaf.snowflake.worker-id.source, else zookeeper with a ZooKeeper address and static without. */
     workerIdSource: WorkerIdSource
@@ -50,25 +45,20 @@ type Sections<A, B> = {
   [K in keyof A | keyof B]: K extends keyof A ? (K extends keyof B ? Flat<A[K] & B[K]> : A[K]) : K extends keyof B ? B[K] : never
 }
 
-/** The configuration: the landing keys' fields (keys.ts) and the resolved ones. */
 export type Config = Sections<LandedConfig, ResolvedFields>
-/** The HTTP server's keys (server.*): http/bound-server.ts makes the server from them. */
 export type ServerConfig = Config['server']
 /** The snowflake keys' values as given (snowflake/settings.ts resolves the layout from them). */
 export type SnowflakeConfig = Config['snowflake']
 
-/** What picked the file: the command line, the environment, the working directory, or the package. */
 export type ConfigFileSource = '--config' | 'LEAF_CONFIG' | typeof DEFAULT_CONFIG_PATH | 'shipped'
 
 export interface LoadedConfig {
   config: Config
-  /** Where the file came from, or undefined when none was read. */
   file: string | undefined
-  /** What named that file. */
   fileFrom: ConfigFileSource | undefined
-  /** Things worth a log line that do not stop the start (unknown keys, ...). */
+  /** Worth a log line, not a refused start (unknown keys, ...). */
   warnings: string[]
-  /** The folder relative paths (a `sqlite:` file, the warm-start file) were read from: the file's, else the install folder. */
+  /** Where relative paths were read from: the file's folder, else the install folder. */
   relativeTo: string
 }
 
@@ -76,20 +66,14 @@ export interface LoadOptions {
   argv?: string[]
   env?: Record<string, string | undefined>
   cwd?: string
-  /**
-   * The package's own config/leaf.properties (server.ts passes the one beside dist/): read
-   * when neither `--config`, `LEAF_CONFIG` nor `./config/leaf.properties` names a file.
-   */
+  /** The package's own config/leaf.properties, read when no other file is named. */
   shippedPath?: string
-  /** The install folder (INSTALL_DIR unless given): the embedded store's, and relative paths' when no file is read. */
   installDir?: string
 }
 
 /**
- * Builds the configuration: built-in defaults < properties file < environment < command line.
- * The file is the first of: `--config PATH`, `LEAF_CONFIG`, `./config/leaf.properties` (from
- * `cwd`), the shipped one. Throws every error found (refuseIfAny); the rules between keys wait
- * until every key reads. The layout is parsed later, by resolveConfig (snowflake/settings.ts).
+ * Defaults < properties file < environment < command line. The file is the first of
+ * `--config`, `LEAF_CONFIG`, `./config/leaf.properties`, the shipped one. Throws every error found.
  */
 export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedPath, installDir = INSTALL_DIR }: LoadOptions = {}): LoadedConfig {
   const errors: ConfigError[] = []
@@ -125,7 +109,7 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
   return { config, file: file?.path, fileFrom: file?.from, warnings, relativeTo: bases.relative }
 }
 
-/** Each key's raw value parsed; a value read from a secret file is named by the key that named the file. */
+/** A value read from a secret file is named in errors by its file key. */
 function parseKeys (raw: RawConfig, fromFile: Map<ConfigKey, ConfigKey>, errors: ConfigError[]): ParsedConfig {
   const parsed = {} as Record<ConfigKey, unknown>
   for (const k of CONFIG_KEYS) {
@@ -140,16 +124,13 @@ function parseKeys (raw: RawConfig, fromFile: Map<ConfigKey, ConfigKey>, errors:
   return parsed as ParsedConfig
 }
 
-/**
- * A password in leaf.jdbc.url wins over leaf.jdbc.password; beside leaf.jdbc.password-file it
- * would silently keep the one in the URL, which a move to a mounted secret means to retire.
- */
+// The URL's password would silently win over a password file meant to replace it.
 function checkUrlPassword (store: StoreConfig, parsed: ParsedConfig, passwordFromFile: boolean): void {
   if (!passwordFromFile || store.kind === 'sqlite' || store.password === parsed['leaf.jdbc.password']) return
   throw new ConfigError('leaf.jdbc.password-file', 'is set, and leaf.jdbc.url carries a password too, which would win: give the password one way (remove it from the URL)', { code: 'CONFIG_CONFLICT' })
 }
 
-/** The keys whose value may come from a file (a Kubernetes or Docker secret), by their file key. */
+/** Keys whose value may come from a file (a Kubernetes or Docker secret). */
 export const SECRET_FILE_KEYS = {
   'leaf.jdbc.password-file': 'leaf.jdbc.password',
   'leaf.admin.token-file': 'leaf.admin.token',
@@ -200,14 +181,14 @@ function checkAdminTokens (config: LandedConfig, fromFile: Map<ConfigKey, Config
   }
 }
 
-/** Node's own rule (its constructor throws on it): a request's headers are part of the request. */
+/** Node's own rule (its constructor throws on it). */
 function checkServerTimeouts (server: LandedConfig['server']): void {
   if (server.requestTimeoutMs > 0 && server.headersTimeoutMs > server.requestTimeoutMs) {
     throw new ConfigError('server.request-timeout-ms', `${server.requestTimeoutMs} is less than server.headers-timeout-ms (${server.headersTimeoutMs}): receiving a request includes its headers; raise it, or lower server.headers-timeout-ms`, { code: 'CONFIG_CONFLICT' })
   }
 }
 
-/** Rules between the worker-id source and the keys it needs (those that need the layout: snowflake/settings.ts). */
+/** Rules that need the layout are in snowflake/settings.ts. */
 function checkWorkerIdSource (snowflake: SnowflakeConfig, errors: ConfigError[]): void {
   const { workerIdSource, zkAddress, leaseTtlMs, heartbeatIntervalMs } = snowflake
   if ((workerIdSource === 'zookeeper' || workerIdSource === 'zookeeper-lease') && zkAddress === '') {
@@ -218,11 +199,7 @@ function checkWorkerIdSource (snowflake: SnowflakeConfig, errors: ConfigError[])
   }
 }
 
-/**
- * Snowflake mode on the static worker id by default (no source, no ZooKeeper address, no
- * worker id given): right for one instance, but every instance of a fleet started so issues
- * the same IDs, and nothing else would say so.
- */
+// A fleet left on the default static worker id issues the same IDs everywhere, silently.
 function staticWorkerIdWarning (snowflake: SnowflakeConfig, given: (key: ConfigKey) => boolean): string[] {
   if (!snowflake.enabled || snowflake.workerIdSource !== 'static' || given('leaf.snowflake.worker-id.source') || given('leaf.snowflake.worker.id')) return []
   return [`snowflake mode on the static worker id ${snowflake.workerId}, since neither leaf.snowflake.worker-id.source, leaf.snowflake.zk.address nor leaf.snowflake.worker.id is set: ` +
@@ -230,20 +207,17 @@ function staticWorkerIdWarning (snowflake: SnowflakeConfig, given: (key: ConfigK
     'or a leaf.snowflake.worker.id of its own for each instance']
 }
 
-/**
- * Two refresh intervals, since every peer reads the store's identity at least that often, plus
- * how long a peer's refresh may take to reach the new store: for each host of the URL, a
- * connection, its first round trip, the statement and the kill of an unanswered one.
- */
+// Two refresh intervals (every peer reads the store's identity that often), plus one refresh's
+// worst case per host: a connection, its first round trip, the statement, a kill.
 function defaultFailoverHoldMs (refreshIntervalMs: number, store: StoreConfig, connectTimeoutMs: number, queryTimeoutMs: number): number {
   const hosts = store.kind === 'mysql' ? store.hosts.length : 1 // postgres: one host
   return 2 * refreshIntervalMs + hosts * (connectTimeoutMs + 3 * queryTimeoutMs)
 }
 
-/** Where relative paths are read from (never the working folder): see resolveSqlitePath. */
+/** Never the working folder: see resolveSqlitePath. */
 interface PathBases { relative: string, install: string }
 
-/** Each landing key's value on its target (keys.ts): the part of Config no rule touches. */
+/** Each landing key's value on its target (keys.ts). */
 function landKeys (parsed: ParsedConfig): LandedConfig {
   const config: Record<string, unknown> = {}
   for (const k of CONFIG_KEYS) {
@@ -289,7 +263,6 @@ function toConfig (parsed: ParsedConfig, bases: PathBases, fromFile: Map<ConfigK
   return { ...landed, server, segment, snowflake }
 }
 
-/** leaf.jdbc.url with the user, password and ssl keys; a relative `sqlite:` path resolved. */
 function resolveStore (parsed: ParsedConfig, bases: PathBases): StoreConfig {
   const tlsKeys = { ca: parsed['leaf.jdbc.ssl.ca'], cert: parsed['leaf.jdbc.ssl.cert'], key: parsed['leaf.jdbc.ssl.key'] }
   const store = parseJdbcUrl(parsed['leaf.jdbc.url'], parsed['leaf.jdbc.username'], parsed['leaf.jdbc.password'], { keys: tlsKeys, relativeTo: bases.relative })
@@ -298,7 +271,6 @@ function resolveStore (parsed: ParsedConfig, bases: PathBases): StoreConfig {
 
 interface PropertiesFile { path: string, from: ConfigFileSource, values: Record<string, string>, text: string }
 
-/** The file the precedence names; a named file that cannot be read is an error naming what named it. */
 function findPropertiesFile (cliPath: string | undefined, envPath: string | undefined, cwd: string, shippedPath: string | undefined): PropertiesFile | undefined {
   if (cliPath) return readPropertiesFile(resolve(cwd, cliPath), '--config')
   if (envPath) return readPropertiesFile(resolve(cwd, envPath), 'LEAF_CONFIG')
@@ -307,7 +279,6 @@ function findPropertiesFile (cliPath: string | undefined, envPath: string | unde
   return readPropertiesFile(resolve(shippedPath), 'shipped', { optional: true })
 }
 
-/** `from` is what the error names: `--config`, `LEAF_CONFIG` or where it looked. An optional file may be missing. */
 function readPropertiesFile (path: string, from: ConfigFileSource, { optional = false } = {}): PropertiesFile | undefined {
   let text: string
   try {
@@ -320,13 +291,9 @@ function readPropertiesFile (path: string, from: ConfigFileSource, { optional = 
   return { path, from, values: parseProperties(text) as Record<string, string>, text }
 }
 
-/** Every key, and `--config`, is an option with a value. */
 const COMMAND_LINE_OPTIONS = Object.fromEntries(['config', ...CONFIG_KEYS].map((name) => [name, { type: 'string' as const }]))
 
-/**
- * `--config PATH`, and any key as `--key=value` or `--key value` (Spring Boot style). A name
- * that is not a key takes the next argument as its value too: a foreign key is passed over.
- */
+/** Spring Boot style: a name that is not a key takes the next argument too, and is passed over. */
 function readCommandLine (argv: string[], errors: ConfigError[]): { configPath: string | undefined, values: Partial<RawConfig> } {
   const values: Partial<RawConfig> = {}
   let configPath: string | undefined

@@ -1,9 +1,7 @@
 import { readFileSync } from 'node:fs'
 import { ConfigError } from './config-error.js'
 
-// A PEM file a key names (server.tls.*, leaf.jdbc.ssl.*, a URL's sslrootcert): read and checked
-// for a block of the kind asked for, so that a wrong file refuses the start in one line naming
-// the key, rather than failing every handshake later.
+// Checked now, so that a wrong file refuses the start rather than failing every handshake later.
 
 const PEM_BLOCK = {
   certificate: { line: /-----BEGIN (TRUSTED )?CERTIFICATE-----/, convert: 'openssl x509 -inform DER -in FILE -out FILE.pem' },

@@ -9,11 +9,7 @@ export interface ServerTls { cert: string, key: string }
 const CERT_KEY = 'server.tls.cert'
 const KEY_KEY = 'server.tls.key'
 
-/**
- * server.tls.cert and server.tls.key, both or neither; each file read (a relative path from
- * `relativeTo`) and the pair checked by OpenSSL now, so that a wrong file refuses the start in
- * one line naming its key instead of failing every handshake. Undefined: plain HTTP.
- */
+/** The pair checked now, so that a wrong file refuses the start rather than failing every handshake. */
 export function resolveServerTls (certPath: string, keyPath: string, relativeTo: string): ServerTls | undefined {
   if (certPath === '' && keyPath === '') return undefined
   if (certPath === '' || keyPath === '') {

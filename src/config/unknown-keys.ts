@@ -2,17 +2,13 @@ import { parseLines, type Pair } from 'dot-properties'
 import { ConfigError } from './config-error.js'
 import { CONFIG_KEYS, envName, isConfigKey, type ConfigKey } from './keys.js'
 
-// What the loader does with a name that is not a configuration key. A typo in Leaf-TS's own
-// names starts the server in another mode (`leaf.segement.enable` leaves segment mode off,
-// `leaf.snowflake.zk.adress` puts every instance on the static worker id 0), so such a name
-// refuses the start, naming where it was written and the key it most likely meant. Java
-// Leaf's and Spring Boot's keys that change nothing Leaf-TS answers are passed over, so that
-// a Java Leaf file still works unchanged (docs/migrating.md lists them); the few whose meaning
-// Leaf-TS cannot honour are refused with the fix. docs/configuration.md states the rules.
+// A typo in Leaf-TS's own names would start the server in another mode, so it refuses the
+// start; Java Leaf's and Spring Boot's keys are passed over, or refused where their meaning
+// would be lost. Rules: docs/configuration.md#names-that-are-not-keys
 
 /** An unknown name in one of Leaf-TS's namespaces: the start is refused. */
 export class UnknownKeyError extends ConfigError {
-  /** The key (or, for a variable, its name) it most likely meant; undefined when none is near. */
+  /** The key it most likely meant; undefined when none is near. */
   readonly suggestion: string | undefined
   /** `FILE:LINE`, `environment` or `command line`. */
   readonly where: string
@@ -40,19 +36,13 @@ export class ForeignKeyError extends ConfigError {
 /** Why a foreign key's value cannot be passed over, and the fix. */
 type Refusal = [what: string, fix: string]
 
-/**
- * A key Java Leaf's leaf.properties or Spring Boot's application.properties may carry; `key`
- * ending in `.*` is a family. `refuse` says why a value cannot be passed over (its meaning
- * would be lost), or returns undefined; without it the key is always passed over.
- */
+/** `key` ending in `.*` is a family; without `refuse` the key is always passed over. */
 interface ForeignKey { key: string, refuse?: (value: string) => Refusal | undefined }
 
 const AT_THE_ROOT: Refusal = ['Spring Boot\'s path prefix; Leaf-TS serves its routes at the root (/api/segment/get/...)', 'remove it and keep the prefix in a proxy in front']
 
 export const FOREIGN_KEYS: readonly ForeignKey[] = [
-  // Java Leaf (leaf-server's leaf.properties): its worker-id modes. zk (the default) is what
-  // Leaf-TS's zookeeper source does; the others give each instance its worker id in a way
-  // Leaf-TS would not see, and passing over them would put every instance on worker id 0.
+  // Java Leaf's worker-id modes other than zk, passed over, would put every instance on worker id 0.
   {
     key: 'leaf.snowflake.mode',
     refuse: (v) => ['', 'zk'].includes(v.trim())
@@ -62,8 +52,7 @@ export const FOREIGN_KEYS: readonly ForeignKey[] = [
   },
   // Read by Java Leaf in its local mode alone, which the key above refuses.
   { key: 'leaf.snowflake.local.workIdMap' },
-  // Spring Boot (application.properties): what it configures is Tomcat's, Spring's or the
-  // actuator's, none of which Leaf-TS has.
+  // Spring Boot: Tomcat's, Spring's or the actuator's, none of which Leaf-TS has.
   { key: 'spring.*' },
   { key: 'logging.*' },
   { key: 'management.*' },
@@ -98,12 +87,7 @@ export const FOREIGN_KEYS: readonly ForeignKey[] = [
   },
 ]
 
-/**
- * Variables that start with LEAF_ and are not keys: the configuration file's name, and what
- * the test and service scripts read (LEAF_TEST_*: scripts/test-services.sh and test/helpers;
- * LEAF_PG_BIN: scripts/private-postgres.sh), so that a shell that runs the tests can start
- * the server too.
- */
+/** LEAF_ variables that are not keys, so that a shell that runs the tests can start the server too. */
 export const NON_KEY_VARIABLES: readonly string[] = ['LEAF_CONFIG', 'LEAF_PG_BIN', 'LEAF_TEST_*']
 
 /** How many edits away a key may be and still be named as the one meant. */
@@ -111,10 +95,7 @@ function nearEnough (name: string): number {
   return Math.max(2, Math.floor(name.length / 4))
 }
 
-/**
- * The optimal-string-alignment distance: insertions, deletions, substitutions and swaps of
- * two neighbours (`adress`, `segement`, `PROT`) each count 1.
- */
+/** Optimal-string-alignment distance: a swap of two neighbours (`segement`) counts 1. */
 export function editDistance (a: string, b: string): number {
   let before: number[] = []
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
@@ -146,7 +127,6 @@ function nearest (name: string, candidates: readonly string[], limit: number): s
   return found
 }
 
-/** The key `name` most likely meant, if one is near enough. */
 export function nearestKey (name: string): ConfigKey | undefined {
   return nearest(name, CONFIG_KEYS, nearEnough(name)) as ConfigKey | undefined
 }
@@ -166,12 +146,7 @@ function foreignVariable (name: string): ForeignKey | undefined {
 /** What became of a name that is not a key: passed over, not ours (a warning), or refused. */
 type Verdict = 'passed over' | 'not ours' | ConfigError
 
-/**
- * A name in a file or on the command line that is not a key: a foreign key is passed over or
- * refused; a name in Leaf-TS's namespaces (`leaf.`, `server.`), or any name on the command
- * line (`strict`), is refused with the nearest key; elsewhere a name a slip or two from a key
- * is refused too, and anything else is not ours.
- */
+/** `strict` (the command line): every unknown name that is not foreign is refused. */
 function judgeKey (name: string, value: string, where: string, strict: boolean): Verdict {
   const foreign = foreignKey(name)
   if (foreign !== undefined) {
@@ -195,10 +170,6 @@ function keyLines (text: string): Map<string, number> {
   return lines
 }
 
-/**
- * Checks every name of a properties file, in file order: an error for each unknown one of
- * Leaf-TS's namespaces, a warning for each name that is no one's we know.
- */
 export function checkFileKeys (path: string, text: string, values: Record<string, string>): { errors: ConfigError[], warnings: string[] } {
   const errors: ConfigError[] = []
   const warnings: string[] = []
@@ -223,12 +194,7 @@ export function checkCommandLineKey (name: string, value: string): ConfigError |
 const KEY_VARIABLES = new Map(CONFIG_KEYS.map((k) => [envName(k), k]))
 const SERVER_KEY_VARIABLES = [...KEY_VARIABLES.keys()].filter((v) => v.startsWith('SERVER_'))
 
-/**
- * Kubernetes sets, for each Service of the namespace, `<NAME>_SERVICE_HOST`,
- * `<NAME>_SERVICE_PORT[_<PORT NAME>]`, `<NAME>_PORT=tcp://...` and
- * `<NAME>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]` (Docker's links the last two): a Service named
- * `leaf` or `leaf-ids` must not stop the pods it fronts.
- */
+/** Kubernetes' Service variables (LEAF_SERVICE_HOST, ...): a Service named `leaf` must not stop its pods. */
 function isServiceLink (name: string, value: string): boolean {
   return /_SERVICE_(HOST|PORT(_\w+)?)$/.test(name) ||
     /_PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?$/.test(name) ||
@@ -236,12 +202,8 @@ function isServiceLink (name: string, value: string): boolean {
 }
 
 /**
- * Checks the environment's LEAF_* and SERVER_* variables that are not keys. LEAF_ is
- * Leaf-TS's: every other LEAF_* variable is an error, but for NON_KEY_VARIABLES and service
- * links. SERVER_ is shared (CGI's SERVER_SOFTWARE and SERVER_NAME, Spring Boot's SERVER_*): a
- * SERVER_* variable is refused only when it is one slip from a key's variable (SERVER_PROT) or
- * a Spring Boot key Leaf-TS cannot honour (SERVER_ADDRESS). Names are compared upper-cased,
- * so `leaf_jdbc_url` is refused with LEAF_JDBC_URL as the fix.
+ * LEAF_ is ours: any other LEAF_* variable is an error. SERVER_ is shared (CGI, Spring Boot):
+ * refused only one slip from a key (SERVER_PROT) or when its meaning would be lost.
  */
 export function checkEnvironment (env: Record<string, string | undefined>): ConfigError[] {
   const errors: ConfigError[] = []

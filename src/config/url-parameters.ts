@@ -1,25 +1,14 @@
 import { ConfigError } from './keys.js'
 
-// The query parameters of leaf.jdbc.url, as Java services write them for Connector/J, MariaDB
-// Connector/J, PgJDBC and libpq: each is read (TLS, timeouts, the application name), accepted
-// without effect for a stated reason, or refused in one line naming it. None is dropped in
-// silence: a URL that asked for TLS and connected in plain text would put the password on the
-// wire. docs/configuration.md#url-parameters lists them (test/docs/docs.test.ts checks).
+// Each parameter of leaf.jdbc.url is read, accepted without effect, or refused; none is dropped
+// in silence (a URL that asked for TLS must not connect in plain text). docs/configuration.md#url-parameters
 
 const URL_KEY = 'leaf.jdbc.url'
 
-/**
- * How a connection uses TLS, by libpq's names (Connector/J's in brackets):
- * - `disable` (DISABLED): plain text;
- * - `prefer` (PREFERRED): TLS when the server offers it, else plain text; the certificate is not checked;
- * - `require` (REQUIRED): TLS or no connection; the certificate is not checked (but see resolveDatabaseTls: a CA makes it `verify-ca`);
- * - `verify-ca` (VERIFY_CA): TLS, the server's certificate chain checked against the CA;
- * - `verify-full` (VERIFY_IDENTITY): and its name against the host of the URL.
- */
+/** libpq's names for the TLS modes: docs/configuration.md#tls */
 export type TlsMode = 'disable' | 'prefer' | 'require' | 'verify-ca' | 'verify-full'
 export const TLS_MODES: readonly TlsMode[] = ['disable', 'prefer', 'require', 'verify-ca', 'verify-full']
 
-/** A PEM file the URL names: its path as written, and the parameter that named it. */
 export interface FileParameter { path: string, from: string }
 
 /** What the URL's parameters ask for; undefined: not said. */
@@ -28,7 +17,6 @@ export interface UrlParameters {
   user?: string
   password?: string
   tlsMode?: TlsMode
-  /** The parameter(s) the mode was read from, for messages and the start line. */
   tlsModeFrom?: string
   ca?: FileParameter
   cert?: FileParameter
@@ -37,12 +25,10 @@ export interface UrlParameters {
   keyPassphrase?: string
   connectTimeoutMs?: number
   queryTimeoutMs?: number
-  /** PostgreSQL's application_name. */
   applicationName?: string
 }
 
 type Kind = 'mysql' | 'postgres'
-/** Whose parameters the URL holds: Connector/J's (jdbc:mysql:, mysql:), MariaDB Connector/J's (jdbc:mariadb:, mariadb:), or PostgreSQL's. */
 export type Driver = 'mysql' | 'mariadb' | 'postgres'
 
 /** Connector/J's sslMode and MariaDB Connector/J 3's, lower-cased. */
@@ -52,7 +38,6 @@ const MYSQL_SSL_MODES: Record<string, TlsMode> = {
   required: 'require',
   verify_ca: 'verify-ca',
   verify_identity: 'verify-full',
-  // MariaDB Connector/J 3
   disable: 'disable',
   trust: 'require',
   'verify-ca': 'verify-ca',
@@ -79,11 +64,7 @@ const KEY_STORE = new Set([
   'fallbacktosystemtruststore', 'fallbacktosystemkeystore',
 ])
 
-/**
- * Accepted and without effect, by lower-cased name, with the reason (docs/configuration.md says
- * the same). The connection's own settings are Leaf-TS's: it sends a handful of statements of
- * its own, in UTC and ASCII.
- */
+/** Accepted without effect (lower-cased names): Leaf-TS sends few statements, in UTC and ASCII. */
 const NO_EFFECT: Record<Kind, Record<string, string>> = {
   mysql: {
     useunicode: 'connections always use utf8mb4',
@@ -120,7 +101,6 @@ const NO_EFFECT: Record<Kind, Record<string, string>> = {
   },
 }
 
-/** Refused with a reason of their own (lower-cased names). */
 const REFUSED: Record<Kind, Record<string, string>> = {
   mysql: {
     enabledtlsprotocols: 'Leaf-TS offers TLS 1.2 and 1.3, as Node does: remove it',
@@ -155,11 +135,7 @@ function timeout (name: string, value: string, unit: 'ms' | 's', key: string): n
   return ms
 }
 
-/**
- * Reads the URL's parameters for a MySQL or PostgreSQL store. `user` and `password` are the
- * credentials, read by the caller. Throws a ConfigError naming the parameter, never its value
- * when it may be a secret.
- */
+/** Errors name the parameter, never a value that may be a secret. */
 export function readUrlParameters (driver: Driver, params: URLSearchParams): UrlParameters {
   const kind: Kind = driver === 'postgres' ? 'postgres' : 'mysql'
   const out: UrlParameters = {}
@@ -196,7 +172,7 @@ export function readUrlParameters (driver: Driver, params: URLSearchParams): Url
 const MARIADB_ONLY = new Set(['trustservercertificate', 'disablesslhostnameverification', 'serversslcert'])
 const CONNECTOR_J_ONLY = new Set(['requiressl', 'verifyservercertificate'])
 
-/** Reads one MySQL parameter into `out` or `legacy`; false when it is not one. */
+/** False when it is not a MySQL parameter. */
 function readMysqlParameter (driver: Driver, name: string, lower: string, value: string, out: UrlParameters, legacy: LegacySwitches): boolean {
   if (driver === 'mysql' && MARIADB_ONLY.has(lower)) throw bad(name, 'is MariaDB Connector/J\'s, and the URL is Connector/J\'s (jdbc:mysql:): use sslMode (DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY) and leaf.jdbc.ssl.ca, or write the URL as jdbc:mariadb:')
   if (driver === 'mariadb' && CONNECTOR_J_ONLY.has(lower)) throw bad(name, 'is Connector/J\'s, and the URL is MariaDB Connector/J\'s (jdbc:mariadb:): use sslMode (disable, trust, verify-ca, verify-full), or write the URL as jdbc:mysql:')
@@ -224,7 +200,6 @@ function readMysqlParameter (driver: Driver, name: string, lower: string, value:
   return false
 }
 
-/** Reads one PostgreSQL parameter into `out` or `legacy`; false when it is not one. */
 function readPostgresParameter (name: string, lower: string, value: string, out: UrlParameters, legacy: LegacySwitches): boolean {
   switch (lower) {
     case 'sslmode': {
@@ -254,7 +229,6 @@ function readPostgresParameter (name: string, lower: string, value: string, out:
   return false
 }
 
-/** The older TLS switches, as given. */
 interface LegacySwitches {
   useSSL?: boolean
   requireSSL?: boolean
@@ -266,17 +240,8 @@ interface LegacySwitches {
 }
 
 /**
- * The mode the older switches ask for, when no sslMode/sslmode was given (it wins over them,
- * as in Connector/J 8):
- * - Connector/J as Java Leaf ships it (5.1): useSSL=false is DISABLED; useSSL=true or
- *   requireSSL=true checks the server's certificate (verifyServerCertificate is true by default
- *   there) unless verifyServerCertificate=false; then requireSSL=true is REQUIRED and useSSL=true
- *   alone PREFERRED;
- * - MariaDB Connector/J 2 (jdbc:mariadb:): useSsl=true checks the certificate and the host
- *   name (verify-full), but not with trustServerCertificate=true (require), nor the name with
- *   disableSslHostnameVerification=true (verify-ca); either without useSsl=true is refused;
- * - PgJDBC: ssl=true (or an empty ssl=) is verify-full, require with its NonValidatingFactory;
- *   ssl=false, like no ssl at all, is prefer.
+ * The mode the older switches ask for when no sslMode was given (table: docs/configuration.md#tls).
+ * Java Leaf's Connector/J 5.1 checks the certificate on useSSL=true unless told not to.
  */
 function legacyMode (driver: Driver, l: LegacySwitches, out: UrlParameters): void {
   const set = (mode: TlsMode, from: string) => { out.tlsMode = mode; out.tlsModeFrom = from }

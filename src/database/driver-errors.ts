@@ -1,16 +1,10 @@
 import { DatabaseError, UnansweredStatement } from './errors.js'
 import { TimeoutError } from '../timers.js'
 
-// What the drivers' errors say, read in one place: mysql2 (ER_*, PROTOCOL_*), node-postgres
-// (the server's SQLSTATE, such as 28P01), Node's sockets and files (ECONNREFUSED, ETIMEDOUT,
-// ...), better-sqlite3 (SQLITE_*) and node-zookeeper-client (an Exception with a numeric code
-// and a name such as CONNECTION_LOSS). Such an error says all there is in its code and message:
-// its stack is the driver's own frames, noise in a log line written every few seconds.
+// The drivers' errors (mysql2, node-postgres, Node's sockets and files, better-sqlite3,
+// node-zookeeper-client), read in one place. Their stacks are the drivers' frames: logged without.
 
-/**
- * The MySQL/MariaDB server errors the code compares, by mysql2's `code` (the name of the
- * errno, given in the comments). Compare `code`, never `errno`.
- */
+/** MySQL/MariaDB server errors by mysql2's `code` (errno in the comments). Compare `code`, never `errno`. */
 export const MysqlError = {
   /** 1044 */
   DBACCESS_DENIED: 'ER_DBACCESS_DENIED_ERROR',
@@ -40,7 +34,7 @@ export const MysqlError = {
   DATA_OUT_OF_RANGE: 'ER_DATA_OUT_OF_RANGE',
 } as const
 
-/** The PostgreSQL SQLSTATEs the code compares (node-postgres' `code`), by their condition names. */
+/** PostgreSQL SQLSTATEs by their condition names. */
 export const SqlState = {
   NUMERIC_VALUE_OUT_OF_RANGE: '22003',
   UNIQUE_VIOLATION: '23505',
@@ -54,7 +48,6 @@ export const SqlState = {
   UNDEFINED_COLUMN: '42703',
 } as const
 
-/** An error's `code`, whatever it is (undefined when it has none). */
 export function codeOf (err: unknown): unknown {
   return (err as { code?: unknown } | null | undefined)?.code
 }
@@ -69,10 +62,7 @@ const DRIVER_CODE = /^(?:E[A-Z0-9]+|ER_[A-Z0-9_]+|PROTOCOL_[A-Z0-9_]+|HANDSHAKE_
 /** node-postgres: an error the server sent carries its SQLSTATE, five digits and capitals. */
 const SQLSTATE = /^[0-9A-Z]{5}$/
 
-/**
- * The error's code and message when a driver raised it, else undefined. A statement the pool
- * wrapped (UnansweredStatement) reads as its driver's code, with the pool's message.
- */
+/** An UnansweredStatement reads as its driver's code, with the pool's message. */
 export function driverError (err: unknown): DriverError | undefined {
   if (err instanceof UnansweredStatement) {
     const known = driverError(err.cause)
@@ -89,8 +79,7 @@ export function driverError (err: unknown): DriverError | undefined {
   return undefined
 }
 
-// Plain words for the codes seen most, for /readyz: a reason anyone may read carries the
-// code and these words, never the driver's message (it may name users and hosts).
+// For /readyz, which anyone may read: never the driver's message (it may name users and hosts).
 const WORDS: Record<string, string> = {
   ECONNREFUSED: 'connection refused',
   ECONNRESET: 'connection reset',
@@ -112,7 +101,6 @@ const WORDS: Record<string, string> = {
   SQLITE_CANTOPEN: 'the file cannot be opened',
   SQLITE_NOTADB: 'not a database file',
   SQLITE_READONLY: 'the file is read-only',
-  // PostgreSQL's SQLSTATEs, by their condition names.
   [SqlState.INVALID_PASSWORD]: 'invalid_password',
   [SqlState.INVALID_AUTHORIZATION_SPECIFICATION]: 'invalid_authorization_specification',
   [SqlState.INVALID_CATALOG_NAME]: 'invalid_catalog_name: unknown database',
@@ -131,7 +119,6 @@ const WORDS: Record<string, string> = {
   LEAF_NO_CONNECTION_FREE: 'no connection of the pool free in time',
 }
 
-/** `CODE (plain words)` for a driver error or one of ours, the bare code for other codes, else the message. */
 export function describeCause (err: unknown): string {
   if (err instanceof UnansweredStatement) return describeCause(err.cause)
   const code = driverError(err)?.code ?? codeOf(err)
@@ -140,19 +127,14 @@ export function describeCause (err: unknown): string {
   return typeof message === 'string' ? message : String(err)
 }
 
-/**
- * An error that says all there is in its code and message, for a log line without the stack:
- * a driver's (its code), or the plumbing's and timers' own; undefined for anything else.
- */
+/** An error whose code and message say all (a driver's, or ours): logged without its stack. */
 export function codedError (err: unknown): DriverError | undefined {
   if (err instanceof UnansweredStatement) return { code: codedError(err.cause)?.code ?? err.code, message: err.message }
   if (err instanceof DatabaseError || err instanceof TimeoutError) return { code: err.code, message: err.message }
   return driverError(err)
 }
 
-// Errors no retry can mend: a wrong password, a database or table that does not exist, a
-// user without rights. A start that meets one ends with a line saying so; anything else
-// (refused, reset, timed out) may pass, and is retried in the background.
+// Errors no retry can mend end the start; anything else (refused, reset, timed out) is retried.
 const PERMANENT_SERVER = new Set<string>([
   'ER_ACCESS_DENIED_ERROR',
   'ER_ACCESS_DENIED_NO_PASSWORD_ERROR',
@@ -178,13 +160,9 @@ const PERMANENT_SERVER = new Set<string>([
 ])
 /** SQLite is a local file: only a lock held by another process passes. */
 const TRANSIENT_SQLITE = new Set(['SQLITE_BUSY', 'SQLITE_LOCKED'])
-/** What opening a file or making its folder fails with, for good. */
 const PERMANENT_FILE = new Set(['EACCES', 'EPERM', 'ENOTDIR', 'EISDIR', 'EEXIST', 'EROFS', 'ENOENT', 'ENAMETOOLONG'])
 
-/**
- * Whether a store's error at start is permanent: MySQL's and PostgreSQL's access and schema errors; for the
- * embedded SQLite store (`sqlite: true`), every SQLite and file error but a lock.
- */
+/** For the embedded SQLite store, every SQLite and file error but a lock is permanent. */
 export function isPermanentStoreError (err: unknown, { sqlite = false } = {}): boolean {
   const known = driverError(err)
   if (known === undefined) return false

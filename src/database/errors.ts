@@ -1,7 +1,6 @@
-// The errors the database plumbing raises itself. A driver's error is never changed: where the
-// plumbing has more to say about it (a statement that got no answer), it wraps it as `cause`.
+// A driver's error is never changed: where the plumbing has more to say, it wraps it as `cause`.
 
-/** The codes of the errors below, stable: logs, /readyz and tests read them. */
+/** Stable: logs, /readyz and tests read them. */
 export type DatabaseErrorCode =
   | 'LEAF_STATEMENT_UNANSWERED'
   | 'LEAF_STORE_LEFT'
@@ -18,11 +17,7 @@ export class DatabaseError extends Error {
   }
 }
 
-/**
- * What became of a statement whose answer never came. Its bytes can reach the server after the
- * caller gave up, so unless the pool settled it, it may run at any later time (docs/worker-ids.md,
- * docs/segment-mode.md say why every caller is safe either way).
- */
+/** Unless settled, an unanswered statement may run at any later time: docs/worker-ids.md#every-statement-arriving-late-twice-or-never */
 export type StatementFate =
   /** It never left: no connection, or the connection's first round trip failed. Another host may run it. */
   | { state: 'not-sent' }
@@ -31,7 +26,6 @@ export type StatementFate =
   /** It may still run on the server: `why` it could not be settled. */
   | { state: 'may-still-run', why: string }
 
-/** A statement that got no answer: the driver's error as `cause`, and the statement's fate. */
 export class UnansweredStatement extends DatabaseError {
   readonly fate: StatementFate
 
@@ -42,10 +36,7 @@ export class UnansweredStatement extends DatabaseError {
   }
 }
 
-/**
- * A server the pool sends nothing to, refused before a statement left: read-only (a replica, a
- * standby), or a store this instance failed over from. Another host of the list may take it.
- */
+/** Refused before a statement left (read-only, or a store failed over from): another host may take it. */
 export class ServerRefused extends DatabaseError {
   constructor (code: 'LEAF_STORE_LEFT' | 'LEAF_SERVER_READ_ONLY', message: string) {
     super(code, message)
@@ -58,12 +49,10 @@ export function fateOf (err: unknown): StatementFate | undefined {
   return err instanceof UnansweredStatement ? err.fate : undefined
 }
 
-/** True when `err` is a statement's that got no answer and may still run. */
 export function mayStillRun (err: unknown): boolean {
   return fateOf(err)?.state === 'may-still-run'
 }
 
-/** The driver's error behind `err`: its cause when the pool wrapped it, else `err` itself. */
 export function driverCause (err: unknown): unknown {
   return err instanceof UnansweredStatement ? err.cause : err
 }

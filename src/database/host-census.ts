@@ -5,36 +5,26 @@ import type { ServerOptions } from './mysql-pool.js'
 import { IDENTITY_SQL, identityOf, storeIdOf } from './server-identity.js'
 import { openMysqlConnection } from './tls-options.js'
 
-// What every host of leaf.jdbc.url answers now: writable, read-only or unknown. Two writable
-// hosts in one list (a crashed primary back with its my.cnf's read_only) would let two
-// instances allocate the same ranges, so the segment mode reads every host (segment/host-fence.ts;
-// docs/production.md, "Host lists that cannot split"). Over a connection of its own: the
-// pool's connections refuse a read-only server at their first round trip, and a census must
-// see it. Besides @@global.read_only, super_read_only (read for the record) and
-// innodb_read_only also keep a server from writing leaf_alloc; SHOW VARIABLES names one the
-// server lacks (MariaDB has no super_read_only) without an error.
+// Two writable hosts in one list would let two instances allocate the same ranges, so every
+// host is read (docs/production.md#host-lists-that-cannot-split), over a connection of its own:
+// the pool's refuse a read-only server, and a census must see it. SHOW VARIABLES, because it
+// skips a variable the server lacks (MariaDB has no super_read_only) without an error.
 
 const SWITCHES_SQL = "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('super_read_only', 'innodb_read_only')"
 
 /** One host of a store's list, as a census read it. */
 export interface HostState {
-  /** `host:port`, as the URL names it. */
   host: string
   /** `unknown`: no answer within the query timeout, or an error (`error`). */
   state: 'writable' | 'read-only' | 'unknown'
-  /** The store identity it answered with (SegmentStore.identity()'s form). */
   store?: string
-  /**
-   * Which server process it is, beyond `store`: two addresses of one server give one. A Galera
-   * node's is its cluster's: its nodes are one store, writable at once by design.
-   */
+  /** Two addresses of one server give one; a Galera cluster's nodes are one store, writable by design. */
   server?: string
   error?: string
 }
 
 type CensusOptions = Pick<ServerOptions, 'host' | 'port' | 'user' | 'password' | 'database' | 'connectTimeoutMs' | 'queryTimeoutMs' | 'tls'>
 
-/** `host:port` as the URL names it. */
 export function hostName (h: { host: string, port: number }): string {
   return `${h.host.includes(':') ? `[${h.host}]` : h.host}:${h.port}`
 }
@@ -80,7 +70,6 @@ export async function readHost (options: CensusOptions): Promise<HostState> {
   }
 }
 
-/** Every host at once. */
 export function readHosts (hosts: readonly { host: string, port: number }[], options: Omit<CensusOptions, 'host' | 'port'>): Promise<HostState[]> {
   return Promise.all(hosts.map((h) => readHost({ ...options, host: h.host, port: h.port })))
 }

@@ -4,11 +4,8 @@ import { codeOf, MysqlError } from './driver-errors.js'
 import { compareServers, IDENTITY_SQL, identityOf, type ServerIdentity } from './server-identity.js'
 import { openMysqlConnection } from './tls-options.js'
 
-// The end of a statement that got no answer (mysql-pool.ts says why it is needed): its server
-// thread killed from a connection of its own, once that connection is seen to reach the same
-// server process.
+// Ends a statement that got no answer (mysql-pool.ts says why).
 
-/** What a kill needs of its server's pool options. */
 export interface KillOptions {
   host: string
   port: number
@@ -16,14 +13,9 @@ export interface KillOptions {
   password: string
   /** Bounds the whole kill, its connection's opening included. */
   queryTimeoutMs: number
-  /** The store's TLS: the kill's connection uses it too. */
   tls?: DatabaseTls
 }
 
-/**
- * What a kill did: the thread is gone (`killed`, or its server process `restarted` since), or
- * it was `not-killed`, and why (with the error that stopped the kill, if one did).
- */
 export type KillResult =
   | { outcome: 'killed' }
   | { outcome: 'restarted' }
@@ -31,11 +23,7 @@ export type KillResult =
 
 const notKilled = (reason: string, cause?: unknown): KillResult => cause === undefined ? { outcome: 'not-killed', reason } : { outcome: 'not-killed', reason, cause }
 
-/**
- * KILL CONNECTION over a connection of its own, within the query timeout, once that
- * connection is seen to reach the very server process `identity` names (null: the server did
- * not say who it is, and nothing is killed).
- */
+/** Only once its connection is seen to reach the very server process `identity` names (null: nothing is killed). */
 export async function killThread (options: KillOptions, threadId: number, identity: ServerIdentity | null): Promise<KillResult> {
   const { queryTimeoutMs } = options
   let conn: mysql.Connection | undefined

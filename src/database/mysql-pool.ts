@@ -9,13 +9,10 @@ import { killThread, type KillResult } from './kill-thread.js'
 import { IDENTITY_SQL, identityOf, storeIdOf, type ServerIdentity } from './server-identity.js'
 import { mayFallBack, mysqlSsl, noteDeclined, mysqlTlsSession, warnPlainText, MYSQL_TLS_SQL, type TlsSession } from './tls-options.js'
 
-// One mysql2 pool to one server, with the bounds mysql2 lacks: a query timeout that takes its
-// connection for dead, a bounded wait for a free connection, and a close that never rejects.
-// A statement that got no answer may still run (its bytes can arrive late), so its server
-// thread is killed over a connection of its own, and only on the server process it ran on
-// (kill-thread.ts, server-identity.ts). Its error, an UnansweredStatement, says in its `fate`
-// whether it may still run. Why, and why every caller is safe either way: docs/worker-ids.md,
-// "A statement without an answer is ended" and "Every statement, arriving late, twice or never".
+// One mysql2 pool to one server, with the bounds mysql2 lacks: a query timeout, a bounded wait
+// for a free connection, a close that never rejects. A statement that got no answer may still
+// run, so its server thread is killed (kill-thread.ts) and its UnansweredStatement says whether
+// it may still run. Why: docs/worker-ids.md#every-statement-arriving-late-twice-or-never
 
 /** One server's pool; mysql-hosts.ts's MysqlOptions name several. */
 export interface ServerOptions extends MysqlHost {
@@ -30,11 +27,7 @@ export interface ServerOptions extends MysqlHost {
   tls?: DatabaseTls
   /** How long a call waits for a pool connection; default: connect timeout + query timeout. */
   acquireTimeoutMs?: number
-  /**
-   * True for a server nothing may be sent to (a store this instance failed over from:
-   * segment/host-fence.ts): its statements are refused before they leave, as a read-only
-   * server's are (ServerRefused, LEAF_STORE_LEFT).
-   */
+  /** True for a store this instance failed over from (segment/host-fence.ts): LEAF_STORE_LEFT. */
   refuse?: (server: ServerIdentity) => boolean
   /** Told (at warn) when TLS is preferred and the server offers none. */
   logger?: Logger
@@ -52,17 +45,11 @@ interface CoreConnection {
 
 export function createServerRunner (options: ServerOptions): MysqlRunner {
   const { queryTimeoutMs, acquireTimeoutMs = options.connectTimeoutMs + options.queryTimeoutMs } = options
-  // Connections resting in the pool. A query that times out most likely lost its path to the
-  // server without a FIN or RST, and the connections opened over the same path are as dead,
-  // but each would take a query timeout of its own to show it (the kernel gives up on them
-  // only after ~15 minutes): close them all, and let the next calls open fresh ones.
+  // Idle connections are closed when a query times out: they most likely lost the same path.
+  // Why: docs/segment-mode.md (dead MySQL connections).
   const idle = new Set<CoreConnection>()
-  /**
-   * The server each pool connection reached, noted by its first round trip (null: the server
-   * did not say). run() sends that round trip before the connection's first statement.
-   */
+  /** The server each pool connection reached, from its first round trip (null: it did not say). */
   const identities = new WeakMap<object, ServerIdentity | null>()
-  /** The TLS of the latest connection set up (undefined: none yet). */
   let session: TlsSession | undefined
 
   function openPool (ssl: mysql.SslOptions | undefined): mysql.Pool {
@@ -92,15 +79,10 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     return opened
   }
   let pool = openPool(mysqlSsl(options.tls))
-  /** TLS preferred and the server offers none: the pool was opened again in plain text. */
   let plain = options.tls === undefined || options.tls.mode === 'disable'
 
-  /**
-   * A pool connection; under `prefer`, in plain text from the first server that says it has no
-   * TLS. Calls started at once on a fresh runner all start on the TLS pool: the first refused
-   * swaps it, and the others, failed by that refusal or by the swap (the old pool ended under
-   * them: "Pool is closed."), go on once in the pool that replaced it.
-   */
+  // Under `prefer`, the first call the server refuses TLS swaps in a plain-text pool; calls
+  // that failed meanwhile (by the refusal or "Pool is closed.") retry once in the new pool.
   async function getConnection (): Promise<PoolConnection> {
     const started = pool
     try {
@@ -120,15 +102,10 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     warnPlainText(options.logger, options, options.tls as DatabaseTls, 'sslMode=REQUIRED')
     const tlsPool = pool
     pool = openPool(undefined)
-    // mysql2's end() fails the calls in its queue at once ("Pool is closed."): they go on in the new pool.
     tlsPool.end().catch(() => {})
   }
 
-  /**
-   * A pool connection within the acquire timeout. mysql2's pool has no such bound: a caller
-   * waits in its queue for as long as the connections stay checked out. A connection that
-   * arrives after the caller gave up goes straight back to the pool.
-   */
+  // mysql2's pool queue has no time bound; a connection that arrives late goes straight back.
   function acquire (): Promise<PoolConnection> {
     return new Promise((resolve, reject) => {
       let expired = false
@@ -147,21 +124,13 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     })
   }
 
-  /**
-   * Runs one query, or the statements of one transaction, on a connection of its own, each
-   * round trip bounded by the query timeout. A connection whose query failed is destroyed,
-   * never reused: after mysql2's timeout it still waits for the answer (the driver only fails
-   * the callback, and pool.query would never release it), and a failed reservation may hold
-   * its transaction open.
-   */
+  // A connection whose query failed is destroyed, never reused: after mysql2's timeout it still
+  // waits for the answer, and a failed transaction may still be open on it.
   function query<T> (sql: string | readonly Statement[], values: unknown[] = []): Promise<Answer<T>> {
     return execute<T>(sql, values, false)
   }
 
-  /**
-   * `sql` (none: only the connection's first round trip), with that round trip sent again when
-   * `fresh`: the server a pooled connection reaches may have changed since (turned read-only).
-   */
+  /** `sql` (none: only the first round trip); `fresh` repeats that round trip (the server may have turned read-only). */
   async function execute<T> (sql: string | readonly Statement[] | undefined, values: unknown[], fresh: boolean): Promise<Answer<T>> {
     let conn: PoolConnection
     try {
@@ -173,9 +142,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     let sent = false
     try {
       if (fresh || !identities.has(conn.connection)) {
-        // TIMESTAMP columns come back in the session's zone: make it the one mysql2 reads them
-        // in; and note the server (see kill-thread.ts). A statement of its own, bounded like any: one
-        // queued behind a statement mysql2 gave up on would wait for its answer unbounded.
+        // Sent on its own, bounded: queued behind a statement mysql2 gave up on, it would wait unbounded.
         await setUp(conn)
       }
       const reached = identities.get(conn.connection)
@@ -199,7 +166,6 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
         for (const c of idle) c.destroy()
         idle.clear()
       }
-      // A refused server is the outcome itself: nothing left.
       if (err instanceof ServerRefused) throw err
       // A server error is an answer: the statement ran (and failed). Without one, it may run yet.
       const noAnswer = threadId !== null && (timedOut || (err as { fatal?: boolean }).fatal === true)
@@ -217,14 +183,8 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     return result
   }
 
-  /**
-   * A transaction's statements, and their results in order: in one multi-statement round trip,
-   * except on a Galera node (or a server that did not say what it is). There a conflict that
-   * aborts the transaction between two statements of one round trip can go unreported: the
-   * COMMIT answers OK for a transaction that was rolled back, and the SELECT before it read
-   * another node's row (measured by test/integration/galera.test.ts). One round trip per statement, as
-   * Java Leaf sends them, reports it at the next statement.
-   */
+  // One round trip, except on Galera (or an unknown server): there a multi-statement
+  // transaction can lose a conflict unreported. Why: docs/production.md#galera
   async function transaction (conn: PoolConnection, statements: readonly Statement[]): Promise<unknown[]> {
     const identity = identities.get(conn.connection)
     if (identity !== undefined && identity !== null && identity.cluster === undefined) {
@@ -235,7 +195,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     return results
   }
 
-  /** Ends the server thread of a statement that got no answer: the driver's `err`, wrapped with what became of the statement. */
+  /** Kills the server thread of a statement that got no answer. */
   async function unanswered (err: unknown, threadId: number, identity: ServerIdentity | null): Promise<UnansweredStatement> {
     const killed = killThread(options, threadId, identity)
     kills.add(killed)
@@ -255,11 +215,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     }
   }
 
-  /**
-   * A connection's first round trip: the time zone, and the server's identity where it tells.
-   * A server that says it is read-only is refused (whatever the user's privileges: read_only
-   * does not bind SUPER), and one whose Galera node is not ready too, before anything is sent.
-   */
+  // A read-only server is refused: read_only does not bind a user with SUPER.
   async function setUp (conn: PoolConnection): Promise<void> {
     let identity: ServerIdentity | null
     try {
@@ -267,8 +223,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
       identity = identityOf(setup.slice(1, 3)) ?? null
       session = mysqlTlsSession(setup[3])
     } catch (err) {
-      // A server that answers the identity part with an error (a proxy without SHOW GLOBAL
-      // STATUS, say): the time zone alone, and no kills on this connection.
+      // A proxy without SHOW GLOBAL STATUS: the time zone alone, and no kills on this connection.
       const e = err as { errno?: unknown, fatal?: unknown }
       if (typeof e.errno !== 'number' || e.fatal === true || codeOf(err) === MysqlError.WSREP_NOT_READY) throw err
       await conn.query({ sql: SESSION_ZONE, timeout: queryTimeoutMs })
@@ -280,7 +235,6 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     identities.set(conn.connection, identity)
   }
 
-  /** Pending kills: close() waits for them (each is bounded). */
   const kills = new Set<Promise<KillResult>>()
 
   return {
@@ -294,8 +248,7 @@ export function createServerRunner (options: ServerOptions): MysqlRunner {
     },
     async close () {
       await Promise.all([...kills])
-      // A connection that already died (the server or the path gone) makes end() reject; at
-      // close that loses nothing, and a shutdown during a database outage must still exit 0.
+      // A shutdown during a database outage must still exit 0.
       await pool.end().catch(() => {})
     },
   }
@@ -308,20 +261,13 @@ export interface Answer<T> { result: T, server: ServerIdentity | null }
 export interface Statement { sql: string, values?: unknown[] }
 
 export interface MysqlRunner {
-  /**
-   * Runs one query, or a transaction's statements (their results in order, as a
-   * multi-statement query gives them); see query() above.
-   */
+  /** One query, or a transaction's statements (their results in order). */
   run<T> (sql: string | readonly Statement[], values?: unknown[]): Promise<T>
   /** The same, with the server that ran it. */
   query<T> (sql: string | readonly Statement[], values?: unknown[]): Promise<Answer<T>>
-  /**
-   * The server a connection reaches now, read afresh: a pooled connection's server may have
-   * turned read-only since, and is refused then as a new connection's is (null: it did not
-   * say who it is).
-   */
+  /** The server a connection reaches now, read afresh (refused if it turned read-only). */
   identify (): Promise<ServerIdentity | null>
-  /** The TLS of the latest connection set up, as the server reports it; undefined before the first. */
+  /** The TLS of the latest connection set up; undefined before the first. */
   tlsSession (): TlsSession | undefined
   close (): Promise<void>
 }

@@ -5,13 +5,10 @@ import { ServerRefused, UnansweredStatement } from './errors.js'
 import type { Logger } from '../logger.js'
 import { mayFallBack, pgSsl, pgTlsSession, warnPlainText, PG_TLS_COLUMNS, type PgTlsRow, type TlsSession } from './tls-options.js'
 
-// One node-postgres pool to one PostgreSQL server, with the bounds mysql-pool.ts gives MySQL:
-// a connection within the connect timeout (connectionTimeoutMillis bounds the wait and the
-// opening); each query within the query timeout, on the client (query_timeout) and on the
-// server (statement_timeout); a transaction its client left ends on the server after
-// idle_in_transaction_session_timeout, so its row locks do not outlive it; a connection whose
-// query failed is destroyed. Nothing here ends the backend of a query that got no answer, so
-// its UnansweredStatement says it may still run (docs/worker-ids.md says why callers are safe).
+// One node-postgres pool to one server, with the bounds mysql-pool.ts gives MySQL; a left
+// transaction ends on the server (idle_in_transaction_session_timeout) so its locks do not
+// outlive it. No backend is killed here, so an unanswered query may still run
+// (why callers are safe: docs/worker-ids.md#every-statement-arriving-late-twice-or-never).
 
 export interface PostgresOptions {
   host: string
@@ -22,11 +19,10 @@ export interface PostgresOptions {
   connectTimeoutMs: number
   poolSize: number
   queryTimeoutMs: number
-  /** TLS (tls-options.ts); none: plain text. */
+  /** None: plain text. */
   tls?: DatabaseTls
   /** application_name of the sessions (the URL's ApplicationName); default: leaf-ts. */
   applicationName?: string
-  /** Told (at warn) when TLS is preferred and the server offers none. */
   logger?: Logger
 }
 
@@ -39,16 +35,13 @@ export interface PgServer { system: string, timeline: number }
 export interface PostgresRunner {
   /** One statement on a connection of its own. */
   query<R extends pg.QueryResultRow = pg.QueryResultRow> (sql: string, values?: unknown[]): Promise<pg.QueryResult<R>>
-  /**
-   * One statement ending in `RETURNING ...`, with the identity of the server that ran it read
-   * by the same statement (null: no row returned, or the server will not say who it is).
-   */
+  /** A `RETURNING ...` statement, with the identity of the server that ran it (null: none). */
   returning<R extends pg.QueryResultRow = pg.QueryResultRow> (sql: string, values?: unknown[]): Promise<pg.QueryResult<R> & { server: PgServer | null }>
-  /** `fn` inside BEGIN ... COMMIT on one connection; rolled back (and the connection destroyed) when it throws. */
+  /** Rolled back, and the connection destroyed, when `fn` throws. */
   transaction<T> (fn: (q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>) => Promise<T>): Promise<T>
   /** The server a connection of the pool reaches now, read afresh (null: it did not say). */
   identify (): Promise<PgServer | null>
-  /** The TLS of the latest connection opened, as the server reports it (pg_stat_ssl); undefined before the first. */
+  /** The latest connection's TLS (pg_stat_ssl); undefined before the first. */
   tlsSession (): TlsSession | undefined
   close (): Promise<void>
 }
@@ -63,15 +56,9 @@ const types = {
   },
 }
 
-// The identity, read afresh by every statement that needs it, never kept on a connection: a
-// connection may outlive what it tells (a pooler such as PgBouncer moves a client's statements
-// between servers), and nothing is saved by keeping it (a few microseconds on the server).
-// The timeline is the one WAL is written on now, the first 8 hex digits of the current WAL
-// file's name (PostgreSQL 15 names it by the insertion timeline). Not pg_control_checkpoint()'s:
-// after a promotion, that stays on the old timeline until the end-of-recovery checkpoint ends,
-// seconds on an idle server and up to 0.9 x checkpoint_timeout with dirty buffers, and
-// meanwhile the promoted server would pass for its old primary (docs/production.md). A standby
-// has no current WAL position: its timeline column is null.
+// Read afresh by each statement, never kept on a connection (a pooler may move it between
+// servers). The timeline is the current WAL file's, not the last checkpoint's, which lags a
+// promotion. Why: docs/production.md#postgresql-the-timeline-the-server-writes-on-now
 const IDENTITY_COLUMNS = '(SELECT system_identifier::text FROM pg_control_system()) AS leaf_system, ' +
   'CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END AS leaf_wal'
 const IDENTITY_SQL = `SELECT ${IDENTITY_COLUMNS}, pg_is_in_recovery() AS standby, ${PG_TLS_COLUMNS}`
@@ -85,11 +72,7 @@ export function serverOf (row: IdentityRow | undefined): PgServer | null {
   return Number.isInteger(timeline) && timeline > 0 ? { system: row.leaf_system, timeline } : null
 }
 
-/**
- * The driver's `err` wrapped with the statement's fate when the server sent no answer (no
- * SQLSTATE): never sent, or it may still run. A server's error (it ran, and failed) and a
- * refused server pass as they are.
- */
+/** No SQLSTATE means no answer: wrapped with the statement's fate. A server's error passes as is. */
 function unanswered (err: unknown, sent: boolean): unknown {
   if (typeof err !== 'object' || err === null || err instanceof ServerRefused) return err
   if (typeof (err as { severity?: unknown }).severity === 'string') return err
@@ -121,26 +104,19 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
       types,
       ssl,
     })
-    // A pooled connection that breaks while idle (the server restarted) is reported here; the
-    // pool drops it, and the next call opens a fresh one. Without a listener it would end the process.
+    // Without a listener, an idle connection that breaks would end the process.
     opened.on('error', () => {})
     return opened
   }
   let pool = openPool(pgSsl(options.tls))
-  /** TLS preferred and the server offers none: the pool was opened again in plain text. */
   let plain = options.tls === undefined || options.tls.mode === 'disable'
   /** The TLS pool that fallback left, until it ends. */
   let left: pg.Pool | undefined
-  /** Per connection, once: whether its server says who it is (IDENTITY_COLUMNS run there). */
+  /** Whether each connection's server says who it is (IDENTITY_COLUMNS run there). */
   const saysWho = new WeakMap<pg.PoolClient, boolean>()
-  /** The TLS of the latest connection identified. */
   let session: TlsSession | undefined
 
-  /**
-   * A pool connection; under `prefer`, in plain text from the first server that says it has no
-   * TLS. Calls started at once on a fresh runner all start on the TLS pool: the first refused
-   * swaps it, and the others, refused in turn, go on once in the pool that replaced it.
-   */
+  // Under `prefer`, the first refusal swaps in a plain-text pool; calls refused meanwhile retry there once.
   async function connect (): Promise<pg.PoolClient> {
     const started = pool
     try {
@@ -164,11 +140,7 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
     endWhenDrained(left)
   }
 
-  /**
-   * Ends the pool left once no call waits on it. Not at once: node-postgres' end() leaves the
-   * calls in its queue waiting out their connect timeout; while it is open, each gets a
-   * connection of its own, refused as the first was, and goes on in the new pool.
-   */
+  // Not at once: node-postgres' end() leaves queued calls waiting out their connect timeout.
   function endWhenDrained (tlsPool: pg.Pool): void {
     if (tlsPool !== left || tlsPool.waitingCount > 0 || tlsPool.totalCount > 0) return
     left = undefined
@@ -187,19 +159,15 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
       }
       server = serverOf(row)
     } catch (err) {
-      // A server (or proxy) that will not say who it is: no identity, as a MySQL proxy without SHOW GLOBAL STATUS.
+      // A server or proxy that will not say who it is.
       if (err instanceof ServerRefused || typeof (err as { severity?: unknown }).severity !== 'string') throw err
     }
     saysWho.set(client, server !== null)
     return server
   }
 
-  /**
-   * A connection of the pool, checked out. The pool listens for errors on its idle connections
-   * only: one checked out whose server ends it between two statements (a postmaster killed, the
-   * `FATAL 57P01` it sends) emits 'error', which without a listener ends the process. The
-   * listener drops it: the statement in flight, or the next one, fails with it instead.
-   */
+  // The pool listens for errors on idle connections only: a checked-out one ended by its server
+  // (FATAL 57P01) would end the process. The statement in flight, or the next, fails instead.
   async function checkOut (): Promise<pg.PoolClient> {
     let client: pg.PoolClient
     try {
@@ -243,8 +211,7 @@ export function createPostgresRunner (options: PostgresOptions): PostgresRunner 
     },
     async returning<R extends pg.QueryResultRow> (sql: string, values?: unknown[]) {
       return await withClient(async (client) => {
-        // The identity in the statement's own RETURNING: the server and timeline that made
-        // the change, in the same round trip.
+        // The identity of the server that made the change, in the same round trip.
         const who = saysWho.get(client) === true
         const result = await client.query<R & IdentityRow>(who ? `${sql}, ${IDENTITY_COLUMNS}` : sql, values)
         return Object.assign(result, { server: who ? serverOf(result.rows[0]) : null })

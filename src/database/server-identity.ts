@@ -1,8 +1,5 @@
-// Which server process a connection reached, read in its first round trip: the pool kills a
-// statement's thread only on that same process (mysql-pool.ts), and the segment store names
-// the store that holds its rows by it (storeIdOf).
+// A thread is killed only on the server process that ran it; storeIdOf names the store.
 
-/** Which server process a connection reached. */
 export interface ServerIdentity {
   host: string
   port: number
@@ -13,20 +10,16 @@ export interface ServerIdentity {
   started: number
   /** The id of the connection that read this: ids only grow within one server process. */
   connectionId: number
-  /** `@@server_id`: replication needs it to differ between a primary and its replicas. */
   serverId: number
-  /** `@@global.read_only`: a replica (or a primary fenced by its operator); never written through. */
+  /** A replica, or a primary fenced by its operator: never written through. */
   readOnly: boolean
   /** Galera's `wsrep_cluster_state_uuid`: one for every node of a cluster. */
   cluster?: string
 }
 
 /**
- * What holds the `leaf_alloc` rows an allocation moved: a Galera cluster (any of its nodes),
- * else one server, named by its server_id, which replication needs to differ between a primary
- * and its replicas. A change of it is a failover: the new store may be behind
- * (segment/max-id-guard.ts). Not the host name: a container re-created on the same data gets a
- * new one.
+ * A Galera cluster, else a server_id (replication needs it to differ); a change is a failover
+ * (segment/max-id-guard.ts). Not the host name: a re-created container gets a new one.
  */
 export function storeIdOf (server: ServerIdentity): string {
   return server.cluster === undefined ? `server_id ${server.serverId}` : `galera cluster ${server.cluster}`
@@ -36,7 +29,7 @@ export function storeIdOf (server: ServerIdentity): string {
 export const IDENTITY_SQL = 'SELECT @@hostname AS host, @@port AS port, UNIX_TIMESTAMP() AS now, CONNECTION_ID() AS id, @@server_id AS server_id, @@global.read_only AS read_only; ' +
   "SHOW GLOBAL STATUS WHERE Variable_name IN ('Uptime', 'wsrep_cluster_state_uuid')"
 
-/** The identity from IDENTITY_SQL's two result sets; undefined when the server did not say. */
+/** Undefined when the server did not say. */
 export function identityOf (results: unknown[]): ServerIdentity | undefined {
   const server = (results[0] as { host?: unknown, port?: unknown, now?: unknown, id?: unknown, server_id?: unknown, read_only?: unknown }[] | undefined)?.[0]
   const status = new Map(((results[1] ?? []) as { Variable_name?: unknown, Value?: unknown }[]).map((r) => [String(r.Variable_name).toLowerCase(), r.Value]))

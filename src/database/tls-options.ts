@@ -4,19 +4,13 @@ import type { DatabaseTls } from '../config/database-tls.js'
 import type { Logger } from '../logger.js'
 import { driverCause } from './errors.js'
 
-// The store's TLS (config/database-tls.ts) as each driver takes it, the `prefer` mode neither
-// driver has (TLS when the server offers it, else plain text), and what a session negotiated.
-//
-// mysql2 and node-postgres both refuse a server without TLS once `ssl` is set: so `prefer`
-// asks for TLS, and on that refusal alone (mysql2's HANDSHAKE_NO_SSL_SUPPORT, node-postgres'
-// "does not support SSL") connects again in plain text. The certificate is not checked in
-// `prefer` and `require`, as in Connector/J and libpq; `verify-ca` checks its chain against
-// the CA (Node's public roots when none is given); `verify-full` also its name against the
-// URL's host (a DNS name, or an IP address in the certificate's IP entries).
+// The store's TLS as each driver takes it. Neither driver has `prefer`: both refuse a server
+// without TLS once `ssl` is set, so `prefer` asks for TLS and, on that refusal alone, connects
+// again in plain text. Modes: docs/configuration.md#tls
 
 /** What one database session uses: TLS with its protocol and cipher, or plain text. */
 export interface TlsSession {
-  /** `TLSv1.3`, ...; null: plain text. */
+  /** null: plain text. */
   version: string | null
   cipher: string | null
 }
@@ -53,30 +47,20 @@ function pemOptions (tls: DatabaseTls): { ca?: string, cert?: string, key?: stri
   }
 }
 
-/** Whether `err` is the server saying it has no TLS (and nothing else went wrong). */
 export function tlsNotOffered (err: unknown): boolean {
   const { code, message } = (err ?? {}) as { code?: unknown, message?: unknown }
   return code === 'HANDSHAKE_NO_SSL_SUPPORT' || message === 'The server does not support SSL connections'
 }
 
-/** `prefer` met a server without TLS: connect in plain text instead. */
 export function mayFallBack (tls: DatabaseTls | undefined, err: unknown): boolean {
   return tls?.mode === 'prefer' && tlsNotOffered(err)
 }
 
-/**
- * Servers (`host:port`) that declined TLS under `prefer` in this process: later connections of
- * their own (the census at each refresh, a kill) go in plain text at once, rather than spend a
- * connection each time learning it again. A server that turns TLS on is used with it from the
- * next start.
- */
+/** Servers that declined TLS under `prefer`: later one-off connections go in plain text at once, until restart. */
 const declined = new Set<string>()
 const serverKey = (o: { host?: string, port?: number }) => `${o.host ?? ''}:${o.port ?? ''}`
 
-/**
- * A connection of its own (the host census, a kill): with TLS as the store's, in plain text
- * after a `prefer` the server declined.
- */
+/** A one-off connection (the host census, a kill), with the store's TLS. */
 export async function openMysqlConnection (options: mysql.ConnectionOptions, tls: DatabaseTls | undefined): Promise<mysql.Connection> {
   const ssl = tls?.mode === 'prefer' && declined.has(serverKey(options)) ? undefined : mysqlSsl(tls)
   try {
@@ -88,15 +72,11 @@ export async function openMysqlConnection (options: mysql.ConnectionOptions, tls
   }
 }
 
-/** Notes that `server` declined TLS under `prefer` (a pool's fallback), for openMysqlConnection. */
 export function noteDeclined (server: { host: string, port: number }): void {
   declined.add(serverKey(server))
 }
 
-/**
- * Tells, at warn, that a pool to `to` fell back to plain text under `prefer` (`fix`: the URL
- * parameter that insists on TLS). Never a secret.
- */
+/** `fix`: the URL parameter that insists on TLS. */
 export function warnPlainText (logger: Logger | undefined, to: { host: string, port: number }, tls: DatabaseTls, fix: string): void {
   const server = `${to.host.includes(':') ? `[${to.host}]` : to.host}:${to.port}`
   logger?.warn({ server, tls: `${tls.mode} (${tls.modeFrom})` },
@@ -107,7 +87,6 @@ export function warnPlainText (logger: Logger | undefined, to: { host: string, p
 /** MySQL's own view of a session's TLS: appended to a connection's first round trip. */
 export const MYSQL_TLS_SQL = "SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')"
 
-/** The session from MYSQL_TLS_SQL's rows (empty values: plain text). */
 export function mysqlTlsSession (rows: unknown): TlsSession {
   const status = new Map(((Array.isArray(rows) ? rows : []) as { Variable_name?: unknown, Value?: unknown }[]).map((r) => [String(r.Variable_name).toLowerCase(), String(r.Value ?? '')]))
   const cipher = status.get('ssl_cipher') ?? ''
@@ -126,10 +105,7 @@ export function pgTlsSession (row: PgTlsRow | undefined): TlsSession {
   return { cipher, version: cipher === null || typeof row?.leaf_tls_version !== 'string' ? null : row.leaf_tls_version }
 }
 
-/**
- * One line for the start log and /cache: the mode, what chose it, and the session's protocol and
- * cipher as the server reports them; never a secret.
- */
+/** One line for the start log and /cache; never a secret. */
 export function describeTls (tls: DatabaseTls, session: TlsSession | undefined): string {
   const mode = `${tls.mode} (${tls.modeFrom})`
   if (session === undefined) return `${mode}: no session yet`
@@ -166,10 +142,7 @@ function nodeCertCode (message: string): string | undefined {
   return message.startsWith('Hostname/IP does not match certificate\'s altnames') ? 'ERR_TLS_CERT_ALTNAME_INVALID' : NODE_CERT_MESSAGES[message]
 }
 
-/**
- * One line for a start that met a TLS failure no retry mends, naming the fix; undefined for any
- * other error.
- */
+/** The fix for a TLS failure no retry mends; undefined for any other error. */
 export function tlsRefusal (wrapped: unknown, tls: DatabaseTls | undefined): string | undefined {
   if (tls === undefined) return undefined
   const err = driverCause(wrapped)

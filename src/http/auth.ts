@@ -3,23 +3,20 @@ import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify
 import { LeafError } from '../errors.js'
 import { sendError } from './errors.js'
 
-/** The admin tokens of the configuration; an empty one is not set. */
+/** An empty token is not set. */
 export interface AdminTokens {
-  /** leaf.admin.token: opens every admin route. */
   admin: string
   /** leaf.admin.view-token: opens the views, never tag management. */
   view: string
 }
 
-/** What a route needs: a view (either token) or tag management (the admin token). */
 export type Access = 'view' | 'manage'
 
 const REALM = 'leaf-ts'
 
 /**
- * The challenges of a 401, each its own header line: browsers read one challenge per line,
- * and show their login prompt for Basic (they pass over Bearer). charset="UTF-8" (RFC 7617
- * 2.1) has them send a password beyond ASCII as UTF-8 rather than Latin-1.
+ * One challenge per header line, as browsers read them; they prompt for Basic only.
+ * charset="UTF-8" (RFC 7617 2.1): a password beyond ASCII comes as UTF-8, not Latin-1.
  */
 export const CHALLENGES = [`Basic realm="${REALM}", charset="UTF-8"`, `Bearer realm="${REALM}"`]
 
@@ -33,11 +30,7 @@ const SCHEME = /^(basic|bearer) +/i
 const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/
 const UTF8 = new TextDecoder('utf-8', { fatal: true })
 
-/**
- * The secret an Authorization header presents: a Bearer token as sent, or the password of
- * Basic credentials (the user name is not looked at). Undefined for no header, another scheme,
- * or Basic credentials that are not base64 of UTF-8 `user:password`.
- */
+/** A Bearer token, or the password of Basic credentials (the user name is not looked at). */
 export function presentedSecret (header: string | undefined): string | undefined {
   const scheme = header === undefined ? null : SCHEME.exec(header)
   if (scheme === null) return undefined
@@ -60,11 +53,8 @@ function basicPassword (token68: string): string | undefined {
 }
 
 /**
- * An onRequest hook that lets a request through with a token that gives `access`, presented as
- * `Authorization: Bearer <token>` or as the password of Basic credentials (a browser's own login
- * prompt). No token or a wrong one: 401 with both challenges; the view token on tag management:
- * 403 FORBIDDEN. Both sides are hashed first, so the comparisons take the same time whatever the
- * lengths, and both are made whichever matches.
+ * Both sides are hashed first, so the comparisons take the same time whatever the lengths, and
+ * both are made whichever matches.
  */
 export function requireToken (tokens: AdminTokens, access: Access): onRequestHookHandler {
   const admin = tokens.admin === '' ? undefined : digest(tokens.admin)
@@ -87,7 +77,7 @@ export function requireToken (tokens: AdminTokens, access: Access): onRequestHoo
   }
 }
 
-/** The start log's line on which admin routes are guarded, and by what; it names the keys, never a token. */
+/** Names the keys, never a token. */
 export function describeGuards (tokens: AdminTokens): string {
   const views = '/cache, /db and the /api views'
   if (tokens.admin === '' && tokens.view === '') return `leaf.admin.token and leaf.admin.view-token are not set: ${views} are open, tag management is off`

@@ -6,11 +6,7 @@ import { StartRefused } from '../errors.js'
 
 type Handler = (request: IncomingMessage, response: ServerResponse) => void
 
-/**
- * The service's HTTP (or, with server.tls.*, HTTPS) server, whoever creates it: bindPort, or
- * Fastify through app.ts's serverFactory when there is no bound server (tests). Every limit that
- * keeps a client from holding a connection is set here, from the server.* keys.
- */
+/** Every limit that keeps a client from holding a connection: docs/configuration.md#connections */
 export function createServiceServer (settings: ServerConfig, handler: Handler): Server {
   const options: ServerOptions = {
     // An ID service has no use for Host: a request without one reaches the routes (and gets
@@ -32,18 +28,12 @@ export function createServiceServer (settings: ServerConfig, handler: Handler): 
 }
 
 /**
- * Closes a connection whose answer has sat unsent for `idleMs` (0: never): the client stopped
- * reading, or vanished without a FIN, and the answer it left holds memory and a descriptor
- * (a batch of a million IDs is 19 MB). A request still arriving is the headers and request
- * timeouts' business, an idle keep-alive connection the keep-alive timeout's. Checked on a
- * timer over the open connections rather than by Node's socket timeout (server.setTimeout),
- * which re-arms a timer at every read and write: about 1,900 CPU instructions more per ID
- * request (bench/count-build.ts, 64,600 against 66,500).
+ * Closes a connection whose answer has sat unsent for `idleMs` (0: never). On a timer, not
+ * Node's socket timeout, which costs ~1,900 instructions per ID request (docs/configuration.md#connections).
  */
 function closeStalledAnswers (server: Server, idleMs: number): void {
   if (idleMs === 0) return
   const sockets = new Set<Socket>()
-  /** Per connection with bytes waiting: what had gone out when it was last seen to move, and when. */
   const waiting = new Map<Socket, { sent: number, since: number }>()
   server.on('connection', (socket: Socket) => {
     sockets.add(socket)
@@ -70,11 +60,7 @@ function closeStalledAnswers (server: Server, idleMs: number): void {
   server.once('close', () => clearInterval(timer))
 }
 
-/**
- * Node checks the headers and request timeouts on a timer, every 30 s by default, so a
- * connection would outlive its timeout by up to that much: check ten times per the shortest
- * of them, at most once a second (the check walks only connections with a request open).
- */
+/** Node checks these timeouts every 30 s by default: a connection would outlive its timeout by that much. */
 function checkingIntervalMs ({ headersTimeoutMs, requestTimeoutMs }: ServerConfig): number {
   const shortest = Math.min(...[headersTimeoutMs, requestTimeoutMs].filter((ms) => ms > 0))
   return Math.max(10, Math.min(1000, Math.floor(shortest / 10)))
@@ -82,15 +68,11 @@ function checkingIntervalMs ({ headersTimeoutMs, requestTimeoutMs }: ServerConfi
 
 export interface BoundServer {
   server: Server
-  /** From now on every request goes to `handler` (the app's); until then each is answered 503 NOT_READY. */
+  /** Until then each request is answered 503 NOT_READY. */
   serve (handler: Handler): void
 }
 
-/**
- * Listens on the port before anything else of the start runs (server.ts), so that a second
- * process on a port in use stops here, having written nothing: no warm-start file, no
- * give-back, no ZooKeeper node. The app takes the server over with Fastify's serverFactory.
- */
+/** Listens first, so that a second process on a port in use stops having written nothing (no warm-start file, no ZooKeeper node). */
 export async function bindPort (settings: ServerConfig): Promise<BoundServer> {
   const { host, port } = settings
   let handler: Handler = answerStarting
@@ -105,7 +87,6 @@ export async function bindPort (settings: ServerConfig): Promise<BoundServer> {
   return { server, serve (next) { handler = next } }
 }
 
-/** Before the modes have started: the process lives (/healthz), nothing is ready. */
 function answerStarting (request: IncomingMessage, response: ServerResponse): void {
   const healthz = request.url === '/healthz'
   const body = healthz
@@ -119,7 +100,6 @@ function answerStarting (request: IncomingMessage, response: ServerResponse): vo
 
 const hostPort = (host: string, port: number) => `${host.includes(':') ? `[${host}]` : host}:${port}`
 
-/** One line naming the key and the fix, for the errors an operator's configuration causes. */
 function bindRefusal (host: string, port: number, err: unknown): StartRefused | undefined {
   const code = (err as NodeJS.ErrnoException).code
   const at = hostPort(host, port)

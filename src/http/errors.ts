@@ -25,13 +25,9 @@ export function sendError (reply: FastifyReply, err: LeafError): FastifyReply {
   return reply.code(err.statusCode).type('application/json; charset=utf-8').send({ error: err.code, message: err.message })
 }
 
-/**
- * One place turns every failure into `{"error": CODE, "message": "..."}` with the status of
- * the errors table; nothing else (no stack, no driver message) reaches the client.
- */
+/** No stack and no driver message ever reaches the client. */
 export function registerErrorHandling (app: FastifyInstance, logger: Logger, notFound: NotFoundTiming): void {
-  // A database that is down fails every request alike: one line per error code (and per
-  // route for bugs) per 30 s, with how many were not logged, rather than one per request.
+  // A database that is down fails every request alike: one line per code per 30 s, not per request.
   const throttle = createLogThrottle(logger)
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (isLeafError(err)) {
@@ -64,16 +60,10 @@ export function frameworkErrors (err: FastifyError, _request: FastifyRequest, re
 /** Node's errors for a request that never reaches a route; any other of its parser's (HPE_) is 400 BAD_REQUEST. */
 const CLIENT_ERRORS: Record<string, ErrorCode> = {
   HPE_HEADER_OVERFLOW: 'HEADERS_TOO_LARGE',
-  // server.headers-timeout-ms or server.request-timeout-ms passed (http/bound-server.ts).
   ERR_HTTP_REQUEST_TIMEOUT: 'REQUEST_TIMEOUT',
 }
 
-/**
- * Requests Node's parser rejects (malformed, a header block over its limit) or gives up on (a
- * timeout) never reach a route: answer them on the socket in the same JSON shape, then close it.
- * A socket's own error, or a TLS one (a handshake that failed or timed out: HTTPS emits them
- * here too), has no HTTP to answer in: the connection is closed.
- */
+/** Requests that never reach a route are answered on the socket in the same JSON shape; a TLS error just closes. */
 export function clientErrorHandler (err: NodeJS.ErrnoException, socket: Duplex): void {
   const code = err.code ?? ''
   const answer = CLIENT_ERRORS[code] ?? (code.startsWith('HPE_') ? 'BAD_REQUEST' : undefined)
@@ -92,10 +82,8 @@ export function answerConnect (_request: IncomingMessage, socket: Duplex): void 
 }
 
 /**
- * How long a connection answered by writeRaw is kept for the client to read the answer and
- * close, as Apache httpd's lingering close (2 s). Closing at once with request bytes still unread
- * makes the kernel reset the connection, which can lose the answer; waiting for the client
- * would let one that never closes (a slow-headers client) hold the connection for good.
+ * Apache httpd's lingering close: closed at once with bytes unread, the kernel's reset can lose
+ * the answer; waiting for the client would let one that never closes hold the connection.
  */
 const LINGER_MS = 2_000
 

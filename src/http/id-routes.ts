@@ -9,24 +9,20 @@ import type { ObserveRequest } from './timing.js'
 /** What both generators offer the routes. */
 export interface IdSource {
   next (key: string): Id | Promise<Id>
-  /** A batch, as ranges of consecutive IDs. */
   nextRanges (key: string, count: number): IdRange[] | Promise<IdRange[]>
 }
 
 export interface IdRouteOptions {
-  /** `segment` or `snowflake`: the route is `/api/<mode>/get/:key`. */
   mode: 'segment' | 'snowflake'
   /** Undefined when the mode is disabled: the route answers 503 MODE_DISABLED, never ID 0. */
   source: IdSource | undefined
   batchMax: number
-  /** This instance's name, sent as `Leaf-Instance` on every answer (http/instance-name.ts). */
+  /** Sent as `Leaf-Instance` on every answer. */
   instance: () => string
-  /** Told of every ID handed out and every failure, for the metrics. */
   metrics: {
     issued (mode: string, key: string, count: number): void
     idError (mode: string, code: string): void
   }
-  /** The route times itself, from handler entry to reply, into the duration histogram. */
   observe: ObserveRequest
 }
 
@@ -40,11 +36,7 @@ interface IdRequest {
   Querystring: { count?: string | string[] }
 }
 
-/**
- * `GET /api/<mode>/get/:key[?count=N]`: Leaf's plain-text contract, JSON on request. The
- * handler stays synchronous while the generator answers synchronously (the common case): no
- * promise per request on the hot path.
- */
+/** Synchronous while the generator answers synchronously: no promise per request on the hot path. */
 export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax, instance, metrics, observe }: IdRouteOptions): void {
   const route = `/api/${mode}/get/:key`
   // The senders return nothing: a Reply is a thenable, and handing one back makes Fastify
@@ -58,14 +50,12 @@ export function registerIdRoute (app: FastifyInstance, { mode, source, batchMax,
   function sendMany (request: FastifyRequest<IdRequest>, reply: FastifyReply, key: string, count: number, ranges: IdRange[]): void {
     metrics.issued(mode, key, count)
     if (wantsJson(request)) sendJson(reply, `{"ids":["${joinRanges(ranges, '","')}"]}`)
-    // One ID per line, the last line ended too: `wc -l` counts the IDs. (A single ID stays
-    // Leaf's bare decimal, above.)
+    // The last line ended too: `wc -l` counts the IDs.
     else reply.type(TEXT).send(joinRanges(ranges, '\n', true))
   }
 
   function handler (request: FastifyRequest<IdRequest>, reply: FastifyReply): void | Promise<void> {
-    // First, so that error answers name the instance too. One precomputed string: the
-    // header costs one property store here, no hook.
+    // First, so that error answers name the instance too; no hook on the hot path.
     reply.header(INSTANCE_HEADER, instance())
     const key = validKey(request.params.key)
     const rawCount = request.query.count

@@ -6,11 +6,8 @@ import type { GuardView } from '../segment/max-id-guard.js'
 import type { LeaseStatus } from '../snowflake/worker-id/worker-id-source.js'
 import { CRITICAL_SECONDS_LEFT, WARN_SECONDS_LEFT, YEAR_SECONDS } from '../snowflake/time-left.js'
 
-// Server-rendered pages for a person: Leaf's /cache and /db monitors, with pictures where they
-// help. No scripts, no external assets; every value is escaped. /cache reloads itself every
-// REFRESH_SECONDS (a meta refresh) and says when it was rendered.
+// Leaf's /cache and /db monitors: no scripts, no external assets; every value is escaped.
 
-/** How often /cache reloads itself. */
 export const REFRESH_SECONDS = 5
 /** Tags on a page of /cache unless `?limit=` asks for another number. */
 export const CACHE_PAGE_SIZE = 50
@@ -60,25 +57,21 @@ function segmentBar (index: number, value: bigint, max: bigint, step: number, cu
 <div class="label"><span>value ${escapeHtml(value)}</span><span>max ${escapeHtml(max)}</span></div></div>`
 }
 
-/** What the instance panel of /cache shows. */
 export interface InstanceView {
   version: string
   node: string
   uptimeSeconds: number
-  /** Wall-clock ms when the page was rendered. */
   renderedAt: number
   /** How long before rendering the tags' rates were last sampled (ms); undefined without segment mode. */
   ratesAgeMs: number | undefined
   /** Where the segment store is (never a password); undefined without segment mode. */
   store: string | undefined
-  /** The store's TLS mode and its latest session's cipher (modes/segment-mode.ts storeTls); undefined for SQLite. */
+  /** Undefined for SQLite. */
   storeTls?: string
-  /** The max_id guard: the store it last saw, the failovers it caught. */
   failover?: GuardView
   /** A MySQL host list's last census (segment/host-fence.ts). */
   hosts?: HostFenceView
   readiness: { ready: boolean, reason?: string, modes: Record<string, { ready: boolean, reason?: string }> }
-  /** ID requests that failed, by mode and code, since the start. */
   errors: { mode: string, code: string, count: number }[]
 }
 
@@ -129,7 +122,6 @@ function tagCard (v: SegmentBufferView): string {
 <div class="label">step ${v.step} · min step ${v.minStep} · last adapted load ${v.updateTimestamp ? new Date(v.updateTimestamp).toISOString() : '—'}</div></section>`
 }
 
-/** The snowflake layout in use, for the /cache page. */
 export interface LayoutView {
   spec: string
   /** The first millisecond its time field cannot hold. */
@@ -231,7 +223,6 @@ function hostsLine (v: HostFenceView): string {
   return `${split}${hosts || 'not read yet'}${left}`
 }
 
-/** The tags /cache shows: a page of the views (segment-views.ts), and the query that chose it. */
 export interface TagsView extends ViewPage {
   limit: number
   search: string
@@ -244,10 +235,6 @@ export function renderCachePage (instance: InstanceView, tags: TagsView | undefi
   return page('Segment cache', `${age}${instancePanel(instance, snowflake)}${tagsSection(tags)}<h1 style="margin-top:2rem">Snowflake</h1>${snowflakePanel(snowflake, twepoch, layout)}`, REFRESH_SECONDS)
 }
 
-/**
- * The page of tags: a card for each tag that was loaded (the busiest first), a line for each
- * never asked for, the search form, and links to the pages around it.
- */
 function tagsSection (tags: TagsView | undefined): string {
   if (tags === undefined) return '<p>Segment mode is disabled.</p>'
   if (tags.total === 0) return '<p>No tags in leaf_alloc.</p>'

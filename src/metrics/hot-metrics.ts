@@ -1,11 +1,6 @@
-// Counters and a histogram for the ID hot path, kept as plain numbers. prom-client's own
-// children re-validate and re-hash their labels on every inc()/observe(); these do a field
-// update, and hand their values to the registry only when it is scraped. They implement the
-// part of prom-client's metric interface its Registry reads (name, help, type, get()), which
-// prom-client does not document: test/unit/hot-metrics.test.ts holds prom-client to major 15 and
-// has promtool parse the result. Worth it: prom-client's own labels() children, created once
-// and kept, cost about 8,000 more instructions per ID request (about 70,000 against 62,000,
-// docs/performance.md).
+// The ID hot path's metrics as plain numbers, read by prom-client's Registry only at scrape,
+// through the undocumented part of its metric interface (test/unit/hot-metrics.test.ts pins
+// prom-client 15). Why: docs/performance.md#the-hot-metrics-srcmetricshot-metricsts
 
 type Labels = Record<string, string | number>
 

@@ -15,14 +15,13 @@ import { createSegmentTagGauges } from './segment-tag-gauges.js'
 /** Snowflake keys are the caller's choice: past this many distinct keys, count under `_other`. */
 export const MAX_SNOWFLAKE_KEYS = 100
 export { OTHER_KEY }
-/** LeafSegmentBufferLow's threshold (config/alerts.yml): a tag under it keeps its series past the cap. */
+/** LeafSegmentBufferLow's threshold (config/alerts.yml). */
 const BUFFER_LOW_SECONDS = 60
 /**
  * The error codes config/alerts.yml watches, exported at 0 from the start: a counter that first
  * appears at its first increment hides that increment, or that whole burst, from increase().
  */
 const ALERTED_ERRORS = { segment: ['SEGMENTS_NOT_READY', 'STORE_UNCONFIRMED'], snowflake: ['CLOCK_BACKWARDS'] } as const
-/** What a tag never loaded shows: in _other, it stands for all of them past the cap. */
 const NEVER_LOADED = toView(new SegmentBuffer(OTHER_KEY), 0, { history: false })
 const REGRESSION_CAUSES: readonly Regression['cause'][] = ['store changed', 'max_id went back']
 
@@ -32,29 +31,24 @@ export interface Metrics {
   idError (mode: string, code: string): void
   request (method: string, route: string, status: number, seconds: number): void
   segmentLoad (key: string, seconds: number, ok: boolean): void
-  /** IDs of a tag given back at a graceful stop: to max_id, or parked for the next start. */
   segmentGiveBack (key: string, ids: bigint, to: 'table' | 'successor'): void
   /** An allocation repeated after a conflict (Galera's certification, a lock wait). */
   segmentRetry (key: string, reason: string): void
-  /** The store failed over and may be behind (max-id-guard.ts). */
   segmentRegression (r: { cause: string }): void
   clockBackwards (): void
-  /** A worker-id claim's result (recyclable sources). */
   leaseClaim (result: string): void
   /** The worker-id lease was lost: issuing stopped. */
   leaseLost (): void
-  /** ID requests that failed since the start, by mode and code (the /cache page). */
+  /** For the /cache page. */
   errorCounts (): { mode: string, code: string, count: number }[]
-  /** What the scrape-time gauges read. */
   watch (modes: { segment: SegmentMode | undefined, snowflake: SnowflakeMode | undefined }): void
-  /** The text of /metrics: decides which tags keep series of their own (tag-series.ts), then renders. */
   scrape (): Promise<string>
 }
 
 export interface MetricsOptions {
-  /** leaf.metrics.max-tag-series: most segment tags with series of their own; the rest are summed under `_other`. */
+  /** leaf.metrics.max-tag-series. */
   maxTagSeries: number
-  /** Monotonic ms, for how long ago a tag was active; tests inject one. */
+  /** Monotonic ms; tests inject one. */
   now?: () => number
 }
 
@@ -64,11 +58,7 @@ function alerting (v: SegmentBufferView): boolean {
   return (seconds !== undefined && seconds < BUFFER_LOW_SECONDS) || (v.initOk && !v.nextReady && v.value0 >= v.max0)
 }
 
-/**
- * The service's metrics in a registry of its own. The per-request ones are hot-metrics.ts
- * children kept in maps (a map lookup and an addition per request); gauges are computed when
- * scraped, never on the ID path.
- */
+/** Gauges are computed when scraped, never on the ID path. */
 export function createMetrics ({ maxTagSeries, now = () => performance.now() }: MetricsOptions): Metrics {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
@@ -80,7 +70,6 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
 
   const httpDuration = new HotHistogram('http_request_duration_seconds', 'HTTP request duration by method, route pattern and status code.',
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5])
-  // The per-tag counters of segment mode, folded past the cap at each scrape (tag-series.ts).
   const segmentIssued = new TagCounter({ mode: 'segment' }, { otherFromStart: true })
   const idsIssued = new HotCounter('leaf_ids_issued_total', 'IDs handed out.',
     () => modes.segment === undefined ? [] : segmentIssued.values(plan))
@@ -118,7 +107,6 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
   })
   const leaseLost = new Counter({ name: 'leaf_snowflake_lease_lost_total', help: 'Times the worker-id lease ran out or was taken and issuing stopped.', registers: [registry] })
 
-  // Scrape-time gauges: prom-client calls collect() on each scrape.
   const segmentGauges = [new Gauge({
     name: 'leaf_segment_failover_hold_seconds',
     help: 'Seconds left of the hold on new allocations after a store failover (0: none).',
@@ -138,8 +126,7 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
   const perTagGauges = createSegmentTagGauges(() => ({ kept: keptViews, folded: foldedViews }), () => plan.folded)
   const snowflakeGauges = createSnowflakeGauges(() => modes.snowflake)
 
-  // What /readyz would answer now, for an alert on `leaf_ready == 0`: the same function, asked
-  // at scrape time (it may wait up to READY_DB_TIMEOUT_MS on the database).
+  // /readyz's own function: a scrape may wait up to READY_DB_TIMEOUT_MS on the database.
   const readyGauge = new Gauge({
     name: 'leaf_ready',
     help: '1 when /readyz would answer 200 (every enabled mode can serve, and one is enabled), else 0.',
@@ -159,10 +146,8 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
   /** Once per scrape: which tags were active, the plan, and each per-tag count moved to its series. */
   function foldTags (): void {
     const generator = modes.segment?.generator
-    // Past the cap, a tag never loaded has nothing to show and can only fold into _other: it
-    // gets no view and no signal, only its place in the count. One view of a tag never loaded
-    // stands for all of them in _other (each reads as it would): with 100,000 tags, a few
-    // hundred in use, a scrape costs what is used.
+    // Past the cap, one view stands for every tag never loaded, so a scrape costs what is used
+    // (docs/monitoring.md#the-series-cap-one-series-per-active-tag).
     const past = generator !== undefined && generator.tagCount() > plan.maxTags
     const views = generator?.views({ history: false, loaded: past }) ?? []
     const signals = new Map<string, TagSignal>()
@@ -213,8 +198,7 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
   return {
     registry,
     issued (mode, key, count) {
-      // One addition site per mode: their children have different shapes (tag-series.ts keeps a
-      // segment tag's folding state beside its count), and one site would see both.
+      // One addition site per mode: their children have different shapes.
       if (mode === 'segment') {
         let child = issuedSegment.get(key)
         if (child === undefined) issuedSegment.set(key, child = segmentIssued.child(key))

@@ -4,18 +4,9 @@ import { valuesMetric } from './values-metric.js'
 import { horizonSeconds } from '../segment/rate-meter.js'
 import type { SegmentBufferView } from '../segment/segment-views.js'
 
-// Segment mode's per-tag gauges, read at each scrape from the views the scrape split by its
-// plan (metrics.ts): one series per kept tag, and _other over the folded ones.
-
-/**
- * The gauges over `views()`, the kept tags' views and the folded ones' as of the scrape, and
- * leaf_segment_folded_tags from `folded()`, the plan's count of tags without series.
- */
+/** One series per kept tag, and _other over the folded ones. */
 export function createSegmentTagGauges (views: () => { kept: readonly SegmentBufferView[], folded: readonly SegmentBufferView[] }, folded: () => number) {
-  /**
-   * A per-tag gauge: one series per kept tag, and `_other` over the folded ones (those `inOther`
-   * accepts) when there are any, their sum or their worst as `fold` says.
-   */
+  /** `_other` is the folded tags' sum or worst, as `fold` says. */
   const tagGauge = (name: string, help: string, read: (v: SegmentBufferView) => number, fold: (a: number, b: number) => number,
     inOther: (v: SegmentBufferView) => boolean = () => true) =>
     valuesMetric(name, help, 'gauge', () => {

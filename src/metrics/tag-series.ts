@@ -1,21 +1,15 @@
-// Which segment tags have series of their own in /metrics, decided once per scrape; the rest
-// are summed under key="_other". Nothing here runs per request: the ID path adds to a kept
-// child's `value`, and a value that moved between two scrapes is the tag's sign of activity.
+// Which segment tags keep series of their own, decided once per scrape; the rest are summed
+// under key="_other". Rules and why: docs/monitoring.md#the-series-cap-one-series-per-active-tag
 
 import type { MetricValue } from './hot-metrics.js'
 
 export const OTHER_KEY = '_other'
 
-/**
- * A tag that issued IDs or loaded a segment this recently keeps its series (while there is
- * room). Five minutes is Prometheus' lookback and the window LeafSegmentLoadFailing reads, and
- * outlasts a few missed scrapes, so a tag in steady use does not flap in and out of _other.
- */
+/** Prometheus' lookback, and LeafSegmentLoadFailing's window: a tag in steady use does not flap. */
 export const ACTIVE_MS = 5 * 60_000
 
 type Labels = Record<string, string | number>
 
-/** What a scrape knows of a tag before the plan: an alert condition now, and which of its counters moved. */
 export interface TagSignal { alert: boolean, moved: boolean, failed: boolean }
 
 interface TagState {
@@ -26,13 +20,7 @@ interface TagState {
   failedAt: number
 }
 
-/**
- * The plan of one scrape. With at most `maxTags` tags, every tag keeps its series, as without a
- * cap. Past it, the room goes to tags with an alert condition (their buffer under a minute, their
- * segment used up with none after it, a load failed within ACTIVE_MS), then to tags active within
- * ACTIVE_MS, the most recent first and, among equals, those that already had a series; idle tags
- * fold into _other.
- */
+/** Past `maxTags`: tags with an alert condition first, then the most recently active; the rest fold. */
 export class TagPlan {
   private readonly states = new Map<string, TagState>()
   /** Tags without series of their own at the last scrape (leaf_segment_folded_tags). */
@@ -40,10 +28,7 @@ export class TagPlan {
 
   constructor (readonly maxTags: number, private readonly now: () => number) {}
 
-  /**
-   * `idle`: tags that are known but not in `tags`, with no signal at all (segment tags never
-   * loaded, past the cap): they count towards the cap and fold, without a state each.
-   */
+  /** `idle`: tags never loaded, past the cap: they count and fold without a state each. */
   decide (tags: ReadonlyMap<string, TagSignal>, idle = 0): void {
     const now = this.now()
     const total = tags.size + idle
@@ -73,11 +58,8 @@ export class TagPlan {
   }
 
   /**
-   * Whether what the tag counted since the previous scrape goes to its own series. Only when it
-   * had one then, or was not known then (a new tag's series starts as any new series does):
-   * what a tag counts while it moves out of _other, or into it, goes to _other, whose series
-   * has been there all along, so Prometheus sees every increment as an increase of a series it
-   * already had.
+   * Only when it had its own series then (or is new): while a tag moves in or out of _other its
+   * counts go to _other, so every increment lands on a series Prometheus already had.
    */
   ownsDelta (key: string): boolean {
     const s = this.states.get(key)
@@ -99,21 +81,14 @@ function compare<T extends number | string> (a: T, b: T): number {
 interface CounterChild { value: number, seen: number, own: number }
 
 /**
- * A per-tag counter folded by a TagPlan. `value` is the tag's true count, written by the
- * caller; at each scrape the increase since the last one is added to the tag's exported series
- * or to _other's, as the plan says. So no exported series ever goes down, and every increment
- * is in exactly one series: summed over every series ever exported (a folded tag's last value
- * included), the counts are the true total, and rate() and increase() over all series are right.
+ * `value` is the tag's true count; each scrape adds its increase to the tag's series or _other's,
+ * so no series goes down and every increment is in exactly one series.
  */
 export class TagCounter {
   private readonly children = new Map<string, CounterChild>()
   private other = 0
 
-  /**
-   * `otherFromStart`: _other is exported at 0 before anything is folded into it, so that the
-   * first increments folded show in increase(). `zeroForKept`: so is every kept tag without a
-   * count (LeafSegmentLoadFailing reads increase() of the load failures).
-   */
+  /** Exported at 0 from the start, so the first increments show in increase() (LeafSegmentLoadFailing). */
   constructor (private readonly labels: Labels, private readonly options: { otherFromStart?: boolean, zeroForKept?: boolean } = {}) {}
 
   /** The tag's child, to keep: `child.value += n` is the whole cost of counting. */
@@ -123,7 +98,6 @@ export class TagCounter {
     return c
   }
 
-  /** Every tag with a child, and whether its count moved since the last fold. */
   signals (into: (key: string, moved: boolean) => void): void {
     for (const [key, c] of this.children) into(key, c.value !== c.seen)
   }
@@ -151,10 +125,7 @@ export class TagCounter {
 
 interface HistogramChild { raw: Float64Array, seen: Float64Array, own: Float64Array }
 
-/**
- * A per-tag histogram folded as TagCounter folds: each bucket, the count and the sum are
- * counters. A series appears at its first observation, as prom-client's own do.
- */
+/** Folded as TagCounter folds; a series appears at its first observation, as prom-client's do. */
 export class TagHistogram {
   readonly type = 'histogram'
   readonly aggregator = 'sum'
