@@ -18,7 +18,7 @@ export const LAYERS: { entries: string[], what: string }[] = [
   { entries: ['modes/'], what: 'each mode\'s store or lease wired to its generator' },
   { entries: ['segment/', 'snowflake/'], what: 'the generators, stores and worker-id leases' },
   { entries: ['database/', 'log-throttle.ts'], what: 'the database plumbing both modes share; the log throttle reads its driver errors' },
-  { entries: ['config/', 'backoff.ts', 'channels.ts', 'errors.ts', 'timers.ts', 'logger.ts', 'id-range.ts', 'version.ts'], what: 'plain building blocks, any room may use them' },
+  { entries: ['config/', 'layout/', 'backoff.ts', 'channels.ts', 'errors.ts', 'timers.ts', 'logger.ts', 'id-range.ts', 'version.ts'], what: 'plain building blocks, any room may use them' },
 ]
 
 export function sources (dir = SRC): string[] {

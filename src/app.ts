@@ -14,7 +14,7 @@ import { createMetrics, type Metrics } from './metrics/metrics.js'
 import { countCoreEvents } from './metrics/core-events.js'
 import { startSegmentMode, type SegmentMode } from './modes/segment-mode.js'
 import { startSnowflakeMode, type SnowflakeMode } from './modes/snowflake-mode.js'
-import type { ResolvedConfig } from './snowflake/settings.js'
+import type { ResolvedConfig } from './config/resolve-config.js'
 
 export interface AppOptions {
   logger: FastifyBaseLogger & Logger

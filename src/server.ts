@@ -5,7 +5,7 @@ import { buildApp } from './app.js'
 import { ConfigError, ConfigErrors, loadConfig, type LoadedConfig } from './config/load-config.js'
 import { StartRefused } from './errors.js'
 import { bindPort, type BoundServer } from './http/bound-server.js'
-import { resolveConfig, type ResolvedConfig } from './snowflake/settings.js'
+import { resolveConfig, type ResolvedConfig } from './config/resolve-config.js'
 
 // Entry point: read the config, build the app, listen, and drain on SIGTERM/SIGINT.
 // The package's own file, beside dist/ (and src/ under `npm run dev`): found from any working folder.

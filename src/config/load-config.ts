@@ -47,7 +47,7 @@ type Sections<A, B> = {
 
 export type Config = Sections<LandedConfig, ResolvedFields>
 export type ServerConfig = Config['server']
-/** The snowflake keys' values as given (snowflake/settings.ts resolves the layout from them). */
+/** The snowflake keys' values as given (resolve-config.ts resolves the layout from them). */
 export type SnowflakeConfig = Config['snowflake']
 
 export type ConfigFileSource = '--config' | 'LEAF_CONFIG' | typeof DEFAULT_CONFIG_PATH | 'shipped'
@@ -188,7 +188,7 @@ function checkServerTimeouts (server: LandedConfig['server']): void {
   }
 }
 
-/** Rules that need the layout are in snowflake/settings.ts. */
+/** Rules that need the layout are in resolve-config.ts. */
 function checkWorkerIdSource (snowflake: SnowflakeConfig, errors: ConfigError[]): void {
   const { workerIdSource, zkAddress, leaseTtlMs, heartbeatIntervalMs } = snowflake
   if ((workerIdSource === 'zookeeper' || workerIdSource === 'zookeeper-lease') && zkAddress === '') {

@@ -14,7 +14,7 @@ import { horizonSeconds } from '../segment/rate-meter.js'
 import { checkReadiness } from '../modes/readiness.js'
 import { storeTls } from '../modes/segment-mode.js'
 import { describeStore } from '../database/describe-store.js'
-import { layoutEnd } from '../snowflake/layout.js'
+import { layoutEnd } from '../layout/layout.js'
 import { timeLeftSeconds } from '../snowflake/time-left.js'
 import { VERSION } from '../version.js'
 

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import { ERRORS } from '../errors.js'
-import { describeLayout, explainId, fieldProblem, makeId, timeOf, type Layout, type LayoutContext } from '../snowflake/layout.js'
-import { LayoutError, parseLayout } from '../snowflake/layout-spec.js'
+import { describeLayout, explainId, fieldProblem, makeId, timeOf, type Layout, type LayoutContext } from '../layout/layout.js'
+import { LayoutError, parseLayout } from '../layout/layout-spec.js'
 import { timeLeftSeconds } from '../snowflake/time-left.js'
 
 const INT64_MIN = -(2n ** 63n)

@@ -1,7 +1,7 @@
 import { channels } from '../channels.js'
 import { LeafError, StartRefused } from '../errors.js'
 import { expandRanges, type IdRange } from '../id-range.js'
-import { explainId, leafLayout, msOf, timeOf, type Layout } from './layout.js'
+import { explainId, leafLayout, msOf, timeOf, type Layout } from '../layout/layout.js'
 import { DEFAULT_TWEPOCH, type SnowflakeParts } from './leaf-ids.js'
 import { UNGUARDED, type IssueGuard } from './issue-guard.js'
 

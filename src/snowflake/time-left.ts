@@ -1,4 +1,4 @@
-import { layoutEnd, type Layout } from './layout.js'
+import { layoutEnd, type Layout } from '../layout/layout.js'
 
 /** A year of 365.25 days, in seconds, as the layout's 10-year start check counts it. */
 export const YEAR_SECONDS = 365.25 * 86_400

@@ -8,7 +8,7 @@ import { batchLines } from '../helpers/ids.js'
 
 // The layout routes over HTTP for every preset and a custom spec (in process, app.inject):
 // decode, make, layout and Leaf's /decodeSnowflakeId against IDs the server issued, with the
-// expected fields worked out here from the documented widths (not from src/snowflake/layout.ts);
+// expected fields worked out here from the documented widths (not from src/layout/layout.ts);
 // 400 INVALID_FIELD for each bad field; the routes with snowflake mode off; borrowed time in
 // /metrics and the status view. Then the built server with js-safe: 1,000,000 IDs over HTTP,
 // each an exact JavaScript number.

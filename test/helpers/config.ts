@@ -2,7 +2,7 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { loadConfig } from '../../src/config/load-config.js'
-import { resolveConfig, type ResolvedConfig } from '../../src/snowflake/settings.js'
+import { resolveConfig, type ResolvedConfig } from '../../src/config/resolve-config.js'
 import { seedSqlite } from './sqlite.js'
 
 /** A fresh folder under the OS temp dir. */

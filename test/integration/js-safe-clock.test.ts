@@ -1,5 +1,5 @@
 import t from 'tap'
-import { parseLayout } from '../../src/snowflake/layout-spec.js'
+import { parseLayout } from '../../src/layout/layout-spec.js'
 import { createSnowflakeGenerator } from '../../src/snowflake/snowflake-generator.js'
 
 // The js-safe layout on the real clock and the real timers: its few sequence bits run out

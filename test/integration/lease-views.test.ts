@@ -1,7 +1,7 @@
 import { join } from 'node:path'
 import t from 'tap'
 import { buildApp } from '../../src/app.js'
-import { leafLayout } from '../../src/snowflake/layout.js'
+import { leafLayout } from '../../src/layout/layout.js'
 import { createDbLeaseStore } from '../../src/snowflake/worker-id/db-lease/db-lease-store.js'
 import { createZookeeperLeaseStore } from '../../src/snowflake/worker-id/zookeeper-lease/zookeeper-lease-store.js'
 import { withTimeout } from '../../src/timers.js'

@@ -2,7 +2,7 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config/load-config.js'
-import { resolveConfig } from '../../src/snowflake/settings.js'
+import { resolveConfig } from '../../src/config/resolve-config.js'
 import { tempDir } from '../helpers/config.js'
 import { captureLogger, silentLogger } from '../helpers/logger.js'
 import { parseSamples, valueOf } from '../helpers/prometheus.js'
@@ -12,7 +12,7 @@ import { parseSamples, valueOf } from '../helpers/prometheus.js'
 // /api/snowflake/layout's timeLeftSeconds and the /cache page's snowflake panel. The instance runs a custom layout whose 30-bit time field of
 // seconds ends a known time after the injected clock's now. The start refuses a layout with
 // under 10 years left, so its config is read as of the layout's epoch; the expected values are
-// worked out here from the spec, not from src/snowflake/layout.ts.
+// worked out here from the spec, not from src/layout/layout.ts.
 
 const NOW = Date.now()
 const DAY_MS = 86_400_000

@@ -5,7 +5,7 @@ import { readWorkerCache, writeWorkerCache } from '../../src/snowflake/worker-id
 import { restartWindow, type WorkerLeaseOptions } from '../../src/snowflake/worker-id/zookeeper/heartbeat-lease-options.js'
 import type { WorkerLease } from '../../src/snowflake/worker-id/worker-id-source.js'
 import { acquireWorkerLease } from '../../src/snowflake/worker-id/zookeeper/zookeeper-source.js'
-import { parseLayout } from '../../src/snowflake/layout-spec.js'
+import { parseLayout } from '../../src/layout/layout-spec.js'
 import { CreateMode, connectZookeeper, sessionIdOf } from '../../src/snowflake/worker-id/zookeeper-client.js'
 import { tempDir } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'

@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap'
-import type { ResolvedConfig } from '../../src/snowflake/settings.js'
+import type { ResolvedConfig } from '../../src/config/resolve-config.js'
 import { isLeafError } from '../../src/errors.js'
 import { startSnowflakeMode, type SnowflakeMode } from '../../src/modes/snowflake-mode.js'
 import { fenceMarginMs, type ClaimResult } from '../../src/snowflake/worker-id/recyclable/recyclable-lease-options.js'

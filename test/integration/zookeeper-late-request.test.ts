@@ -1,5 +1,5 @@
 import t from 'tap'
-import { leafLayout } from '../../src/snowflake/layout.js'
+import { leafLayout } from '../../src/layout/layout.js'
 import { ownerOf, sessionIdOf } from '../../src/snowflake/worker-id/zookeeper-client.js'
 import { createZookeeperLeaseStore } from '../../src/snowflake/worker-id/zookeeper-lease/zookeeper-lease-store.js'
 import { silentLogger } from '../helpers/logger.js'

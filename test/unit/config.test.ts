@@ -7,7 +7,7 @@ import { CONFIG_KEYS, KEYS, envName, type ConfigKey } from '../../src/config/key
 import type { ConfigErrorCode } from '../../src/config/config-error.js'
 import { ConfigError, ConfigErrors, loadConfig, type Config, ForeignKeyError, SECRET_FILE_KEYS, UnknownKeyError } from '../../src/config/load-config.js'
 import { editDistance, nearestKey } from '../../src/config/unknown-keys.js'
-import { resolveSnowflakeSettings } from '../../src/snowflake/settings.js'
+import { resolveSnowflakeSettings } from '../../src/config/resolve-config.js'
 import { FIXED_PAIRS, writePair } from '../helpers/tls.js'
 
 function dirWith (properties?: string): string {
@@ -737,7 +737,7 @@ t.test('string values are kept as Java\'s Properties reads them: an escaped trai
 t.test('layout: a preset or a spec, one clear error naming the key when bad; the worker-id range follows its worker bits', async (t) => {
   const raw = loadConfig({ cwd: dirWith(), argv: ['--leaf.snowflake.layout= js-safe'] }).config.snowflake
   t.same([raw.layoutSpec, raw.workerIdMax], ['js-safe', undefined], 'the loader keeps the spec and the max as given')
-  // As server.ts: loaded, then the snowflake section resolved (snowflake/settings.ts).
+  // As server.ts: loaded, then the snowflake section resolved (config/resolve-config.ts).
   const load = (...argv: string[]) => resolveSnowflakeSettings(loadConfig({ cwd: dirWith(), argv }).config.snowflake)
   const leaf = load()
   t.equal(leaf.layout.name, 'leaf')

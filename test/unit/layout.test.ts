@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap'
-import { describeLayout, explainId, fieldProblem, layoutEnd, makeId, msOf, timeOf, type IdFields, type Layout, type LayoutContext } from '../../src/snowflake/layout.js'
-import { LayoutError, parseLayout } from '../../src/snowflake/layout-spec.js'
+import { describeLayout, explainId, fieldProblem, layoutEnd, makeId, msOf, timeOf, type IdFields, type Layout, type LayoutContext } from '../../src/layout/layout.js'
+import { LayoutError, parseLayout } from '../../src/layout/layout-spec.js'
 
 // The expected IDs below come from the Java sources' formulas, worked out by hand in the comments
 // (and the decimal checked with an arbitrary-precision calculator). None comes from layout.ts.

@@ -1,4 +1,4 @@
-import type { ResolvedConfig } from '../settings.js'
+import type { ResolvedConfig } from '../../config/resolve-config.js'
 
 /**
  * How far past the clock the generator may take the time it records with the lease: the time it

@@ -1,5 +1,5 @@
 import type { Logger } from '../../logger.js'
-import type { ResolvedConfig } from '../settings.js'
+import type { ResolvedConfig } from '../../config/resolve-config.js'
 import { disposableSource } from './disposable/disposable-source.js'
 import { recyclableSource, type RecyclableHooks } from './recyclable/recyclable-source.js'
 import type { WorkerIdSource, WorkerLease } from './worker-id-source.js'

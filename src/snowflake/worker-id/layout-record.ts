@@ -1,5 +1,5 @@
 import { LeaseRefused } from '../../errors.js'
-import type { Layout } from '../layout.js'
+import type { Layout } from '../../layout/layout.js'
 import { CreateMode, isNoNode, isNodeExists, zk, type Client } from './zookeeper-client.js'
 
 // Two layouts under one leaf.name can make the same number from different fields, so every pool

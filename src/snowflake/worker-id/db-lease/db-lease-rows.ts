@@ -1,6 +1,6 @@
 import type { Logger } from '../../../logger.js'
 import type { StoreConfig } from '../../../config/jdbc-url.js'
-import type { Layout } from '../../layout.js'
+import type { Layout } from '../../../layout/layout.js'
 import type { PoolSlot } from '../lease-store.js'
 
 // The db-lease pool: one row per (pool, worker id) in `leaf_worker_lease`, and what the three

@@ -1,5 +1,5 @@
 import type { Logger } from '../../../logger.js'
-import type { ResolvedConfig } from '../../settings.js'
+import type { ResolvedConfig } from '../../../config/resolve-config.js'
 import { createDbLeaseStore } from '../db-lease/db-lease-store.js'
 import { aheadOfClockMs } from '../ahead-of-clock.js'
 import { workerCacheDir } from '../cache-file.js'

@@ -1,6 +1,6 @@
 import { LeaseRefused } from '../../../errors.js'
 import type { Logger } from '../../../logger.js'
-import type { ResolvedConfig } from '../../settings.js'
+import type { ResolvedConfig } from '../../../config/resolve-config.js'
 import { acquireStaticLease } from '../zookeeper/heartbeat-lease.js'
 import { leaseOptions, refuseOutOfRange } from '../zookeeper/heartbeat-lease-options.js'
 import type { WorkerIdSource } from '../worker-id-source.js'

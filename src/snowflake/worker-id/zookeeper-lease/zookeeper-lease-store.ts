@@ -1,5 +1,5 @@
 import type { Logger } from '../../../logger.js'
-import type { Layout } from '../../layout.js'
+import type { Layout } from '../../../layout/layout.js'
 import { recordZookeeperLayout } from '../layout-record.js'
 import { withTimeout } from '../../../timers.js'
 import type { Claimed, LeaseStore, PoolSlot } from '../lease-store.js'

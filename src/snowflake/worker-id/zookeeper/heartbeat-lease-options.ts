@@ -1,7 +1,7 @@
 import { LeaseRefused } from '../../../errors.js'
 import type { Logger } from '../../../logger.js'
-import type { Layout } from '../../layout.js'
-import type { ResolvedConfig } from '../../settings.js'
+import type { Layout } from '../../../layout/layout.js'
+import type { ResolvedConfig } from '../../../config/resolve-config.js'
 import { aheadOfClockMs } from '../ahead-of-clock.js'
 
 // What the static, statefulset and zookeeper sources (and their heartbeat lease) are given, and

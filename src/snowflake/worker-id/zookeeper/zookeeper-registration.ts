@@ -1,7 +1,7 @@
 import type { Logger } from '../../../logger.js'
 import { LeaseRefused } from '../../../errors.js'
 import { sleep } from '../../../timers.js'
-import { leafLayout } from '../../layout.js'
+import { leafLayout } from '../../../layout/layout.js'
 import { DEFAULT_TWEPOCH, MAX_WORKER_ID } from '../../leaf-ids.js'
 import { recordZookeeperLayout } from '../layout-record.js'
 import { refuseIfAhead, type WorkerLeaseOptions } from './heartbeat-lease-options.js'

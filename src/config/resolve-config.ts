@@ -1,10 +1,10 @@
 // The snowflake keys resolved: the layout parsed, the worker-id range checked against it. Done
 // at start even with snowflake mode off, since the decode routes read the layout too.
 
-import { ConfigError, refuseIfAny } from '../config/config-error.js'
-import type { Config, SnowflakeConfig } from '../config/load-config.js'
-import type { Layout } from './layout.js'
-import { LayoutError, parseLayout } from './layout-spec.js'
+import { ConfigError, refuseIfAny } from './config-error.js'
+import type { Config, SnowflakeConfig } from './load-config.js'
+import type { Layout } from '../layout/layout.js'
+import { LayoutError, parseLayout } from '../layout/layout-spec.js'
 
 /** config.snowflake with the layout parsed and the worker-id max resolved. */
 export interface SnowflakeSettings extends SnowflakeConfig {
