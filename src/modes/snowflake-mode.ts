@@ -35,7 +35,7 @@ export async function startSnowflakeMode (
     guard: lease,
     clock,
   })
-  lease.onWorkerChange = (workerId, notBefore) => generator.rebind(workerId, notBefore)
+  lease.whenWorkerChanges?.((workerId, notBefore) => generator.rebind(workerId, notBefore))
   const waitMs = Math.max(0, lease.notBefore - clock())
   logger.info({ workerId: lease.workerId, source: lease.status().source, layout: s.layout.spec, borrowAheadMs: s.borrowAheadMs, restartWindowMs: waitMs }, 'snowflake mode enabled')
   warnIfEnding(s.layout, clock(), logger)

@@ -473,7 +473,7 @@ t.test('zookeeper-lease: after its session expires with nobody else waiting, an 
     'leaf.snowflake.zk.address': `127.0.0.1:${proxy.port}`, 'leaf.snowflake.lease.ttl-ms': 2000, 'leaf.snowflake.heartbeat-interval-ms': 500,
   }), claims))
   const changes: [number, number][] = []
-  lease.onWorkerChange = (id, notBefore) => changes.push([id, notBefore])
+  lease.whenWorkerChanges?.((id, notBefore) => changes.push([id, notBefore]))
   const admitted = Date.now()
   lease.check(admitted)
   proxy.block()

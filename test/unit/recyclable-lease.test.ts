@@ -188,7 +188,7 @@ function options (pool: LeaseStore, overrides: Partial<RecyclableLeaseOptions> =
 async function lease (t: Test, o: RecyclableLeaseOptions & { seen: Recorded }): Promise<RecyclableLease & { seen: Recorded }> {
   const l = await acquireRecyclableLease(o)
   t.teardown(() => l.close())
-  l.onWorkerChange = (id, notBefore) => o.seen.changes.push([id, notBefore])
+  l.whenWorkerChanges((id, notBefore) => o.seen.changes.push([id, notBefore]))
   return Object.assign(l, { seen: o.seen })
 }
 
@@ -525,10 +525,10 @@ t.test('the store says the id is no longer ours: issuing stops, another id is cl
   pool.renewGate = new Promise((resolve) => { open = resolve })
   // The generator must carry the new id before issuing may resume.
   const unavailableAtRebind: Array<string | undefined> = []
-  l.onWorkerChange = (id, notBefore) => {
+  l.whenWorkerChanges((id, notBefore) => {
     unavailableAtRebind.push(l.status().unavailable)
     o.seen.changes.push([id, notBefore])
-  }
+  })
   const beat = l.heartbeat()
   await sleep(10)
   t.ok(checks(l), 'until the store answers, the fence holds')

@@ -38,8 +38,8 @@ export interface WorkerLease extends IssueGuard {
   status (): LeaseStatus
   /** Told when the ZooKeeper connection comes or goes. */
   onConnectionChange?: (connected: boolean) => void
-  /** Told when a recyclable lease claims another worker id. */
-  onWorkerChange?: ((workerId: number, notBefore: number) => void) | undefined
+  /** Sets who is told when a recyclable lease claims another worker id. */
+  whenWorkerChanges? (listener: (workerId: number, notBefore: number) => void): void
   /** Stops issuing first, then gives the id up where the source can; an unanswered release runs out with its TTL. */
   close (): Promise<void>
 }

@@ -44,8 +44,7 @@ export class RecyclableLease implements WorkerLease {
   workerId = -1
   notBefore = 0
   issuableUntil = -Infinity
-  /** Told when a new claim changes the worker id or the first millisecond allowed. */
-  onWorkerChange: ((workerId: number, notBefore: number) => void) | undefined
+  private workerChanged: ((workerId: number, notBefore: number) => void) | undefined
   private token = ''
   private readonly monotonic: () => number
   private readonly cacheFile: string
@@ -421,7 +420,7 @@ export class RecyclableLease implements WorkerLease {
     // The generator switches to the new id before issuing may resume (still unavailable
     // here), and nothing recorded for another id counts for this one.
     this.recorded = 0
-    this.onWorkerChange?.(id, this.notBefore)
+    this.workerChanged?.(id, this.notBefore)
     // Nothing is issued before the first renewal records our issuedUntil. If the claim expired
     // during the wait, it succeeds only if nobody claimed the id meanwhile.
     if (!await this.renew()) {
@@ -431,7 +430,7 @@ export class RecyclableLease implements WorkerLease {
       this.notBefore = previous.notBefore
       this.token = previous.token
       this.taken = previous.taken
-      if (previous.workerId >= 0) this.onWorkerChange?.(previous.workerId, previous.notBefore)
+      if (previous.workerId >= 0) this.workerChanged?.(previous.workerId, previous.notBefore)
       this.claimEnded('error')
       return false
     }
@@ -444,6 +443,11 @@ export class RecyclableLease implements WorkerLease {
       this.throttle.warn('cache', err, 'worker-id cache not written: the next start may take another id', { file: this.cacheFile })
     }
     return true
+  }
+
+  /** `listener` is told when a new claim changes the worker id or the first millisecond allowed. */
+  whenWorkerChanges (listener: (workerId: number, notBefore: number) => void): void {
+    this.workerChanged = listener
   }
 
   // The status, and the release.

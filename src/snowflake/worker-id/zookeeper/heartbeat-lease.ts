@@ -53,6 +53,9 @@ export class HeartbeatLease implements WorkerLease {
   private readonly pauseLimitMs: number
   private readonly throttle: LogThrottle
 
+  /** This instance's persistent node, once known (a start from the cache learns it when ZooKeeper answers). */
+  private ownPath: string | undefined
+
   constructor (
     private readonly options: WorkerLeaseOptions,
     private readonly cacheDir: string,
@@ -62,6 +65,7 @@ export class HeartbeatLease implements WorkerLease {
     private readonly paths: ZkPaths | undefined
   ) {
     this.address = paths?.address
+    this.ownPath = paths?.own
     this.throttle = createLogThrottle(options.logger)
     // The session timeout, unless heartbeats are further apart than it (a late timer is no pause).
     this.pauseLimitMs = Math.max(options.zkSessionTimeoutMs, options.heartbeatIntervalMs + PAUSE_SLACK_MS)
@@ -171,14 +175,14 @@ export class HeartbeatLease implements WorkerLease {
         throw new LeaseRefused('LEASE_HELD_ELSEWHERE', `ZooKeeper holds ${own === undefined ? 'no node' : `${paths.forever}/${own}`} for ${paths.address}, ` +
           `not worker id ${this.workerId}: restart this instance with ZooKeeper up to lease a worker id of its own`)
       }
-      paths.own = `${paths.forever}/${own}`
+      this.ownPath = `${paths.forever}/${own}`
       await zk.mkdirp(client, paths.temporary.slice(0, paths.temporary.lastIndexOf('/')))
       await takeEphemeral(client, paths, data, 0, this.options.logger)
       if (this.client !== client || this.closed) return
       this.ephemeralOf = sessionIdOf(client)
       if (this.source === 'cache') this.source = 'zookeeper'
       this.setUnavailable(undefined)
-      await zk.setData(client, paths.own, data)
+      await zk.setData(client, this.ownPath, data)
     } catch (caught) {
       // A tree this identity may not read (leaf.snowflake.zk.auth) cannot confirm the worker id either.
       const err = authRefusal(client, caught, `/snowflake/${this.options.name}`)
@@ -218,7 +222,7 @@ export class HeartbeatLease implements WorkerLease {
     this.beating = true
     try {
       await withTimeout((async () => {
-        await zk.setData(client, paths.own as string, data)
+        await zk.setData(client, this.ownPath as string, data)
         await zk.setData(client, paths.temporary, data)
       })(), this.options.heartbeatIntervalMs, `ZooKeeper did not answer within ${this.options.heartbeatIntervalMs} ms`)
       this.lastHeartbeat = now
@@ -238,7 +242,7 @@ export class HeartbeatLease implements WorkerLease {
       zookeeperConnected: this.connected,
       unavailable: this.unavailable,
       lastHeartbeat: this.lastHeartbeat,
-      foreverPath: this.paths?.own,
+      foreverPath: this.ownPath,
       temporaryPath: this.paths?.temporary,
       cacheFile: join(this.cacheDir, CACHE_FILE),
     }
