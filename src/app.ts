@@ -85,8 +85,11 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
     // Fastify closes only a server it listened on: this one, it waits for as it would its own.
     if (bound !== undefined) await new Promise((resolve) => bound.server.close(resolve))
     clearInterval(drain)
-    await Promise.all([leaf.segment?.close({ saveState: started }), leaf.snowflake?.close()])
-    stopCounting()
+    try {
+      await Promise.all([leaf.segment?.close({ saveState: started }), leaf.snowflake?.close()])
+    } finally {
+      stopCounting()
+    }
   })
   try {
     if (config.segment.enabled) {

@@ -4,7 +4,7 @@ import { TimeoutError } from '../timers.js'
 // The drivers' errors (mysql2, node-postgres, Node's sockets and files, better-sqlite3,
 // node-zookeeper-client), read in one place. Their stacks are the drivers' frames: logged without.
 
-/** MySQL/MariaDB server errors by mysql2's `code` (errno in the comments). Compare `code`, never `errno`. */
+/** MySQL/MariaDB server errors by mysql2's `code` (errno in the comments): which error it is goes by `code`. */
 export const MysqlError = {
   /** 1044 */
   DBACCESS_DENIED: 'ER_DBACCESS_DENIED_ERROR',

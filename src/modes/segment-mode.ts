@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { StoreConfig } from '../config/jdbc-url.js'
 import type { Config } from '../config/load-config.js'
-import { driverError, isPermanentStoreError, MysqlError, SqlState } from '../database/driver-errors.js'
+import { codedError, driverError, isPermanentStoreError, MysqlError, SqlState } from '../database/driver-errors.js'
 import { driverCause } from '../database/errors.js'
 import { StartRefused } from '../errors.js'
 import type { Logger } from '../logger.js'
@@ -113,7 +113,7 @@ export async function startSegmentMode (
       (err: unknown) => logger.warn({ store: where, err: (err as Error).message }, 'segment store replication not readable'))
   }
   if (pingError !== undefined) {
-    const known = driverError(pingError)
+    const known = codedError(pingError)
     logger.warn({ store: where, ...(known === undefined ? { err: pingError } : known) },
       'database unreachable at start: answering NOT_READY and retrying in the background')
   }

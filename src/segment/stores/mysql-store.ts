@@ -4,6 +4,7 @@ import { createMysqlRunner, type MysqlOptions } from '../../database/mysql-hosts
 import type { Statement } from '../../database/mysql-pool.js'
 import { channels } from '../../channels.js'
 import { codeOf, MysqlError } from '../../database/driver-errors.js'
+import { driverCause } from '../../database/errors.js'
 import { storeIdOf } from '../../database/server-identity.js'
 import { sleep } from '../../timers.js'
 import { IdSpaceEnded, type AdaptedStep, type Allocation, type LeafAllocRow, type SegmentStore, type UnusedRange } from '../store.js'
@@ -116,7 +117,7 @@ export function createMysqlStore (options: MysqlStoreOptions): SegmentStore {
     try {
       return await fn()
     } catch (err) {
-      if (ACCESS_DENIED.has(codeOf(err))) {
+      if (ACCESS_DENIED.has(codeOf(driverCause(err)))) {
         noParkedTable = true
         return undefined
       }
