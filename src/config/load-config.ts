@@ -308,7 +308,11 @@ function readCommandLine (argv: string[], errors: ConfigError[]): { configPath: 
     }
     let value = token.value
     const next = tokens[i + 1]
-    if (value === undefined && next?.kind === 'positional') {
+    if (value === undefined && token.name !== 'config' && !isConfigKey(token.name) && token.index + 1 < argv.length) {
+      // A name that is not a key takes the next argument whatever it looks like (`-1`, `--x`).
+      value = argv[token.index + 1]
+      while (tokens[i + 1]?.index === token.index + 1) i++
+    } else if (value === undefined && next?.kind === 'positional') {
       value = next.value
       i++
     }

@@ -325,6 +325,8 @@ t.test('the command line: --key=value and --key value, each key and --config; no
   t.equal(port(`--config=${file}`, '--server.port=84'), 84)
   t.equal(loadConfig({ cwd, argv: ['--leaf.name', '--x'] }).config.name, '--x', 'the next argument is the value, whatever it looks like')
   t.equal(loadConfig({ cwd, argv: ['--spring.application.name', 'leaf'] }).config.server.port, 8080, 'a foreign key with its value, passed over')
+  t.equal(port('--spring.x', '-1', '--server.port=85'), 85, 'a name that is not a key takes the next argument, even one like an option')
+  t.equal(port('--spring.x', '--y', '--server.port', '86'), 86, 'and one that looks like a name')
   for (const argv of [['-p', '80'], ['-xy'], ['--', '--server.port=80']]) {
     const err = t.throws(() => loadConfig({ cwd, argv })) as ConfigError
     t.match(err, { code: /^CONFIG_BAD_ARGUMENT|CONFIG_ERRORS$/, key: 'command line', message: new RegExp(`^command line: unexpected argument "${(argv[0] as string).replace('-', '\\-')}"`) }, argv.join(' '))
