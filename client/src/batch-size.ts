@@ -12,11 +12,11 @@ export interface SizingOptions {
  * twice the aim, half as large; in between it stays. Halving once per fetch, not resetting,
  * is what lets a burst after an idle minute still get a large batch.
  */
-export function nextBatchSize (size: number, sincePreviousMs: number | undefined, o: SizingOptions): number {
+export function nextBatchSize (size: number, sincePreviousMs: number | undefined, sizing: SizingOptions): number {
   let next = size
   if (sincePreviousMs !== undefined) {
-    if (sincePreviousMs < o.targetIntervalMs) next = size * 2
-    else if (sincePreviousMs >= 2 * o.targetIntervalMs) next = Math.floor(size / 2)
+    if (sincePreviousMs < sizing.targetIntervalMs) next = size * 2
+    else if (sincePreviousMs >= 2 * sizing.targetIntervalMs) next = Math.floor(size / 2)
   }
-  return Math.min(o.maxBatch, Math.max(o.minBatch, next))
+  return Math.min(sizing.maxBatch, Math.max(sizing.minBatch, next))
 }

@@ -56,9 +56,9 @@ export const DEFAULTS = {
 export type Settled = Required<Omit<LeafClientOptions, 'token' | 'transport' | 'clock'>>
 
 export function settle (options: LeafClientOptions): Settled {
-  const o = { ...DEFAULTS, ...definedOnly(options) } as Settled
-  if (!Array.isArray(o.servers) || o.servers.length === 0) throw new TypeError('servers: at least one server URL is needed')
-  for (const s of o.servers) {
+  const settled = { ...DEFAULTS, ...definedOnly(options) } as Settled
+  if (!Array.isArray(settled.servers) || settled.servers.length === 0) throw new TypeError('servers: at least one server URL is needed')
+  for (const s of settled.servers) {
     let url: URL
     try {
       url = new URL(s)
@@ -67,18 +67,18 @@ export function settle (options: LeafClientOptions): Settled {
     }
     if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new TypeError(`servers: ${s} is not http(s)`)
   }
-  if (new Set(o.servers).size !== o.servers.length) throw new TypeError('servers: a server is listed twice')
+  if (new Set(settled.servers).size !== settled.servers.length) throw new TypeError('servers: a server is listed twice')
   const positive = ['timeoutMs', 'requestTimeoutMs', 'targetFetchIntervalMs', 'snowflakeMaxAgeMs', 'maxBackoffMs'] as const
-  for (const k of positive) if (!(typeof o[k] === 'number' && o[k] > 0)) throw new RangeError(`${k} must be a number above 0, not ${String(o[k])}`)
-  if (!(typeof o.backoffMs === 'number' && o.backoffMs >= 0)) throw new RangeError(`backoffMs must be a number from 0, not ${String(o.backoffMs)}`)
+  for (const k of positive) if (!(typeof settled[k] === 'number' && settled[k] > 0)) throw new RangeError(`${k} must be a number above 0, not ${String(settled[k])}`)
+  if (!(typeof settled.backoffMs === 'number' && settled.backoffMs >= 0)) throw new RangeError(`backoffMs must be a number from 0, not ${String(settled.backoffMs)}`)
   for (const k of ['minBatch', 'maxBatch', 'connections'] as const) {
-    if (!Number.isInteger(o[k]) || o[k] < 1) throw new RangeError(`${k} must be an integer from 1, not ${String(o[k])}`)
+    if (!Number.isInteger(settled[k]) || settled[k] < 1) throw new RangeError(`${k} must be an integer from 1, not ${String(settled[k])}`)
   }
-  if (o.minBatch > o.maxBatch) throw new RangeError(`minBatch (${o.minBatch}) is above maxBatch (${o.maxBatch})`)
-  if (o.balance !== 'round-robin' && o.balance !== 'sticky') throw new TypeError(`balance must be 'round-robin' or 'sticky', not ${String(o.balance)}`)
-  return o
+  if (settled.minBatch > settled.maxBatch) throw new RangeError(`minBatch (${settled.minBatch}) is above maxBatch (${settled.maxBatch})`)
+  if (settled.balance !== 'round-robin' && settled.balance !== 'sticky') throw new TypeError(`balance must be 'round-robin' or 'sticky', not ${String(settled.balance)}`)
+  return settled
 }
 
-function definedOnly<T extends object> (o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>
+function definedOnly<T extends object> (values: T): Partial<T> {
+  return Object.fromEntries(Object.entries(values).filter(([, v]) => v !== undefined)) as Partial<T>
 }

@@ -59,15 +59,15 @@ interface ServerCounters { requests: number, failures: number, ids: number, refu
 export const MAX_IDS_PER_CALL = 10_000_000
 
 export function createLeafClient (options: LeafClientOptions): LeafClient {
-  const o = settle(options)
+  const settings = settle(options)
   const clock = options.clock ?? REAL_CLOCK
-  const transport = options.transport ?? createUndiciTransport({ servers: o.servers, token: options.token, connections: o.connections })
-  const ring = new ServerRing(o.servers, o, clock.now)
-  const sizing: SizingOptions = { minBatch: o.minBatch, maxBatch: o.maxBatch, targetIntervalMs: o.targetFetchIntervalMs }
+  const transport = options.transport ?? createUndiciTransport({ servers: settings.servers, token: options.token, connections: settings.connections })
+  const ring = new ServerRing(settings.servers, settings, clock.now)
+  const sizing: SizingOptions = { minBatch: settings.minBatch, maxBatch: settings.maxBatch, targetIntervalMs: settings.targetFetchIntervalMs }
   // Snowflake batches must be used before they age out: aim for a fetch per half of that.
-  const snowflakeSizing: SizingOptions = { ...sizing, targetIntervalMs: Math.min(o.targetFetchIntervalMs, o.snowflakeMaxAgeMs / 2) }
+  const snowflakeSizing: SizingOptions = { ...sizing, targetIntervalMs: Math.min(settings.targetFetchIntervalMs, settings.snowflakeMaxAgeMs / 2) }
   const buffers = { segment: new Map<string, KeyBuffer>(), snowflake: new Map<string, KeyBuffer>() }
-  const perServer = new Map<string, ServerCounters>(o.servers.map((s) => [s, { requests: 0, failures: 0, ids: 0, refused: 0, instances: new Set() }]))
+  const perServer = new Map<string, ServerCounters>(settings.servers.map((s) => [s, { requests: 0, failures: 0, ids: 0, refused: 0, instances: new Set() }]))
   const marks = new HighWaterMarks()
   /** Instances already named in a warning: one per instance, the rest are counted. */
   const warned = new Set<string>()
@@ -83,7 +83,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
   /** A 4xx answer is the same on every server, so it is not retried. */
   async function fetchBatch (mode: Mode, key: string, count: number, deadline: number, onAttemptFailed: (err: LeafClientError) => void): Promise<Batch> {
     const stickyKey = `${mode}/${key}`
-    let prefer = o.balance === 'sticky' ? sticky.get(stickyKey) : undefined
+    let prefer = settings.balance === 'sticky' ? sticky.get(stickyKey) : undefined
     let last: LeafClientError | undefined
     let attempts = 0
     const tried = new Set<string>()
@@ -106,7 +106,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
       const asked = Math.min(count, sizing.maxBatch)
       const ticket = marks.sent(stickyKey)
       try {
-        const answer = await transport.fetchIds(server, mode, key, asked, Math.min(remaining, o.requestTimeoutMs))
+        const answer = await transport.fetchIds(server, mode, key, asked, Math.min(remaining, settings.requestTimeoutMs))
         // A server that sends no name (Java Leaf, an older Leaf-TS) is taken as one instance.
         const instance = answer.instance ?? server
         counters.instances.add(instance)
@@ -116,7 +116,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
         const ranges = answer.ranges
         const n = countIds(ranges)
         counters.ids += n
-        if (o.balance === 'sticky') sticky.set(stickyKey, server)
+        if (settings.balance === 'sticky') sticky.set(stickyKey, server)
         return { ranges, count: n, fetchedAt, server }
       } catch (err) {
         marks.ended(ticket)
@@ -125,7 +125,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
         if (lowerMaxBatch(e, asked)) continue
         // Cut short by the call's own budget: not the server's failure, and not the call's error
         // (every server refusing stays NETWORK, not a TIMEOUT of 3 ms).
-        if (e.code === CLIENT_CODES.TIMEOUT && remaining < o.requestTimeoutMs) throw exhausted(last, attempts, deadline)
+        if (e.code === CLIENT_CODES.TIMEOUT && remaining < settings.requestTimeoutMs) throw exhausted(last, attempts, deadline)
         if (!e.retryable) throw withAttempts(e, attempts)
         ring.failed(server)
         last = withAttempts(e, attempts)
@@ -158,7 +158,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
   }
 
   function exhausted (last: LeafClientError | undefined, attempts: number, deadline: number): LeafClientError {
-    const budget = `within ${o.timeoutMs} ms`
+    const budget = `within ${settings.timeoutMs} ms`
     if (last === undefined) return new LeafClientError(CLIENT_CODES.TIMEOUT, `no server answered ${budget}`, { attempts })
     return new LeafClientError(last.code, `every server failed ${budget} (${attempts} requests); last: ${last.message}`, {
       status: last.status, server: last.server, attempts, cause: last,
@@ -175,8 +175,8 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
       const isSnowflake = mode === 'snowflake'
       b = new KeyBuffer({
         sizing: isSnowflake ? snowflakeSizing : sizing,
-        maxAgeMs: isSnowflake ? o.snowflakeMaxAgeMs : Infinity,
-        timeoutMs: o.timeoutMs,
+        maxAgeMs: isSnowflake ? settings.snowflakeMaxAgeMs : Infinity,
+        timeoutMs: settings.timeoutMs,
         clock,
         fetch: (count, deadline, onAttemptFailed) => fetchBatch(mode, key, count, deadline, onAttemptFailed),
       })
@@ -206,10 +206,10 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
   /** Without prefetch. The deadline is a timer, which keeps the process alive while the call waits. */
   function direct (mode: Mode, key: string, count: number): Promise<bigint[]> {
     if (closed !== undefined) return Promise.reject(closed)
-    const deadline = clock.now() + o.timeoutMs
+    const deadline = clock.now() + settings.timeoutMs
     let last: LeafClientError | undefined
     return new Promise((resolve, reject) => {
-      const cancel = clock.timer(() => reject(exhausted(last, last?.attempts ?? 0, deadline)), o.timeoutMs)
+      const cancel = clock.timer(() => reject(exhausted(last, last?.attempts ?? 0, deadline)), settings.timeoutMs)
       fetchAll(mode, key, count, deadline, (e) => { last = e }).then(
         (ids) => { cancel(); resolve(ids) },
         (err: unknown) => { cancel(); reject(err) })
@@ -235,7 +235,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
   const client: LeafClient = {
     nextId (mode, key) {
       try {
-        if (!o.prefetch) return direct(mode, key, 1).then(first)
+        if (!settings.prefetch) return direct(mode, key, 1).then(first)
         return bufferOf(mode, key).nextId()
       } catch (err) {
         return Promise.reject(err)
@@ -245,21 +245,21 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
       try {
         checkCount(count)
         if (count === 0) return Promise.resolve([])
-        if (!o.prefetch) return direct(mode, key, count)
+        if (!settings.prefetch) return direct(mode, key, count)
         return bufferOf(mode, key).nextIds(count)
       } catch (err) {
         return Promise.reject(err)
       }
     },
     tryNextId (mode, key) {
-      if (!o.prefetch) {
+      if (!settings.prefetch) {
         if (closed !== undefined) throw closed
         return undefined
       }
       return bufferOf(mode, key).tryNextId()
     },
     tryNextNumber (mode, key) {
-      if (!o.prefetch) {
+      if (!settings.prefetch) {
         if (closed !== undefined) throw closed
         return undefined
       }
@@ -267,7 +267,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
     },
     nextNumber (mode, key) {
       try {
-        if (!o.prefetch) return direct(mode, key, 1).then((ids) => toNumber(first(ids)))
+        if (!settings.prefetch) return direct(mode, key, 1).then((ids) => toNumber(first(ids)))
         return bufferOf(mode, key).nextNumber()
       } catch (err) {
         return Promise.reject(err)
@@ -280,7 +280,7 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
       return client.nextIds(mode, key, count).then((ids) => ids.map(String))
     },
     stats () {
-      const servers = o.servers.map((server) => {
+      const servers = settings.servers.map((server) => {
         const { requests, failures, ids, refused, instances } = perServer.get(server) as ServerCounters
         return { server, requests, failures, ids, refused, instances: [...instances], down: ring.isDown(server) }
       })

@@ -40,8 +40,8 @@ export abstract class HeldBatches {
   protected inFlight = false
   protected readonly stats = { fetches: 0, failedFetches: 0, droppedIds: 0, waits: 0 }
 
-  constructor (protected readonly o: HeldBatchesOptions) {
-    this.ageing = Number.isFinite(o.maxAgeMs)
+  constructor (protected readonly options: HeldBatchesOptions) {
+    this.ageing = Number.isFinite(options.maxAgeMs)
   }
 
   /**
@@ -52,7 +52,7 @@ export abstract class HeldBatches {
   private takeNumber (): number {
     for (;;) {
       if (this.nextNum <= this.lastNum) {
-        if (this.ageing && this.o.clock.now() >= this.expiresAt) {
+        if (this.ageing && this.options.clock.now() >= this.expiresAt) {
           this.dropCurrent()
           continue
         }
@@ -80,7 +80,7 @@ export abstract class HeldBatches {
         return NaN
       }
       this.pending = undefined
-      if (this.ageing && this.o.clock.now() >= p.fetchedAt + this.o.maxAgeMs) {
+      if (this.ageing && this.options.clock.now() >= p.fetchedAt + this.options.maxAgeMs) {
         this.stats.droppedIds += p.count
         continue
       }
@@ -88,7 +88,7 @@ export abstract class HeldBatches {
       this.nums = p.nums
       this.rangeIndex = 0
       this.left = p.count
-      this.expiresAt = p.fetchedAt + this.o.maxAgeMs
+      this.expiresAt = p.fetchedAt + this.options.maxAgeMs
       this.refillAt = this.inFlight ? -1 : this.hot ? p.count - 1 : Math.floor(p.count / 2)
     }
   }
@@ -98,7 +98,7 @@ export abstract class HeldBatches {
     const n = this.takeNumber()
     if (!Number.isNaN(n)) return BigInt(n)
     if (this.next > this.last) return undefined
-    if (this.ageing && this.o.clock.now() >= this.expiresAt) {
+    if (this.ageing && this.options.clock.now() >= this.expiresAt) {
       this.dropCurrent()
       return this.takeId()
     }
@@ -129,7 +129,7 @@ export abstract class HeldBatches {
 
   /** Makes `batch` the current one; false when it is too old already. */
   protected install (batch: Held): boolean {
-    if (this.ageing && this.o.clock.now() >= batch.fetchedAt + this.o.maxAgeMs) {
+    if (this.ageing && this.options.clock.now() >= batch.fetchedAt + this.options.maxAgeMs) {
       this.stats.droppedIds += batch.count
       return false
     }
@@ -138,7 +138,7 @@ export abstract class HeldBatches {
     this.rangeIndex = 0
     this.clearRun()
     this.left = batch.count
-    this.expiresAt = batch.fetchedAt + this.o.maxAgeMs
+    this.expiresAt = batch.fetchedAt + this.options.maxAgeMs
     this.refillAt = this.inFlight ? -1 : this.hot ? batch.count - 1 : Math.floor(batch.count / 2)
     return true
   }
@@ -165,7 +165,7 @@ export abstract class HeldBatches {
     const end = from + n
     while (i < end) {
       const inNumbers = this.nextNum <= this.lastNum
-      if ((!inNumbers && this.next > this.last) || (this.ageing && this.o.clock.now() >= this.expiresAt)) {
+      if ((!inNumbers && this.next > this.last) || (this.ageing && this.options.clock.now() >= this.expiresAt)) {
         const id = this.tryNextId() // moves to the next run or batch, or starts a fetch
         if (id === undefined) break
         ids[i++] = id

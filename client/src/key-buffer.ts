@@ -50,9 +50,9 @@ export class KeyBuffer extends HeldBatches {
   private size: number
   private readonly noteFailure = (err: LeafClientError): void => { this.lastError = err }
 
-  constructor (protected override readonly o: KeyBufferOptions) {
-    super(o)
-    this.size = o.sizing.minBatch
+  constructor (protected override readonly options: KeyBufferOptions) {
+    super(options)
+    this.size = options.sizing.minBatch
   }
 
   /** One ID: from the buffer, or after a fetch (which wait starts, with this caller queued). */
@@ -106,8 +106,8 @@ export class KeyBuffer extends HeldBatches {
     if (this.closed !== undefined) return Promise.reject(this.closed)
     this.stats.waits++
     return new Promise<T>((resolve, reject) => {
-      const w: Waiter = { kind, need, ids, filled, one: 0n, num: 0, done: false, deadline: this.o.clock.now() + this.o.timeoutMs, cancelTimer: noop, resolve: resolve as (v: unknown) => void, reject }
-      w.cancelTimer = this.o.clock.timer(() => this.settle(w, this.timedOut()), this.o.timeoutMs)
+      const w: Waiter = { kind, need, ids, filled, one: 0n, num: 0, done: false, deadline: this.options.clock.now() + this.options.timeoutMs, cancelTimer: noop, resolve: resolve as (v: unknown) => void, reject }
+      w.cancelTimer = this.options.clock.timer(() => this.settle(w, this.timedOut()), this.options.timeoutMs)
       this.waiters.push(w)
       this.startFetch()
     })
@@ -115,7 +115,7 @@ export class KeyBuffer extends HeldBatches {
 
   private timedOut (): LeafClientError {
     const last = this.lastError
-    const message = `no IDs within ${this.o.timeoutMs} ms${last === undefined ? '' : `; last failure: ${last.message}`}`
+    const message = `no IDs within ${this.options.timeoutMs} ms${last === undefined ? '' : `; last failure: ${last.message}`}`
     return last === undefined
       ? new LeafClientError(CLIENT_CODES.TIMEOUT, message)
       : new LeafClientError(last.code, message, { status: last.status, server: last.server, attempts: last.attempts, cause: last })
@@ -169,7 +169,7 @@ export class KeyBuffer extends HeldBatches {
     if (this.inFlight || this.closed !== undefined) return
     this.inFlight = true
     this.refillAt = -1
-    const { sizing, clock } = this.o
+    const { sizing, clock } = this.options
     const now = clock.now()
     const since = this.lastFetchAt === undefined ? undefined : now - this.lastFetchAt
     this.size = nextBatchSize(this.size, since, sizing)
@@ -179,10 +179,10 @@ export class KeyBuffer extends HeldBatches {
     // waits for yet, a caller's timeout.
     const waiting = this.demand()
     const count = Math.max(1, Math.min(sizing.maxBatch, Math.max(this.size, waiting.need)))
-    const deadline = waiting.deadline > now ? waiting.deadline : now + this.o.timeoutMs
+    const deadline = waiting.deadline > now ? waiting.deadline : now + this.options.timeoutMs
     this.fetchDeadline = deadline
     this.stats.fetches++
-    this.o.fetch(count, deadline, this.noteFailure).then((batch) => this.arrived(batch), (err: unknown) => this.fetchFailed(err))
+    this.options.fetch(count, deadline, this.noteFailure).then((batch) => this.arrived(batch), (err: unknown) => this.fetchFailed(err))
   }
 
   private arrived (fetched: Batch): void {
