@@ -35,7 +35,7 @@ declare module 'fastify' {
   }
 }
 
-/** Listening is the caller's business (server.ts). */
+/** The service from a resolved config: the enabled modes, their routes, metrics and views. Listening is server.ts's. */
 export async function buildApp (config: ResolvedConfig, { logger, clock, server: bound }: AppOptions): Promise<FastifyInstance> {
   const debug = logger.level === 'debug' || logger.level === 'trace'
   let handler: FastifyServerFactoryHandler | undefined

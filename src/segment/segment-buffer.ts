@@ -71,7 +71,7 @@ const NO_SEGMENT = new Segment(0n, 0)
 
 /**
  * 'empty': no segment; the next load is a first load, at the table's step.
- * 'stopped': shutdown() stopped it; a load that lands still joins the chain, to be given back.
+ * 'stopped': the generator stopped (shutdown() or close()); a load that lands still joins the chain, to be given back.
  */
 export type ServingState = 'empty' | 'serving' | 'stopped'
 
@@ -245,7 +245,7 @@ export class SegmentBuffer {
     if (this.#state === 'serving') this.#state = 'empty'
   }
 
-  /** shutdown(): every take from now on goes the slow way, which refuses. */
+  /** The generator stopped (shutdown() or close()): every take from now on goes the slow way, which refuses. */
   stopServing (): void {
     this.#state = 'stopped'
   }
