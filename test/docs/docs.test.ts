@@ -8,8 +8,9 @@ import { documentedErrors } from '../fault/harness.js'
 import { anchors, linkTargets, tableUnder } from '../helpers/markdown.js'
 
 // The pages of docs/ held to the code: the errors table is src/errors.ts's, in status order;
-// the configuration table lists every key of src/config/keys.ts; and every relative link of
-// the README, docs/ and the client's README reaches a file and, with a #fragment, a heading.
+// the configuration table lists every key of src/config/keys.ts; every relative link of
+// the README, docs/ and the client's README reaches a file and, with a #fragment, a heading;
+// and so does every docs/ page a source comment names.
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const read = (path: string) => readFileSync(join(ROOT, path), 'utf8')
@@ -62,6 +63,22 @@ t.test('every relative link of the README, docs/ and client/README.md resolves',
     const broken = targets.map((target) => [target, brokenLink(page, target)]).filter(([, why]) => why !== undefined)
     t.same(broken, [], `${page}: ${targets.length} relative links`)
   }
+})
+
+/** The .ts files under `dir`, recursively. */
+function sources (dir: string): string[] {
+  return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((e) => {
+    const path = `${dir}/${e.name}`
+    return e.isDirectory() ? sources(path) : e.name.endsWith('.ts') ? [path] : []
+  })
+}
+
+t.test('every docs/ page (and #heading) a comment of src/ or client/src names exists', async (t) => {
+  const named = sources('src').concat(sources('client/src')).flatMap((file) =>
+    [...read(file).matchAll(/(?:client\/)?(?:docs\/[\w.-]+\.md|README\.md)(?:#[\w-]+)?/g)].map((m) => [file, m[0]] as const))
+  t.ok(named.filter(([, target]) => target.includes('#')).length >= 20, `${named.length} named, with headings among them`)
+  const broken = named.map(([file, target]) => [file, target, brokenLink('README.md', target)]).filter(([, , why]) => why !== undefined)
+  t.same(broken, [])
 })
 
 t.test('the README links every page of docs/, the client\'s README and the licence', async (t) => {
