@@ -1,13 +1,15 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerFactoryHandler } from 'fastify'
-import { registerAdminRoutes } from './http/admin-routes.js'
+import fp from 'fastify-plugin'
+import { adminRoutes } from './http/admin-routes.js'
 import { describeGuards } from './http/auth.js'
 import { createServiceServer, type BoundServer } from './http/bound-server.js'
-import { registerDecodeRoutes } from './http/decode-routes.js'
-import { answerConnect, clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/errors.js'
-import { registerHealthRoutes } from './http/health-routes.js'
-import { registerIdRoute } from './http/id-routes.js'
+import { decodeRoutes } from './http/decode-routes.js'
+import { answerConnect, clientErrorHandler, errorsPlugin, frameworkErrors, retryAfterSeconds, schemaErrorFormatter } from './http/errors.js'
+import { healthRoutes } from './http/health-routes.js'
+import { registerIdRoute, type IdRouteOptions } from './http/id-routes.js'
 import { instanceNamer } from './http/instance-name.js'
-import { createObserver, timeRoutes } from './http/timing.js'
+import { metricsRoutes } from './http/metrics-routes.js'
+import { createObserver, timeRoutes, type ObserveRequest } from './http/timing.js'
 import { createLogThrottle } from './log-throttle.js'
 import type { Logger } from './logger.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
@@ -50,6 +52,22 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
     logger: false,
     frameworkErrors,
     clientErrorHandler,
+    // A closing server's requests reach the routes, and the drain's 503 SHUTTING_DOWN the one
+    // error handler (errorsPlugin), not Fastify's own body.
+    return503OnClosing: false,
+    schemaErrorFormatter,
+    ajv: {
+      customOptions: {
+        // A value of the wrong type is refused, never converted ("10" is no step); an unknown
+        // field is refused, not dropped; the error keeps the value, for the message to name.
+        coerceTypes: false,
+        removeAdditional: false,
+        verbose: true,
+        // maxId is a decimal string or a JSON number.
+        allowUnionTypes: true,
+        keywords: ['errorCode'],
+      },
+    },
     routerOptions: {
       // Keys of any length must reach validation (400 INVALID_KEY), not fall through to a 404.
       maxParamLength: 16 * 1024,
@@ -72,7 +90,8 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
   const metrics = createMetrics({ maxTagSeries: config.metrics.maxTagSeries })
   const stopCounting = countCoreEvents(metrics)
   const observe = createObserver(metrics, logger, debug)
-  registerErrorHandling(app, logger, timeRoutes(app, observe))
+  const { segment: { waitTimeoutMs, queryTimeoutMs }, snowflake: { heartbeatIntervalMs } } = config
+  app.register(errorsPlugin, { logger, notFound: timeRoutes(app, observe), retryAfter: retryAfterSeconds({ waitTimeoutMs, queryTimeoutMs, heartbeatIntervalMs }) })
   // Bodies are JSON (tag management) or nothing: any other type is 415, not a string to parse.
   app.removeContentTypeParser('text/plain')
 
@@ -110,17 +129,31 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
   metrics.watch(leaf)
 
   const instance = instanceNamer(config.instanceName, config.server.port, () => app.server.address())
-  registerIdRoute(app, { mode: 'segment', source: leaf.segment?.generator, batchMax: config.batchMax, instance, metrics, observe })
-  registerIdRoute(app, { mode: 'snowflake', source: leaf.snowflake?.generator, batchMax: config.batchMax, instance, metrics, observe })
-  registerDecodeRoutes(app, config.snowflake.layout, { twepoch: config.snowflake.twepoch, vestaVersion: config.snowflake.vesta.version, vestaGenMethod: config.snowflake.vesta.genMethod }, clock)
-  registerHealthRoutes(app)
-  app.get('/metrics', async (_request, reply) => {
-    reply.type(metrics.registry.contentType)
-    return metrics.scrape()
-  })
+  app.register(idRoutes, { segment: leaf.segment, snowflake: leaf.snowflake, batchMax: config.batchMax, instance, metrics, observe })
+  app.register(decodeRoutes, { layout: config.snowflake.layout, context: { twepoch: config.snowflake.twepoch, vestaVersion: config.snowflake.vesta.version, vestaGenMethod: config.snowflake.vesta.genMethod }, clock })
+  app.register(healthRoutes)
+  app.register(metricsRoutes, { metrics })
   const tokens = { admin: config.adminToken, view: config.adminViewToken }
-  registerAdminRoutes(app, tokens, logger)
+  app.register(adminRoutes, { tokens, logger })
+  try {
+    await app.after()
+  } catch (err) {
+    await app.close()
+    throw err
+  }
   logger.info(describeGuards(tokens))
   started = true
   return app
 }
+
+interface IdRoutesOptions extends Pick<IdRouteOptions, 'batchMax' | 'instance' | 'metrics'> {
+  segment: SegmentMode | undefined
+  snowflake: SnowflakeMode | undefined
+  observe: ObserveRequest
+}
+
+/** The ID routes of both modes; a disabled one answers 503 MODE_DISABLED. */
+const idRoutes = fp<IdRoutesOptions>(async (app, { segment, snowflake, ...common }) => {
+  registerIdRoute(app, { mode: 'segment', source: segment?.generator, ...common })
+  registerIdRoute(app, { mode: 'snowflake', source: snowflake?.generator, ...common })
+}, { name: 'leaf-ids', fastify: '5.x', dependencies: ['leaf-errors'] })

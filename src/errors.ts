@@ -6,6 +6,7 @@ export const ERRORS = {
   INVALID_ID: { status: 400, message: 'The value is not a decimal 64-bit integer.' },
   INVALID_BODY: { status: 400, message: 'The request body is not valid.' },
   UNAUTHORIZED: { status: 401, message: 'This route needs a token: Authorization: Bearer <token>, or Basic with the token as the password.' },
+  INVALID_TOKEN: { status: 401, message: 'The token given does not match leaf.admin.token or leaf.admin.view-token: check it (sent as Bearer <token>, or as Basic\'s password).' },
   FORBIDDEN: { status: 403, message: 'The view token opens the views only: tag management needs leaf.admin.token.' },
   KEY_NOT_FOUND: { status: 404, message: 'The key is not in the leaf_alloc table.' },
   NOT_FOUND: { status: 404, message: 'No such route.' },
@@ -14,7 +15,7 @@ export const ERRORS = {
   KEY_EXISTS: { status: 409, message: 'The key is already in the leaf_alloc table.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
   HEADERS_TOO_LARGE: { status: 431, message: 'The request line and headers are too large.' },
-  UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The request body has an unsupported content type.' },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The request body must be JSON: send Content-Type: application/json.' },
   MODE_DISABLED: { status: 503, message: 'This ID mode is disabled on this instance.' },
   NOT_READY: { status: 503, message: 'The generator is not initialised yet.' },
   SEGMENTS_NOT_READY: { status: 503, message: 'Both segments are used up and the database did not answer in time.' },
@@ -26,6 +27,7 @@ export const ERRORS = {
   WORKER_ID_UNAVAILABLE: { status: 503, message: 'This instance holds no worker id it may issue snowflake IDs with now.' },
   WORKER_LEASE_LOST: { status: 503, message: 'This instance\'s worker-id lease ran out or was taken; no snowflake ID until it leases one again.' },
   SEQUENCE_EXHAUSTED: { status: 503, message: 'Every ID of the current time unit is issued (a layout in seconds under a burst); try again.' },
+  SHUTTING_DOWN: { status: 503, message: 'This instance is shutting down: send the request to another one (this connection is closed).' },
   ID_SPACE_EXHAUSTED: { status: 503, message: 'The layout\'s time field has run out; no snowflake ID can be made.' },
   INVALID_FIELD: { status: 400, message: 'A field of the ID to make is out of range.' },
   INVALID_LAYOUT: { status: 400, message: 'The layout spec is not valid.' },
@@ -35,15 +37,22 @@ export const ERRORS = {
 
 export type ErrorCode = keyof typeof ERRORS
 
+export interface LeafErrorOptions extends ErrorOptions {
+  /** Answered beside `error` and `message` (INVALID_FIELD's `field`, Leaf's `errorMsg`). */
+  fields?: Record<string, string>
+}
+
 export class LeafError extends Error {
   readonly code: ErrorCode
   readonly statusCode: number
+  readonly fields: Record<string, string> | undefined
 
-  constructor (code: ErrorCode, message: string = ERRORS[code].message, options?: ErrorOptions) {
+  constructor (code: ErrorCode, message: string = ERRORS[code].message, options?: LeafErrorOptions) {
     super(message, options)
     this.name = 'LeafError'
     this.code = code
     this.statusCode = ERRORS[code].status
+    this.fields = options?.fields
   }
 }
 

@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 import { LeafError } from '../errors.js'
 import { MAX_ID } from '../id-range.js'
 import type { Logger } from '../logger.js'
@@ -7,8 +7,7 @@ import type { SegmentBufferView, ViewQuery } from '../segment/segment-views.js'
 import type { LeafAllocRow, TagChanges } from '../segment/store.js'
 import { MAX_STEP } from '../segment/segment-loader.js'
 import { requireToken, type AdminTokens } from './auth.js'
-import { parseInt64 } from './decode-routes.js'
-import { validKey } from './id-routes.js'
+import { MAX_KEY_LENGTH } from './id-routes.js'
 import { CACHE_PAGE_SIZE, renderCachePage, renderDbPage } from './pages.js'
 import { horizonSeconds } from '../segment/rate-meter.js'
 import { checkReadiness } from '../modes/readiness.js'
@@ -25,12 +24,17 @@ const MAX_LIMIT = 1000
 /** Admin bodies are a few fields: anything larger is refused (413). */
 const BODY_LIMIT = 16 * 1024
 
+export interface AdminRoutesOptions {
+  tokens: AdminTokens
+  logger: Logger
+}
+
 /**
  * The views (`/api/cache`, `/api/db`, `/api/snowflake/status` and Leaf's `/cache`, `/db` pages),
  * behind the tokens when either is set, and tag management, which exists only with the admin
- * token and answers it alone.
+ * token and answers it alone. Input is checked by the routes' schemas.
  */
-export function registerAdminRoutes (app: FastifyInstance, tokens: AdminTokens, logger: Logger): void {
+export const adminRoutes = fp<AdminRoutesOptions>(async (app, { tokens, logger }) => {
   // Route-level hooks on the root rather than an encapsulated plugin, which would give Fastify
   // request and reply classes of its own next to the ID routes' on the hot paths they share.
   const guarded = tokens.admin === '' && tokens.view === '' ? {} : { onRequest: [requireToken(tokens, 'view')] }
@@ -40,8 +44,8 @@ export function registerAdminRoutes (app: FastifyInstance, tokens: AdminTokens, 
 
   // A page of the tags, the busiest first: the whole map for a few tags, the busiest hundred of
   // 100,000 (`?limit=`, `?cursor=` from the Link header, `?search=`).
-  app.get<{ Querystring: Record<string, unknown> }>('/api/cache', guarded, async (request, reply) => {
-    const query = parseViewQuery(request.query, API_CACHE_LIMIT)
+  app.get<{ Querystring: ViewQuerystring }>('/api/cache', { ...guarded, schema: { querystring: viewQuery(API_CACHE_LIMIT) } }, async (request, reply) => {
+    const query = viewQueryOf(request.query, API_CACHE_LIMIT)
     const page = enabled(segment).generator.viewPage(query)
     const end = page.offset + page.views.length
     reply.header('x-total-count', page.matched)
@@ -78,8 +82,8 @@ export function registerAdminRoutes (app: FastifyInstance, tokens: AdminTokens, 
       borrowedMs: snowflake.generator.borrowedMs(),
     }
   })
-  app.get<{ Querystring: Record<string, unknown> }>('/cache', guarded, async (request, reply) => {
-    const query = parseViewQuery(request.query, CACHE_PAGE_SIZE)
+  app.get<{ Querystring: ViewQuerystring }>('/cache', { ...guarded, schema: { querystring: viewQuery(CACHE_PAGE_SIZE) } }, async (request, reply) => {
+    const query = viewQueryOf(request.query, CACHE_PAGE_SIZE)
     reply.type('text/html; charset=utf-8')
     return renderCachePage({
       version: VERSION,
@@ -102,21 +106,29 @@ export function registerAdminRoutes (app: FastifyInstance, tokens: AdminTokens, 
     return renderDbPage(await rows(enabled(segment)))
   })
 
-  if (tokens.admin === '') return
+  if (tokens.admin === '') {
+    // Absent, and the 404 says why: a client sees no route, an operator the key to set.
+    const off = (request: { method: string, url: string }) => {
+      throw new LeafError('NOT_FOUND', `No route ${request.method} ${request.url.slice(0, 200)}: tag management is off on this instance; set leaf.admin.token to turn it on (docs/operations.md#tag-management).`)
+    }
+    app.post('/api/segment/tags', off)
+    app.patch('/api/segment/tags/:key', off)
+    return
+  }
   const managing = { onRequest: [requireToken(tokens, 'manage')], bodyLimit: BODY_LIMIT }
-  app.post<{ Body: unknown }>('/api/segment/tags', managing, async (request, reply) => {
+  app.post<{ Body: NewTagBody }>('/api/segment/tags', { ...managing, schema: { body: newTagBody } }, async (request, reply) => {
     const mode = enabled(segment)
-    const tag = parseNewTag(request.body)
+    const tag = newTag(request.body)
     const row = await storeCall(() => mode.store.createTag(tag))
     if (row === undefined) throw new LeafError('KEY_EXISTS', `Tag "${tag.key}" is already in the leaf_alloc table.`)
     mode.generator.addTag(row.key)
     logger.info({ key: row.key, step: row.step, maxId: String(row.maxId) }, 'segment tag created')
     return reply.code(201).send(rowJson(row))
   })
-  app.patch<{ Params: { key: string }, Body: unknown }>('/api/segment/tags/:key', managing, async (request) => {
+  app.patch<{ Params: { key: string }, Body: TagChanges }>('/api/segment/tags/:key', { ...managing, schema: { params: tagParams, body: tagChangesBody } }, async (request) => {
     const mode = enabled(segment)
-    const key = validKey(request.params.key)
-    const changes = parseTagChanges(request.body)
+    const { key } = request.params
+    const changes: TagChanges = request.body
     if (changes.step !== undefined) {
       const current = await storeCall(() => mode.store.getTag(key))
       if (current === undefined) throw new LeafError('KEY_NOT_FOUND', `Tag "${key}" is not in the leaf_alloc table.`)
@@ -128,29 +140,32 @@ export function registerAdminRoutes (app: FastifyInstance, tokens: AdminTokens, 
     logger.info({ key, ...changes }, 'segment tag changed')
     return rowJson(row)
   })
+}, { name: 'leaf-admin', fastify: '5.x', dependencies: ['leaf-errors'] })
+
+interface ViewQuerystring {
+  search?: string
+  limit?: string
+  cursor?: string
 }
 
 /** `?search=`, `?cursor=` (an offset, as the Link header gives it) and `?limit=` of the cache views. */
-function parseViewQuery (query: Record<string, unknown>, defaultLimit: number): ViewQuery {
-  const one = (name: string): string | undefined => {
-    const value = query[name]
-    if (value === undefined) return undefined
-    if (typeof value !== 'string') throw new LeafError('BAD_REQUEST', `${name} is given more than once.`)
-    return value
-  }
-  const count = (name: string, min: number, max: number, what: string): number | undefined => {
-    const value = one(name)
-    if (value === undefined) return undefined
-    const n = /^\d{1,10}$/.test(value) ? Number(value) : NaN
-    if (!(n >= min && n <= max)) throw new LeafError('BAD_REQUEST', `${name} must be ${what}.`)
-    return n
-  }
-  const search = one('search') ?? ''
-  if (search.length > 128) throw new LeafError('BAD_REQUEST', 'search must be at most 128 characters long (a tag name is).')
+function viewQuery (defaultLimit: number) {
   return {
-    search,
-    limit: count('limit', 1, MAX_LIMIT, `an integer from 1 to ${MAX_LIMIT}`) ?? defaultLimit,
-    offset: count('cursor', 0, 2 ** 31, 'a cursor from the Link header of the page before') ?? 0,
+    type: 'object',
+    properties: {
+      search: { type: 'string', maxLength: 128, description: 'a part of a tag name: at most 128 characters, as a tag name is' },
+      // 1 to MAX_LIMIT
+      limit: { type: 'string', pattern: '^0*([1-9][0-9]{0,2}|1000)$', description: `an integer from 1 to ${MAX_LIMIT} (${defaultLimit} when not given)` },
+      cursor: { type: 'string', pattern: '^[0-9]{1,9}$', description: 'a cursor from the Link header of the page before' },
+    },
+  }
+}
+
+function viewQueryOf (query: ViewQuerystring, defaultLimit: number): ViewQuery {
+  return {
+    search: query.search ?? '',
+    limit: query.limit === undefined ? defaultLimit : Number(query.limit),
+    offset: query.cursor === undefined ? 0 : Number(query.cursor),
   }
 }
 
@@ -207,48 +222,44 @@ function rowJson (r: LeafAllocRow) {
   return { key: r.key, maxId: String(r.maxId), step: r.step, description: r.description, updateTime: r.updateTime.toISOString() }
 }
 
-function invalid (message: string): LeafError {
-  return new LeafError('INVALID_BODY', message)
+const KEY = { type: 'string', minLength: 1, maxLength: MAX_KEY_LENGTH, errorCode: 'INVALID_KEY', description: `a tag name of 1 to ${MAX_KEY_LENGTH} characters` }
+const STEP = { type: 'integer', minimum: 1, maximum: MAX_STEP, description: `an integer from 1 to ${MAX_STEP}` }
+const DESCRIPTION = { type: ['string', 'null'], maxLength: MAX_DESCRIPTION, description: `a string of at most ${MAX_DESCRIPTION} characters, or null` }
+
+interface NewTagBody {
+  key: string
+  step: number
+  maxId?: string | number
+  description?: string | null
 }
 
-function asObject (body: unknown, allowed: string[]): Record<string, unknown> {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalid('The body must be a JSON object.')
-  const unknown = Object.keys(body).filter((k) => !allowed.includes(k))
-  if (unknown.length > 0) throw invalid(`Unknown field(s): ${unknown.slice(0, 5).join(', ')}.`)
-  return body as Record<string, unknown>
+const newTagBody = {
+  type: 'object',
+  description: 'a JSON object: {"key", "step", "maxId", "description"}',
+  required: ['key', 'step'],
+  additionalProperties: false,
+  properties: {
+    key: KEY,
+    step: STEP,
+    // pattern holds for a string, minimum and maximum for a number: 19 digits may still pass
+    // 2^63 - 1, which checkIdSpace refuses with the step.
+    maxId: { type: ['string', 'integer'], pattern: '^[0-9]{1,19}$', minimum: 0, maximum: Number.MAX_SAFE_INTEGER, description: 'a non-negative 64-bit integer: a decimal string, or a JSON number up to 2^53 - 1' },
+    description: DESCRIPTION,
+  },
 }
 
-function parseStep (step: unknown): number {
-  if (typeof step !== 'number' || !Number.isInteger(step) || step < 1 || step > MAX_STEP) {
-    throw invalid(`step must be an integer from 1 to ${MAX_STEP}.`)
-  }
-  return step
+const tagChangesBody = {
+  type: 'object',
+  description: 'a JSON object with step and/or description',
+  minProperties: 1,
+  additionalProperties: false,
+  properties: { step: STEP, description: DESCRIPTION },
 }
 
-function parseDescription (description: unknown): string | null {
-  if (description === null) return null
-  if (typeof description !== 'string' || Array.from(description).length > MAX_DESCRIPTION) {
-    throw invalid(`description must be a string of at most ${MAX_DESCRIPTION} characters, or null.`)
-  }
-  return description
-}
+const tagParams = { type: 'object', properties: { key: KEY } }
 
-function parseNewTag (body: unknown) {
-  const b = asObject(body, ['key', 'step', 'maxId', 'description'])
-  if (typeof b.key !== 'string') throw new LeafError('INVALID_KEY')
-  const key = validKey(b.key)
-  const step = parseStep(b.step)
-  let maxId = 1n
-  if (b.maxId !== undefined) {
-    const parsed = typeof b.maxId === 'number'
-      ? (Number.isSafeInteger(b.maxId) ? BigInt(b.maxId) : undefined)
-      : parseInt64(b.maxId)
-    if (parsed === undefined || parsed < 0n) {
-      throw invalid('maxId must be a non-negative 64-bit integer: a decimal string, or a JSON number up to 2^53 - 1.')
-    }
-    maxId = parsed
-  }
-  const description = b.description === undefined ? null : parseDescription(b.description)
+function newTag ({ key, step, maxId: given, description = null }: NewTagBody) {
+  const maxId = given === undefined ? 1n : BigInt(given)
   checkIdSpace('maxId', maxId, step)
   return { key, step, maxId, description }
 }
@@ -259,15 +270,6 @@ function parseNewTag (body: unknown) {
  */
 function checkIdSpace (field: 'maxId' | 'step', maxId: bigint, step: number): void {
   if (maxId + BigInt(step) > MAX_ID) {
-    throw invalid(`${field}: maxId ${maxId} + step ${step} passes 2^63 - 1 (${MAX_ID}): the next segment would pass the largest 64-bit ID.`)
+    throw new LeafError('INVALID_BODY', `${field}: maxId ${maxId} + step ${step} passes 2^63 - 1 (${MAX_ID}): the next segment would pass the largest 64-bit ID.`)
   }
-}
-
-function parseTagChanges (body: unknown): TagChanges {
-  const b = asObject(body, ['step', 'description'])
-  const changes: TagChanges = {}
-  if (b.step !== undefined) changes.step = parseStep(b.step)
-  if (b.description !== undefined) changes.description = parseDescription(b.description)
-  if (Object.keys(changes).length === 0) throw invalid('Give step and/or description.')
-  return changes
 }

@@ -1,7 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { LeafError } from '../errors.js'
-import { sendError } from './errors.js'
 
 /** An empty token is not set. */
 export interface AdminTokens {
@@ -19,6 +18,8 @@ const REALM = 'leaf-ts'
  * charset="UTF-8" (RFC 7617 2.1): a password beyond ASCII comes as UTF-8, not Latin-1.
  */
 export const CHALLENGES = [`Basic realm="${REALM}", charset="UTF-8"`, `Bearer realm="${REALM}"`]
+/** After a token that does not match: RFC 6750's `invalid_token`; Basic again, so a browser asks again. */
+export const INVALID_TOKEN_CHALLENGES = [`Basic realm="${REALM}", charset="UTF-8"`, `Bearer realm="${REALM}", error="invalid_token"`]
 
 function digest (value: string): Buffer {
   return createHash('sha256').update(value).digest()
@@ -54,28 +55,34 @@ function basicPassword (token68: string): string | undefined {
 
 /**
  * Both sides are hashed first, so the comparisons take the same time whatever the lengths, and
- * both are made whichever matches.
+ * both are made whichever matches. No token is 401 UNAUTHORIZED, one that cannot be read too
+ * (saying what to send), one that matches neither 401 INVALID_TOKEN: all three challenge again,
+ * so that a browser asks for the password again (RFC 6750 has invalid_token a 401). The view
+ * token on tag management is 403 FORBIDDEN: another login would not help.
  */
 export function requireToken (tokens: AdminTokens, access: Access): onRequestHookHandler {
   const admin = tokens.admin === '' ? undefined : digest(tokens.admin)
   const view = tokens.view === '' ? undefined : digest(tokens.view)
   if (admin === undefined && (view === undefined || access === 'manage')) throw new Error(`no token can give ${access} access`)
-  return function checkToken (request: FastifyRequest, reply: FastifyReply, done: () => void) {
-    const secret = presentedSecret(request.headers.authorization)
-    if (secret !== undefined) {
-      const given = digest(secret)
-      const isAdmin = admin !== undefined && timingSafeEqual(given, admin)
-      const isView = view !== undefined && timingSafeEqual(given, view)
-      if (isAdmin || (isView && access === 'view')) return done()
-      if (isView) {
-        sendError(reply, new LeafError('FORBIDDEN'))
-        return
-      }
+  return function checkToken (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) {
+    const header = request.headers.authorization
+    const secret = presentedSecret(header)
+    if (secret === undefined || secret === '') {
+      reply.header('www-authenticate', CHALLENGES)
+      return done(header === undefined ? new LeafError('UNAUTHORIZED') : new LeafError('UNAUTHORIZED', UNREADABLE))
     }
-    reply.header('www-authenticate', CHALLENGES)
-    sendError(reply, new LeafError('UNAUTHORIZED'))
+    const given = digest(secret)
+    const isAdmin = admin !== undefined && timingSafeEqual(given, admin)
+    const isView = view !== undefined && timingSafeEqual(given, view)
+    if (isAdmin || (isView && access === 'view')) return done()
+    if (isView) return done(new LeafError('FORBIDDEN'))
+    reply.header('www-authenticate', INVALID_TOKEN_CHALLENGES)
+    done(new LeafError('INVALID_TOKEN'))
   }
 }
+
+// The header itself is never echoed: without a scheme, it may be the token.
+const UNREADABLE = 'The Authorization header cannot be read: send "Bearer <token>", or Basic with any user name and the token as the password (curl -u any:<token>).'
 
 /** Names the keys, never a token. */
 export function describeGuards (tokens: AdminTokens): string {

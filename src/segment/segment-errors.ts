@@ -14,7 +14,7 @@ export function spaceEnded (key: string): LeafError {
 }
 
 export function shuttingDown (): LeafError {
-  return new LeafError('NOT_READY', 'This instance is shutting down.')
+  return new LeafError('SHUTTING_DOWN', 'This instance is shutting down: send the request to another one.')
 }
 
 /** Past the bound on serving without the store (max-id-guard.ts boundServing): no buffered ID. */

@@ -340,8 +340,8 @@ t.test('HTTP Basic, as a browser\'s login prompt sends it: the token as the pass
     t.equal((await server.inject({ url, headers: AUTH })).statusCode, 200, `${url} Bearer still`)
     const wrong = await server.inject({ url, headers: basic('admin', `${TOKEN}x`) })
     t.equal(wrong.statusCode, 401, `${url} Basic, wrong password`)
-    t.equal(wrong.json().error, 'UNAUTHORIZED')
-    t.same(wrong.headers['www-authenticate'], CHALLENGES, 'the browser asks again')
+    t.equal(wrong.json().error, 'INVALID_TOKEN', 'a wrong token is told apart from none')
+    t.same(wrong.headers['www-authenticate'], [CHALLENGES[0], 'Bearer realm="leaf-ts", error="invalid_token"'], 'the browser asks again; RFC 6750 names the error')
     t.equal((await server.inject({ url, headers: basic(TOKEN, 'x') })).statusCode, 401, `${url} the token as the user name is not the password`)
     for (const authorization of ['Basic', 'Basic %%%%', 'Basic Zm9v', `Basic ${Buffer.from(`admin${TOKEN}`).toString('base64')}`, 'Basic /w==', `Basic ${Buffer.from(`a:${TOKEN}`).toString('base64')}x`]) {
       const malformed = await server.inject({ url, headers: { authorization } })

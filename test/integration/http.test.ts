@@ -1,10 +1,8 @@
-import { Writable } from 'node:stream'
-import pino from 'pino'
 import t from 'tap'
 import { buildApp } from '../../src/app.js'
 import { formatLocal } from '../../src/http/decode-routes.js'
 import { tempDir, testConfig } from '../helpers/config.js'
-import { silentLogger } from '../helpers/logger.js'
+import { captureLogger, silentLogger } from '../helpers/logger.js'
 import { batchLines } from '../helpers/ids.js'
 
 async function app (values: Record<string, string | number | boolean> = { 'leaf.segment.enable': true }) {
@@ -152,35 +150,68 @@ t.test('a decode with no ID names the missing parameter, still as INVALID_ID', a
   const path = 'id is missing: give the ID to decode in the path, /api/snowflake/decode/:id.'
   for (const [url, message] of [
     ['/decodeSnowflakeId', query],
-    ['/decodeSnowflakeId?snowflakeId=', query],
     ['/decodeSnowflakeId?other=1', query],
-    ['/api/snowflake/decode/', path],
     ['/api/snowflake/decode', path],
     ['/api/snowflake/decode?snowflakeId=1', path],
   ] as const) {
     const a = await server.inject(url)
     t.equal(a.statusCode, 400, `${url} -> 400`)
-    t.same(a.json(), { error: 'INVALID_ID', message, errorMsg: message }, url)
+    t.same(a.json(), { error: 'INVALID_ID', message }, `${url}: leaf-server has no errorMsg for a missing parameter either (Spring's 400)`)
   }
-  const bad = (await server.inject('/decodeSnowflakeId?snowflakeId=x')).json()
-  t.same(bad, { error: 'INVALID_ID', message: 'The value is not a decimal 64-bit integer.', errorMsg: 'The value is not a decimal 64-bit integer.' }, 'a value given but not an ID: the table\'s message')
+  const empty = await server.inject('/api/snowflake/decode/')
+  t.same(empty.json(), { error: 'INVALID_ID', message: 'id is empty: give a decimal signed 64-bit integer, the ID to decode in the path: /api/snowflake/decode/:id.' })
   t.equal((await server.inject('/api/snowflake/decode/9223372036854775807')).statusCode, 200, 'the largest int64 decodes')
+  const past = await server.inject('/api/snowflake/decode/9223372036854775808')
+  t.same(past.json(), { error: 'INVALID_ID', message: 'id 9223372036854775808 is outside the signed 64-bit range (-9223372036854775808 to 9223372036854775807).' })
+  const word = await server.inject('/api/snowflake/decode/abc')
+  t.same(word.json(), { error: 'INVALID_ID', message: 'id must be a decimal signed 64-bit integer, the ID to decode in the path: /api/snowflake/decode/:id; got "abc".' }, 'the schema names the field and the value')
 })
 
-t.test('5xx answers are logged at error once per code per 30 s, not once per request', async (t) => {
-  const lines: { level: number, msg: string, error?: string, url?: string }[] = []
-  const logger = pino({ level: 'info' }, new Writable({
-    write (chunk: Buffer, _encoding, done) {
-      lines.push(JSON.parse(chunk.toString('utf8')) as (typeof lines)[number])
-      done()
-    },
-  }))
-  const server = await buildApp(testConfig({ 'leaf.segment.enable': true }), { logger })
+t.test('/decodeSnowflakeId answers every value as leaf-server does: Java\'s signed arithmetic, Long.parseLong\'s refusals', async (t) => {
+  const server = await app({ 'leaf.snowflake.enable': true, 'leaf.snowflake.cache.dir': tempDir() })
+  const decode = async (value: string) => (await server.inject(`/decodeSnowflakeId?snowflakeId=${encodeURIComponent(value)}`)).json()
+  const leaf = (timestamp: number, workerId: number, sequenceId: number) => ({ timestamp: `${timestamp}(${formatLocal(timestamp)})`, sequenceId: String(sequenceId), workerId: String(workerId) })
+  // Java: (id >> 22) + twepoch, (id >> 12) ^ (id >> 22 << 10), id ^ (id >> 12 << 12) on a long.
+  t.same(await decode('-1'), leaf(1288834974656, 1023, 4095), '-1: 1 ms before twepoch, as the Java issue measured')
+  t.same(await decode('-9223372036854775808'), leaf(1288834974657 - 2 ** 41, 0, 0), 'Long.MIN_VALUE')
+  t.same(await decode('9223372036854775807'), leaf(1288834974657 + 2 ** 41 - 1, 1023, 4095), 'Long.MAX_VALUE')
+  t.same(await decode('-4194304'), leaf(1288834974656, 0, 0), '-2^22')
+  t.same(await decode('+4198400'), leaf(1288834974658, 1, 0), 'a leading + (Long.parseLong takes it)')
+  t.same(await decode('0000000000000000000000004198400'), leaf(1288834974658, 1, 0), 'leading zeros, past 19 digits')
+  t.same(await decode('٤١٩٨٤٠٠'), leaf(1288834974658, 1, 0), 'Arabic-Indic digits: Character.digit reads any script\'s')
+  t.same(await decode('４１９８４００'), leaf(1288834974658, 1, 0), 'fullwidth digits')
+
+  for (const bad of ['abc', '', '1.5', '9223372036854775808', '-9223372036854775809', '99999999999999999999', '0x10', ' 1', '1 ', '-', '+', '--1', '1e3', '𝟏']) {
+    const a = await server.inject(`/decodeSnowflakeId?snowflakeId=${encodeURIComponent(bad)}`)
+    t.equal(a.statusCode, 400, `${JSON.stringify(bad)} -> 400`)
+    t.match(a.json(), { error: 'INVALID_ID', message: /^snowflakeId /, errorMsg: 'snowflake Id反解析发生异常!' }, `${JSON.stringify(bad)}: Leaf's errorMsg, word for word`)
+  }
+  const repeated = await server.inject('/decodeSnowflakeId?snowflakeId=1&snowflakeId=2')
+  t.match(repeated.json(), { error: 'INVALID_ID', message: 'snowflakeId "1,2" is not a decimal signed 64-bit integer (-9223372036854775808 to 9223372036854775807).', errorMsg: 'snowflake Id反解析发生异常!' }, 'Spring joins a repeated parameter with a comma')
+  t.match((await server.inject('/decodeSnowflakeId?snowflakeId=')).json(), { message: 'snowflakeId is empty: give the ID to decode as ?snowflakeId=N.' })
+  const metrics = (await server.inject('/metrics')).body
+  t.match(metrics, /http_request_duration_seconds_count\{method="GET",route="\/decodeSnowflakeId",status_code="400"\} 16/, 'the refusals are timed and counted as any answer')
+})
+
+t.test('5xx answers are logged at error once per code per 30 s; MODE_DISABLED, the operator\'s choice, at debug only', async (t) => {
+  const { logger, lines } = captureLogger()
+  const token = 'log-test-token-0123'
+  const server = await buildApp(testConfig({ 'leaf.segment.enable': true, 'leaf.admin.token': token }), { logger })
   t.teardown(() => server.close())
+  const last = 2n ** 63n - 1n
+  const created = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: { authorization: `Bearer ${token}` }, payload: { key: 'end', step: 10, maxId: String(last - 10n) } })
+  t.equal(created.statusCode, 201)
+  t.equal((await server.inject('/api/segment/get/end?count=10')).statusCode, 200, 'the last segment of the ID space')
+  for (let i = 0; i < 50; i++) t.equal((await server.inject('/api/segment/get/end')).json().error, 'ID_SPACE_EXHAUSTED')
+  // (The generator logs the end of the space once, itself; these are the answers' lines.)
+  const errors = () => lines.filter((l) => l.level === 50 && l.error !== undefined)
+  t.equal(errors().length, 1, '50 ID_SPACE_EXHAUSTED answers: one error line')
+  t.match(errors()[0], { error: 'ID_SPACE_EXHAUSTED', url: '/api/segment/get/end' })
+
   for (let i = 0; i < 50; i++) t.equal((await server.inject(`/api/snowflake/get/k${i}`)).statusCode, 503)
-  const errors = lines.filter((l) => l.level === 50)
-  t.equal(errors.length, 1, '50 MODE_DISABLED answers: one error line')
-  t.match(errors[0], { error: 'MODE_DISABLED', url: '/api/snowflake/get/k0', msg: 'snowflake mode is disabled on this instance.' })
+  t.equal(errors().length, 1, '50 MODE_DISABLED answers: no error line')
+  t.notOk(lines.some((l) => l.error === 'MODE_DISABLED' && (l.level as number) > 20), 'nor a warning')
+  t.equal(lines.filter((l) => l.error === 'MODE_DISABLED' && l.level === 20).length, 50, 'one debug line each, for who looks')
 })
 
 t.test('HEAD on an ID route: 405 with Allow: GET, and no ID is used up', async (t) => {

@@ -1,18 +1,22 @@
 import Fastify from 'fastify'
 import t from 'tap'
 import { describeGuards, presentedSecret, requireToken, type Access, type AdminTokens } from '../../src/http/auth.js'
-import { registerErrorHandling } from '../../src/http/errors.js'
+import { errorsPlugin } from '../../src/http/errors.js'
 import { silentLogger } from '../helpers/logger.js'
 
 const TOKEN = 'Tok-en.0123~+/='
 const VIEW = 'view-only-4567'
 const CHALLENGES = ['Basic realm="leaf-ts", charset="UTF-8"', 'Bearer realm="leaf-ts"']
+const INVALID_TOKEN_CHALLENGES = ['Basic realm="leaf-ts", charset="UTF-8"', 'Bearer realm="leaf-ts", error="invalid_token"']
+const MISSING = { error: 'UNAUTHORIZED', message: 'This route needs a token: Authorization: Bearer <token>, or Basic with the token as the password.' }
+const UNREADABLE = { error: 'UNAUTHORIZED', message: 'The Authorization header cannot be read: send "Bearer <token>", or Basic with any user name and the token as the password (curl -u any:<token>).' }
+const WRONG = { error: 'INVALID_TOKEN', message: 'The token given does not match leaf.admin.token or leaf.admin.view-token: check it (sent as Bearer <token>, or as Basic\'s password).' }
 
 const basic = (pair: string) => `Basic ${Buffer.from(pair, 'utf8').toString('base64')}`
 
 async function guarded (tokens: AdminTokens = { admin: TOKEN, view: '' }, access: Access = 'view') {
   const app = Fastify()
-  registerErrorHandling(app, silentLogger, { start: (_request, _reply, done) => done(), done: () => {} })
+  await app.register(errorsPlugin, { logger: silentLogger, notFound: { start: (_request, _reply, done) => done(), done: () => {} }, retryAfter: {} })
   app.get('/guarded', { onRequest: [requireToken(tokens, access)] }, async () => 'in')
   t.teardown(() => app.close())
   await app.ready()
@@ -26,14 +30,22 @@ t.test('Bearer: the auth scheme is case-insensitive (RFC 7235), the token is not
     t.equal(await status(`${scheme} ${TOKEN}`), 200, `${scheme} <token>`)
   }
   t.equal(await status(`Bearer   ${TOKEN}`), 200, 'one or more spaces after the scheme (1*SP)')
-  const refused = [TOKEN.toLowerCase(), TOKEN.toUpperCase(), `${TOKEN}x`, TOKEN.slice(0, -1)].map((v) => `Bearer ${v}`)
-  refused.push(TOKEN, `Bearer${TOKEN}`, `Basic ${TOKEN}`, `Bearers ${TOKEN}`, 'Bearer', 'Bearer ', '')
-  for (const authorization of refused) {
+  for (const authorization of [TOKEN.toLowerCase(), TOKEN.toUpperCase(), `${TOKEN}x`, TOKEN.slice(0, -1)].map((v) => `Bearer ${v}`)) {
     const res = await app.inject({ url: '/guarded', headers: { authorization } })
     t.equal(res.statusCode, 401, JSON.stringify(authorization))
+    t.same(res.json(), WRONG, 'a token that does not match: told apart from none')
+    t.same(res.headers['www-authenticate'], INVALID_TOKEN_CHALLENGES, 'both challenges; the Bearer one names invalid_token (RFC 6750 3.1)')
+  }
+  for (const authorization of [TOKEN, `Bearer${TOKEN}`, `Basic ${TOKEN}`, `Bearers ${TOKEN}`, 'Bearer', 'Bearer ', '']) {
+    const res = await app.inject({ url: '/guarded', headers: { authorization } })
+    t.equal(res.statusCode, 401, JSON.stringify(authorization))
+    t.same(res.json(), UNREADABLE, 'says what to send, and never echoes the header')
     t.same(res.headers['www-authenticate'], CHALLENGES, 'both challenges, one header line each')
   }
-  t.equal((await app.inject({ url: '/guarded' })).statusCode, 401, 'no header')
+  const none = await app.inject({ url: '/guarded' })
+  t.equal(none.statusCode, 401, 'no header')
+  t.same(none.json(), MISSING)
+  t.same(none.headers['www-authenticate'], CHALLENGES)
 })
 
 t.test('Basic: the token as the password, any user name, the scheme in any case', async (t) => {
@@ -51,7 +63,7 @@ t.test('Basic: the token as the password, any user name, the scheme in any case'
   for (const authorization of wrong) {
     const res = await app.inject({ url: '/guarded', headers: { authorization } })
     t.equal(res.statusCode, 401, `${authorization}: the token must be the password`)
-    t.same(res.headers['www-authenticate'], CHALLENGES)
+    t.equal(res.headers['www-authenticate']?.[0], CHALLENGES[0], 'Basic first: the browser asks again')
   }
 })
 
@@ -67,7 +79,7 @@ t.test('malformed Basic credentials are a 401 in the JSON shape, never a 500', a
   for (const authorization of malformed) {
     const res = await app.inject({ url: '/guarded', headers: { authorization } })
     t.equal(res.statusCode, 401, JSON.stringify(authorization.slice(0, 60)))
-    t.same(res.json(), { error: 'UNAUTHORIZED', message: 'This route needs a token: Authorization: Bearer <token>, or Basic with the token as the password.' })
+    t.same(res.json(), UNREADABLE)
     t.same(res.headers['www-authenticate'], CHALLENGES)
     t.equal(presentedSecret(authorization), undefined, 'no secret read from it')
   }
@@ -89,7 +101,9 @@ t.test('the view token opens a view, is 403 FORBIDDEN on management; the admin t
     t.same(res.json(), { error: 'FORBIDDEN', message: 'The view token opens the views only: tag management needs leaf.admin.token.' })
     t.equal(res.headers['www-authenticate'], undefined, 'no challenge: another login would not help a browser that has one')
   }
-  t.equal(await status(manage, `Bearer ${VIEW}x`), 401, 'a wrong token on management is 401, not 403')
+  const wrong = await manage.inject({ url: '/guarded', headers: { authorization: `Bearer ${VIEW}x` } })
+  t.equal(wrong.statusCode, 401, 'a wrong token on management is 401, not 403')
+  t.same(wrong.json(), WRONG)
 
   const viewOnly = await guarded({ admin: '', view: VIEW }, 'view')
   t.equal(await status(viewOnly, basic(`a:${VIEW}`)), 200, 'the view token alone guards the views')
