@@ -171,7 +171,7 @@ export function schemaErrorFormatter (errors: FastifySchemaValidationError[], pa
   }
   if (e.instancePath === '') return error(schema, part, `The ${part === 'body' ? 'request body' : part} must be ${schema.description ?? 'valid'}.`)
   const name = e.instancePath.slice(1).replace(/~1/g, '/').replace(/~0/g, '~')
-  if (Array.isArray(e.data)) return error(schema, name, `${name} is given more than once: give one ${schema.description ?? 'value'}.`)
+  if (Array.isArray(e.data)) return error(schema, name, `${name} is given more than once: give one.`)
   if (e.data === '') return error(schema, name, `${name} is empty: give ${schema.description ?? 'a value'}.`)
   return error(schema, name, `${name} must be ${schema.description ?? 'valid'}; got ${show(e.data)}.`)
 }

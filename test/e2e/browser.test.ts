@@ -117,6 +117,6 @@ t.test('the built server with a token: /cache opens through the browser\'s own l
   const wrong = await pageWith({ username: 'admin', password: `${TOKEN}x` })
   const refused = await wrong.goto(url)
   t.equal(refused?.status(), 401, 'a wrong password: 401')
-  t.match(await wrong.locator('body').textContent(), /"error":"UNAUTHORIZED"/, 'shown as the error, no page')
+  t.match(await wrong.locator('body').textContent(), /"error":"INVALID_TOKEN"/, 'shown as the error (a wrong token, not none), no page')
   t.equal(await wrong.locator('section.instance').count(), 0)
 })

@@ -430,5 +430,5 @@ t.test('decode in a layout given as ?layout=: an ended UidGenerator layout reads
   }
   const twice = await server.inject('/api/snowflake/decode/1?layout=leaf&layout=js-safe')
   t.equal(twice.statusCode, 400)
-  t.same(twice.json(), { error: 'INVALID_LAYOUT', message: 'layout is given more than once: give one spec' })
+  t.same(twice.json(), { error: 'INVALID_LAYOUT', message: 'layout is given more than once: give one.' })
 })

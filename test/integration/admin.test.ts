@@ -486,6 +486,42 @@ t.test('tag management: create serves at once, 409, 400s, patch, 404', async (t)
   t.ok(next > 9007199254740992n, 'max_id never moved backwards: IDs go on increasing')
 })
 
+t.test('tag management says what to fix: the field and the value given, the content type to send', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  const post = async (payload: unknown) => (await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: payload as Record<string, unknown> })).json()
+  const patch = async (key: string, payload: unknown) => (await server.inject({ method: 'PATCH', url: `/api/segment/tags/${key}`, headers: AUTH, payload: payload as Record<string, unknown> })).json()
+  t.same(await post({ key: 'a', step: '10' }), { error: 'INVALID_BODY', message: 'step must be an integer from 1 to 1000000; got "10".' })
+  t.same(await post({ key: 'a', step: 0 }), { error: 'INVALID_BODY', message: 'step must be an integer from 1 to 1000000; got 0.' })
+  t.same(await post({ key: 'a' }), { error: 'INVALID_BODY', message: 'step is missing: give an integer from 1 to 1000000.' })
+  t.same(await post({ step: 10 }), { error: 'INVALID_KEY', message: 'key is missing: give a tag name of 1 to 128 characters.' })
+  t.same(await post({ key: 'k'.repeat(129), step: 10 }), { error: 'INVALID_KEY', message: `key must be a tag name of 1 to 128 characters; got "${'k'.repeat(40)}"... (129 characters).` })
+  t.same(await post({ key: 'a', step: 10, maxId: '1e5' }), { error: 'INVALID_BODY', message: 'maxId must be a non-negative 64-bit integer: a decimal string, or a JSON number up to 2^53 - 1; got "1e5".' })
+  t.same(await post({ key: 'a', step: 10, stpe: 1 }), { error: 'INVALID_BODY', message: 'Unknown field "stpe": the fields are key, step, maxId, description.' })
+  t.same(await post([1, 2]), { error: 'INVALID_BODY', message: 'The request body must be a JSON object: {"key", "step", "maxId", "description"}.' })
+  t.same(await patch('order', {}), { error: 'INVALID_BODY', message: 'The request body must be a JSON object with step and/or description.' })
+  t.same(await patch('order', { description: 7 }), { error: 'INVALID_BODY', message: 'description must be a string of at most 256 characters, or null; got 7.' })
+  t.same(await patch('k'.repeat(129), { step: 7 }), { error: 'INVALID_KEY', message: `key must be a tag name of 1 to 128 characters; got "${'k'.repeat(40)}"... (129 characters).` }, 'the key in the path, by the same schema')
+  const text = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: { ...AUTH, 'content-type': 'text/plain' }, payload: 'key=a' })
+  t.equal(text.statusCode, 415)
+  t.same(text.json(), { error: 'UNSUPPORTED_MEDIA_TYPE', message: 'The request body is text/plain; it must be JSON: send Content-Type: application/json.' })
+  const none = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH })
+  t.same(none.json(), { error: 'INVALID_BODY', message: 'The request body must be a JSON object: {"key", "step", "maxId", "description"}.' }, 'no body at all')
+  t.equal((await post({ key: 'fine', step: 10 })).key, 'fine', 'and a good body still creates')
+})
+
+t.test('without leaf.admin.token the management routes are absent, and their 404 names the key to set', async (t) => {
+  for (const values of [{}, { 'leaf.admin.view-token': 'viewer-token-8910' }] as Record<string, string>[]) {
+    const server = await app(values)
+    const hint = (method: string, url: string) => ({ error: 'NOT_FOUND', message: `No route ${method} ${url}: tag management is off on this instance; set leaf.admin.token to turn it on (docs/operations.md#tag-management).` })
+    const post = await server.inject({ method: 'POST', url: '/api/segment/tags', payload: { key: 'x', step: 10 } })
+    t.equal(post.statusCode, 404)
+    t.same(post.json(), hint('POST', '/api/segment/tags'))
+    const patch = await server.inject({ method: 'PATCH', url: '/api/segment/tags/order', payload: { step: 10 } })
+    t.same(patch.json(), hint('PATCH', '/api/segment/tags/order'))
+    t.same((await server.inject('/api/segment/tags')).json(), { error: 'NOT_FOUND', message: 'No route GET /api/segment/tags.' }, 'a route that never exists: the plain 404')
+  }
+})
+
 t.test('tag management refuses a maxId and step whose next segment would pass 2^63 - 1, naming the field', async (t) => {
   const server = await app({ 'leaf.admin.token': TOKEN })
   const post = (payload: Record<string, unknown>) => server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload })
