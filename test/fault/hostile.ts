@@ -229,6 +229,8 @@ const BATCH_MAX = 10_000
 const INT64 = { min: -(2n ** 63n), max: 2n ** 63n - 1n }
 const SEGMENT_503 = ['503 SEGMENTS_NOT_READY', '503 NOT_READY']
 const SNOWFLAKE_503 = ['503 CLOCK_BACKWARDS', '503 WORKER_ID_UNAVAILABLE']
+/** No token, one that cannot be read, or one that matches neither. */
+const UNAUTHORIZED = ['401 UNAUTHORIZED', '401 INVALID_TOKEN']
 /** GET routes that are the admin views (behind the token in this scenario). */
 const VIEWS = new Set(['/api/cache', '/api/db', '/api/snowflake/status', '/cache', '/db'])
 const VIEWS_ON_DB = new Set(['/api/db', '/db'])
@@ -334,21 +336,26 @@ function routeAnswers (f: RequestFacts, target: string): { allowed: Set<string>,
   } else if (path === '/api/snowflake/decode' && get) {
     add('400 INVALID_ID') // the ID missing: its message names the path's :id
   } else if (path === '/decodeSnowflakeId' && get) {
+    // Read as Java's Long.parseLong reads it: a + too, leading zeros, any script's digits
+    // (those beyond ASCII may be in range or not); two values are one, "1,2", refused.
     const ids = query.getAll('snowflakeId')
-    add(ids.length === 1 && isInt64(ids[0]) ? '200' : '400 INVALID_ID')
+    const id = ids.length === 1 ? ids[0] as string : ''
+    if (/^[+-]?[0-9]+$/.test(id)) add(isInt64(String(BigInt(id.replace(/^\+/, '')))) ? '200' : '400 INVALID_ID')
+    else if (/^[+-]?\p{Nd}+$/u.test(id) && !/[\uD800-\uDFFF]/.test(id)) add('200', '400 INVALID_ID')
+    else add('400 INVALID_ID')
   } else if (VIEWS.has(path) && get) {
-    add(f.authorized ? '200' : '401 UNAUTHORIZED')
+    add(...(f.authorized ? ['200'] : UNAUTHORIZED))
     if (f.authorized && VIEWS_ON_DB.has(path)) add('503 STORE_UNAVAILABLE')
     // The cache views page the tags: a limit, cursor or search they cannot read is refused.
     if (f.authorized && PAGED_VIEWS.has(path) && ['limit', 'cursor', 'search'].some((name) => query.has(name))) add('400 BAD_REQUEST')
   } else if (path === '/api/segment/tags' && f.method === 'POST') {
     if (f.authorized) add('201', '400 INVALID_BODY', '409 KEY_EXISTS', '503 STORE_UNAVAILABLE', ...(f.body?.badKey === true ? ['400 INVALID_KEY'] : []))
-    else add('401 UNAUTHORIZED')
+    else add(...UNAUTHORIZED)
   } else if (param('/api/segment/tags/') !== undefined && f.method === 'PATCH') {
     const key = decode(param('/api/segment/tags/') as string)
     if (key === '') add('404 NOT_FOUND')
     if (f.authorized) add('200', '400 INVALID_BODY', '400 INVALID_KEY', '404 KEY_NOT_FOUND', '503 STORE_UNAVAILABLE')
-    else add('401 UNAUTHORIZED')
+    else add(...UNAUTHORIZED)
   } else if ((path === '/healthz' || path === '/metrics') && get) {
     add('200')
   } else if (path === '/readyz' && get) {

@@ -47,3 +47,27 @@ t.test('the fault suite\'s oracle allows what tag management answers to each of 
   // is tested on each answer it has to tell apart.
   t.same([...seen].sort(), ['201', '400 BAD_REQUEST', '400 INVALID_BODY', '400 INVALID_KEY', '409 KEY_EXISTS', '413 PAYLOAD_TOO_LARGE', '415 UNSUPPORTED_MEDIA_TYPE'])
 })
+
+t.test('the oracle allows what /decodeSnowflakeId answers, and the admin views to a wrong token', async (t) => {
+  const token = 'oracle-token'
+  const app = await buildApp(testConfig({ 'leaf.segment.enable': true, 'leaf.admin.token': token }), { logger: silentLogger })
+  t.teardown(() => app.close())
+  const facts = { method: 'GET', version: 'HTTP/1.1', oddHeaders: false, headLength: 200, body: undefined, authorized: false, tag: 'order' }
+  const seen = new Set<string>()
+  for (const value of ['1', '+1', '-1', '00001', '٣', '𝟏', ' 1', '1e3', '', '9223372036854775808', '-9223372036854775808']) {
+    const target = `/decodeSnowflakeId?snowflakeId=${encodeURIComponent(value)}`
+    const res = await app.inject(target)
+    const answer = res.statusCode === 200 ? '200' : `${res.statusCode} ${(res.json() as { error: string }).error}`
+    seen.add(answer)
+    t.ok(documentedAnswers({ ...facts, target }).allowed.has(answer), `${JSON.stringify(value)}: ${answer}`)
+  }
+  const twice = await app.inject('/decodeSnowflakeId?snowflakeId=1&snowflakeId=2')
+  t.ok(documentedAnswers({ ...facts, target: '/decodeSnowflakeId?snowflakeId=1&snowflakeId=2' }).allowed.has(`400 ${(twice.json() as { error: string }).error}`), 'two values')
+  for (const authorization of [`Bearer ${token}x`, 'Basic', undefined]) {
+    const res = await app.inject({ url: '/api/cache', headers: authorization === undefined ? {} : { authorization } })
+    const answer = `${res.statusCode} ${(res.json() as { error: string }).error}`
+    seen.add(answer)
+    t.ok(documentedAnswers({ ...facts, target: '/api/cache' }).allowed.has(answer), `${authorization ?? 'no token'}: ${answer}`)
+  }
+  t.same([...seen].sort(), ['200', '400 INVALID_ID', '401 INVALID_TOKEN', '401 UNAUTHORIZED'], 'each kind of answer met')
+})

@@ -187,7 +187,7 @@ t.test('give-back: the unused end of the chain returns with one compare-and-set 
   t.same(store.givenBack, [{ key: 'order', end: 21n, firstUnused: 5n, ok: true }], 'from the first unused ID of the contiguous run')
   t.same(giveBacks, [{ key: 'order', returned: 16n, parked: 0n, unused: 16n }])
   t.equal(store.rows.get('order')?.maxId, 5n)
-  await t.rejects(Promise.resolve().then(() => generator.next('order')), { code: 'NOT_READY' }, 'nothing is served once stopping')
+  await t.rejects(Promise.resolve().then(() => generator.next('order')), { code: 'SHUTTING_DOWN' }, 'nothing is served once stopping')
   const after = setup(store).generator
   await settled(time, after.init())
   t.equal(await after.next('order'), 5, 'the next instance starts exactly there')
@@ -317,9 +317,9 @@ t.test('a first load that lands after shutdown began does not turn serving back 
   const waiting = Promise.resolve().then(() => generator.next('order')).catch((e: unknown) => e)
   await settle(5) // the first load is in flight
   const stopping = generator.shutdown(1000)
-  t.match(await settled(time, waiting), { code: 'NOT_READY' }, 'the waiting caller is refused')
+  t.match(await settled(time, waiting), { code: 'SHUTTING_DOWN' }, 'the waiting caller is refused')
   await settle(40) // the load lands during the give-back
-  await t.rejects(Promise.resolve().then(() => generator.next('order')), { code: 'NOT_READY' }, 'and nothing is served from it')
+  await t.rejects(Promise.resolve().then(() => generator.next('order')), { code: 'SHUTTING_DOWN' }, 'and nothing is served from it')
   const { giveBacks } = await settled(time, stopping)
   t.match(giveBacks, [{ key: 'order', returned: 10n }], 'its whole segment given back')
 })
@@ -334,7 +334,7 @@ t.test('a tag added after the stop loads nothing: a warm start of it is refused'
   await settled(time, generator.warm(['late']))
   t.same(store.calls, [], 'no allocation')
   t.match(generator.view('late'), { initOk: false, segments: [] })
-  await t.rejects(Promise.resolve().then(() => generator.next('late')), { code: 'NOT_READY' })
+  await t.rejects(Promise.resolve().then(() => generator.next('late')), { code: 'SHUTTING_DOWN' })
 })
 
 t.test('parked rows that are not a range of IDs are dropped, not served', async (t) => {
