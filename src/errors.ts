@@ -9,7 +9,7 @@ export const ERRORS = {
   FORBIDDEN: { status: 403, message: 'The view token opens the views only: tag management needs leaf.admin.token.' },
   KEY_NOT_FOUND: { status: 404, message: 'The key is not in the leaf_alloc table.' },
   NOT_FOUND: { status: 404, message: 'No such route.' },
-  METHOD_NOT_ALLOWED: { status: 405, message: 'The ID routes answer GET only: a HEAD would use up an ID for an answer without it.' },
+  METHOD_NOT_ALLOWED: { status: 405, message: 'The ID routes answer GET and POST only: a HEAD would use up an ID for an answer without it.' },
   REQUEST_TIMEOUT: { status: 408, message: 'The request (its headers, or all of it) did not arrive in time.' },
   KEY_EXISTS: { status: 409, message: 'The key is already in the leaf_alloc table.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
