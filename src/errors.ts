@@ -23,7 +23,7 @@ export const ERRORS = {
   STORE_UNAVAILABLE: { status: 503, message: 'The database did not answer.' },
   STORE_UNCONFIRMED: { status: 503, message: 'The segment store has not been reached within the serving bound; buffered IDs are not served until it is.' },
   CLOCK_BACKWARDS: { status: 503, message: 'The clock moved backwards; no ID is issued until it catches up.' },
-  SNOWFLAKE_NOT_READY: { status: 503, message: 'Snowflake mode holds no worker id yet (ZooKeeper or the lease store unreachable at start): it retries in the background; segment mode is not affected.' },
+  SNOWFLAKE_NOT_READY: { status: 503, message: 'Snowflake mode holds no worker id yet (ZooKeeper unreachable at start): it retries in the background; segment mode is not affected.' },
   WORKER_ID_UNAVAILABLE: { status: 503, message: 'This instance holds no worker id it may issue snowflake IDs with now.' },
   WORKER_LEASE_LOST: { status: 503, message: 'This instance\'s worker-id lease ran out or was taken; no snowflake ID until it leases one again.' },
   SEQUENCE_EXHAUSTED: { status: 503, message: 'Every ID of the current time unit is issued (a layout in seconds under a burst); try again.' },
