@@ -1,5 +1,6 @@
 import { nextBackoffMs } from '../backoff.js'
 import { LeafError, StartRefused } from '../errors.js'
+import { createLogThrottle } from '../log-throttle.js'
 import type { Logger } from '../logger.js'
 import { layoutEnd, type Layout } from '../layout/layout.js'
 import { createSnowflakeGenerator, type SnowflakeGenerator, type SnowflakeGeneratorOptions } from '../snowflake/snowflake-generator.js'
@@ -9,9 +10,13 @@ import { aheadOfClockMs } from '../snowflake/worker-id/ahead-of-clock.js'
 import { workerIdSource } from '../snowflake/worker-id/create-source.js'
 import type { LeaseStatus, WorkerIdSource, WorkerLease } from '../snowflake/worker-id/worker-id-source.js'
 
-/** Between background attempts to start (each also waits up to leaf.snowflake.zk.connect-timeout-ms). */
+/**
+ * Between background attempts to start (each also waits up to leaf.snowflake.zk.connect-timeout-ms).
+ * An attempt while ZooKeeper stays away costs no connection (it waits on the kept client), so
+ * the ceiling is low: a ZooKeeper back is used within 10 s.
+ */
 export const START_RETRY_MIN_MS = 1000
-export const START_RETRY_MAX_MS = 30_000
+export const START_RETRY_MAX_MS = 10_000
 
 export interface SnowflakeMode {
   /** The worker-id lease; while none is held, a stand-in whose status says why (workerId -1). */
@@ -113,6 +118,8 @@ function startInBackground (config: ResolvedConfig, logger: Logger, source: Work
   /** Set when a later attempt is refused: no retry follows. */
   let refused: string | undefined
   let lastFailure = describeFailure(first)
+  // An attempt every 10 s for as long as ZooKeeper stays away: one line per 30 s.
+  const throttle = createLogThrottle(logger)
 
   function notReady (): string | undefined {
     if (generator !== undefined) return undefined
@@ -144,7 +151,7 @@ function startInBackground (config: ResolvedConfig, logger: Logger, source: Work
       if (closed) return
       if (retriedInBackground(source.kind, err)) {
         lastFailure = describeFailure(err)
-        logger.warn({ err, attempts }, 'snowflake mode: still no worker id; retrying in the background')
+        throttle.warn('snowflake-start', err, 'snowflake mode: still no worker id; retrying in the background', { attempts })
         schedule()
       } else {
         refused = describeFailure(err)
