@@ -21,7 +21,7 @@ export function missingKey (key: string, initialized: boolean, skipped?: 'recent
 }
 
 export function lookupFailed (key: string, cause: unknown): LeafError {
-  return new LeafError('STORE_UNAVAILABLE', `Tag "${key}" is not in this instance's tag list, and the database did not answer its lookup.`, { cause })
+  return new LeafError('STORE_UNAVAILABLE', `Tag "${key}" is not in this instance's tag list, and its lookup in the database failed or was not answered in time.`, { cause })
 }
 
 export function spaceEnded (key: string): LeafError {

@@ -300,7 +300,7 @@ t.test('a lookup the store does not answer: STORE_UNAVAILABLE within the wait ti
   store.delayMs = 5000
   store.add('slow', 5)
   const answer = await outcome(time, Promise.resolve().then(() => generator.next('slow')), 1500)
-  t.match(answer, { state: 'rejected', afterMs: 1000, reason: { code: 'STORE_UNAVAILABLE', message: /did not answer its lookup/ } })
+  t.match(answer, { state: 'rejected', afterMs: 1000, reason: { code: 'STORE_UNAVAILABLE', message: /its lookup in the database failed or was not answered in time/ } })
   store.delayMs = 0
   store.failing = true
   await time.tickAsync(5000)
