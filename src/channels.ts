@@ -21,6 +21,12 @@ export interface SegmentLoadMessage {
   ok: boolean
 }
 
+export interface SegmentTagLookupMessage {
+  key: string
+  /** `found`: the row exists and now serves; `missing`: no such row; `failed`: the store did not answer. */
+  result: 'found' | 'missing' | 'failed'
+}
+
 export interface SegmentGiveBackMessage {
   key: string
   ids: bigint
@@ -64,6 +70,8 @@ export interface LeaseLostMessage {
 
 export const channels = {
   segmentLoad: typed<SegmentLoadMessage>('leaf-ts:segment:load'),
+  /** A tag not in the tag list looked up in the store (segment/tag-lookup.ts): one message per query. */
+  segmentTagLookup: typed<SegmentTagLookupMessage>('leaf-ts:segment:tag-lookup'),
   segmentGiveBack: typed<SegmentGiveBackMessage>('leaf-ts:segment:give-back'),
   /** An allocation repeated after a conflict (Galera's certification, a lock wait). */
   storeRetry: typed<StoreRetryMessage>('leaf-ts:store:retry'),

@@ -5,6 +5,7 @@ import { buildApp } from './app.js'
 import { ConfigError, ConfigErrors, loadConfig, type LoadedConfig } from './config/load-config.js'
 import { StartRefused } from './errors.js'
 import { bindPort, type BoundServer } from './http/bound-server.js'
+import { refuseOptionsNpmKept } from './config/npm-options.js'
 import { resolveConfig, type ResolvedConfig } from './config/resolve-config.js'
 
 // Entry point: read the config, build the app, listen, and drain on SIGTERM/SIGINT.
@@ -15,6 +16,7 @@ const INSTALL_DIR = fileURLToPath(new URL('../', import.meta.url))
 let loaded: LoadedConfig
 let config: ResolvedConfig
 try {
+  refuseOptionsNpmKept(process.env)
   loaded = loadConfig({ argv: process.argv.slice(2), env: process.env, shippedPath: SHIPPED_CONFIG, installDir: INSTALL_DIR })
   // Even with snowflake mode off (the decode routes read the layout): a configuration error like any.
   config = resolveConfig(loaded.config)

@@ -25,6 +25,11 @@ export interface LeafClientOptions {
   /** The longest skip. Default 5,000. */
   maxBackoffMs?: number
   /**
+   * When every server refuses the connection, a call fails with UNREACHABLE once each has
+   * refused this many times (the rounds `backoffMs` apart, doubling), not at `timeoutMs`. Default 2.
+   */
+  refusedRounds?: number
+  /**
    * `round-robin` (default): each fetch goes to the next server. `sticky`: each (mode, key)
    * stays with the server that last answered it until that one fails, so its IDs keep
    * increasing until a failover.
@@ -49,6 +54,7 @@ export const DEFAULTS = {
   snowflakeMaxAgeMs: 1000,
   backoffMs: 100,
   maxBackoffMs: 5000,
+  refusedRounds: 2,
   balance: 'round-robin',
   connections: 16,
 } as const
@@ -71,7 +77,7 @@ export function settle (options: LeafClientOptions): Settled {
   const positive = ['timeoutMs', 'requestTimeoutMs', 'targetFetchIntervalMs', 'snowflakeMaxAgeMs', 'maxBackoffMs'] as const
   for (const k of positive) if (!(typeof settled[k] === 'number' && settled[k] > 0)) throw new RangeError(`${k} must be a number above 0, not ${String(settled[k])}`)
   if (!(typeof settled.backoffMs === 'number' && settled.backoffMs >= 0)) throw new RangeError(`backoffMs must be a number from 0, not ${String(settled.backoffMs)}`)
-  for (const k of ['minBatch', 'maxBatch', 'connections'] as const) {
+  for (const k of ['minBatch', 'maxBatch', 'connections', 'refusedRounds'] as const) {
     if (!Number.isInteger(settled[k]) || settled[k] < 1) throw new RangeError(`${k} must be an integer from 1, not ${String(settled[k])}`)
   }
   if (settled.minBatch > settled.maxBatch) throw new RangeError(`minBatch (${settled.minBatch}) is above maxBatch (${settled.maxBatch})`)

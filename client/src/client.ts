@@ -6,6 +6,7 @@ import { REAL_CLOCK } from './clock.js'
 import type { Batch } from './held-batches.js'
 import { HighWaterMarks } from './high-water.js'
 import { KeyBuffer, type KeyStats } from './key-buffer.js'
+import { Refusals } from './refusals.js'
 import { ServerRing } from './servers.js'
 import { createUndiciTransport, type Mode } from './transport.js'
 
@@ -87,16 +88,32 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
     let last: LeafClientError | undefined
     let attempts = 0
     const tried = new Set<string>()
+    const refusals = new Refusals(settings.servers, settings.refusedRounds, settings.backoffMs, clock.now())
+    const giveUp = (): LeafClientError => refusals.unreachable ? refusals.error(attempts, clock.now()) : exhausted(last, attempts, deadline)
     for (;;) {
       if (closed !== undefined) throw closed
       const remaining = deadline - clock.now()
-      if (remaining <= 0) throw exhausted(last, attempts, deadline)
-      const { server, waitMs } = ring.pick(prefer)
-      if (waitMs > 0 && tried.size >= ring.size) {
-        // Every server failed in this call: wait for the first backoff to end, within the budget.
-        if (waitMs >= remaining) throw exhausted(last, attempts, deadline)
-        await clock.sleep(waitMs)
-        continue
+      if (remaining <= 0) throw giveUp()
+      let server: string
+      const step = refusals.next()
+      if (step === undefined) {
+        const picked = ring.pick(prefer)
+        server = picked.server
+        if (picked.waitMs > 0 && tried.size >= ring.size) {
+          // Every server failed in this call: wait for the first backoff to end, within the budget.
+          if (picked.waitMs >= remaining) throw exhausted(last, attempts, deadline)
+          await clock.sleep(picked.waitMs)
+          continue
+        }
+      } else {
+        // Only refused connections so far: round after round, then UNREACHABLE (see Refusals).
+        if (step.kind === 'give-up') throw refusals.error(attempts, clock.now())
+        if (step.pauseMs > 0) {
+          if (step.pauseMs >= remaining) throw refusals.error(attempts, clock.now())
+          await clock.sleep(step.pauseMs)
+          continue
+        }
+        server = step.server
       }
       tried.add(server)
       attempts++
@@ -124,10 +141,11 @@ export function createLeafClient (options: LeafClientOptions): LeafClient {
         counters.failures++
         if (lowerMaxBatch(e, asked)) continue
         // Cut short by the call's own budget: not the server's failure, and not the call's error
-        // (every server refusing stays NETWORK, not a TIMEOUT of 3 ms).
-        if (e.code === CLIENT_CODES.TIMEOUT && remaining < settings.requestTimeoutMs) throw exhausted(last, attempts, deadline)
+        // (servers that refused stay UNREACHABLE or NETWORK, not a TIMEOUT of 3 ms).
+        if (e.code === CLIENT_CODES.TIMEOUT && remaining < settings.requestTimeoutMs) throw giveUp()
         if (!e.retryable) throw withAttempts(e, attempts)
         ring.failed(server)
+        refusals.failed(server, e)
         last = withAttempts(e, attempts)
         onAttemptFailed(last)
         prefer = undefined

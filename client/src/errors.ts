@@ -5,6 +5,12 @@
 export const CLIENT_CODES = {
   /** No answer: the connection was refused, reset or closed. */
   NETWORK: 'NETWORK',
+  /**
+   * Every server refused the connection (or could not be connected to), round after round
+   * (`refusedRounds`): the call fails at once rather than at its `timeoutMs`. Its message names
+   * the servers, the attempts and how long they took.
+   */
+  UNREACHABLE: 'UNREACHABLE',
   /** No answer within the request's timeout, or the call's time budget ran out first. */
   TIMEOUT: 'TIMEOUT',
   /** An answer that is not Leaf's: a 200 without decimal IDs, or an error without its JSON body. */
@@ -60,6 +66,23 @@ export class LeafClientError extends Error {
     if (this.code === CLIENT_CODES.CLOSED || this.code === CLIENT_CODES.UNSAFE_INTEGER) return false
     return this.status === 0 || this.status >= 500 || this.status === 429 || this.code === CLIENT_CODES.BAD_RESPONSE || this.code === CLIENT_CODES.ID_REGRESSION
   }
+}
+
+/**
+ * Failures of the connection itself (Node's error codes, which undici passes through): no
+ * request reached the server, and the same connection made again at once fails the same way.
+ */
+const CONNECT_FAILURES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND'])
+
+/**
+ * The system code of a NETWORK error whose connection failed (`ECONNREFUSED`, `ENOTFOUND`, ...),
+ * read from its `cause`; undefined for any other error. A transport of one's own gets the fail
+ * fast by passing the socket's error as the `cause`.
+ */
+export function connectFailure (err: LeafClientError): string | undefined {
+  if (err.code !== CLIENT_CODES.NETWORK) return undefined
+  const code = (err.cause as { code?: unknown } | undefined)?.code
+  return typeof code === 'string' && CONNECT_FAILURES.has(code) ? code : undefined
 }
 
 export function isLeafClientError (err: unknown): err is LeafClientError {

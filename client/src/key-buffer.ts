@@ -214,6 +214,8 @@ export class KeyBuffer extends HeldBatches {
       this.rejectAll(e)
       return
     }
+    // Every server refused the connection, round after round: the callers learn it now.
+    if (e.code === CLIENT_CODES.UNREACHABLE) this.rejectAll(e)
     // Every server failed: the callers get their error at their deadline, since another fetch
     // would ask the servers again as fast as they refuse. Later callers get another fetch.
     this.compact()

@@ -39,7 +39,9 @@ const INSTANCE_HEADER = 'leaf-instance'
 
 /**
  * One keep-alive undici Pool per server, over the batch route `GET /api/<mode>/get/<key>?count=N`
- * with its `text/plain` answer (one decimal ID per line: no JSON pass, no number per ID).
+ * with its `text/plain` answer (one decimal ID per line: no JSON pass, no number per ID). A
+ * batch is Leaf-TS's own route, answered in lines for every Accept header but Leaf-TS's JSON
+ * opt-in (`application/vnd.leaf-ts+json`), which the client does not send.
  * A server URL may carry a path prefix (`http://gateway/leaf`) for a server behind a proxy.
  */
 export function createUndiciTransport (options: UndiciTransportOptions): Transport {

@@ -123,7 +123,7 @@ export const KEYS = {
   'leaf.instance.name': key('instanceName', '', headerValue, 'The name this instance gives in the `Leaf-Instance` header of every ID answer, by which clients keep IDs from going back (docs/operations.md); unique per running instance and the same across its restarts; empty: `<host name>:<listening port>`.'),
   'log.level': key('logLevel', 'info', logLevel, 'pino log level (also `LOG_LEVEL`).'),
 
-  'leaf.segment.enable': key('segment.enabled', 'false', bool, 'Serve segment IDs.'),
+  'leaf.segment.enable': key('segment.enabled', 'true', bool, 'Serve segment IDs. Unset: on, as Java Leaf reads a leaf.properties without it.'),
   'leaf.jdbc.url': resolvedKey('segment.store', '', text, '`jdbc:mysql://host:3306/db?...`, `mysql://user:pass@host:3306/db`, `jdbc:postgresql://host:5432/db`, `postgres://user:pass@host:5432/db` (or `postgresql://`) or `sqlite:PATH`; several MySQL hosts (`jdbc:mysql://h1:3306,h2:3306/db`) fail over in order (docs/production.md); empty: the embedded SQLite store, `data/leaf.db` in the install folder; a relative `sqlite:` path is read from the config file\'s folder (docs/configuration.md#paths).'),
   'leaf.jdbc.username': resolvedKey('segment.store', '', secret, 'Database user (when the URL carries none).'),
   'leaf.jdbc.password': resolvedKey('segment.store', '', secret, 'Database password (when the URL carries none); never logged.'),
@@ -143,8 +143,8 @@ export const KEYS = {
   'leaf.segment.state-file': resolvedKey('segment.stateFile', '', text, 'The warm-start file: the tags that served in the last minute before a graceful stop, loaded first at the next start; empty: `segment-state-<server.port>.json` beside the SQLite file, or in the install folder\'s `data/` with MySQL and PostgreSQL (none with `server.port=0`); `off`: no warm start; a relative path is read from the config file\'s folder (docs/configuration.md#paths).'),
   'leaf.batch.max': key('batchMax', '10000', int(1, 1_000_000), 'Largest `count` a batch request may ask for.'),
 
-  'leaf.snowflake.enable': key('snowflake.enabled', 'false', bool, 'Serve snowflake IDs.'),
-  'leaf.snowflake.zk.address': key('snowflake.zkAddress', '', text, 'ZooKeeper connect string (`host:port,host:port`); empty: no ZooKeeper, the worker id comes from `leaf.snowflake.worker.id`.'),
+  'leaf.snowflake.enable': key('snowflake.enabled', 'true', bool, 'Serve snowflake IDs. Unset: on, as Java Leaf reads a leaf.properties without it; on, it needs a worker-id source (`leaf.snowflake.zk.address`, `leaf.snowflake.worker-id.source` or `leaf.snowflake.worker.id`), or the start is refused.'),
+  'leaf.snowflake.zk.address': key('snowflake.zkAddress', '', text, 'ZooKeeper connect string (`host:port,host:port`); empty: no ZooKeeper, the worker id comes from `leaf.snowflake.worker-id.source` or `leaf.snowflake.worker.id`; with neither, snowflake mode refuses to start (Java Leaf refuses without it).'),
   'leaf.snowflake.port': resolvedKey('snowflake.port', '', optionalInt(1, 65535), 'Port this instance registers under in ZooKeeper; empty: `server.port`.'),
   'leaf.snowflake.ip': key('snowflake.ip', '', text, 'IP this instance registers under; empty: the first non-loopback IPv4 address.'),
   'leaf.snowflake.worker.id': key('snowflake.workerId', '0', int(0, MAX_ANY_WORKER_ID), 'Worker id of the `static` source; must be unique per instance.'),

@@ -37,6 +37,11 @@ interface ResolvedFields {
     port: number
     /** leaf.snowflake.worker-id.source, else zookeeper with a ZooKeeper address and static without. */
     workerIdSource: WorkerIdSource
+    /**
+     * Whether a ZooKeeper address, leaf.snowflake.worker-id.source or leaf.snowflake.worker.id
+     * was given: without one, snowflake mode refuses to start (resolve-config.ts).
+     */
+    workerIdSourceNamed: boolean
   }
 }
 
@@ -102,10 +107,9 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
   const parsed = parseKeys(raw, fromFile, errors)
   refuseIfAny(errors)
 
-  const config = toConfig(parsed, bases, fromFile)
   // An empty value is the default, not a choice.
   const given = (k: ConfigKey) => [file?.values[k], env[envName(k)], cli.values[k]].some((v) => v !== undefined && v.trim() !== '')
-  warnings.push(...staticWorkerIdWarning(config.snowflake, given))
+  const config = toConfig(parsed, bases, fromFile, given)
   return { config, file: file?.path, fileFrom: file?.from, warnings, relativeTo: bases.relative }
 }
 
@@ -199,14 +203,6 @@ function checkWorkerIdSource (snowflake: SnowflakeConfig, errors: ConfigError[])
   }
 }
 
-// A fleet left on the default static worker id issues the same IDs everywhere, silently.
-function staticWorkerIdWarning (snowflake: SnowflakeConfig, given: (key: ConfigKey) => boolean): string[] {
-  if (!snowflake.enabled || snowflake.workerIdSource !== 'static' || given('leaf.snowflake.worker-id.source') || given('leaf.snowflake.worker.id')) return []
-  return [`snowflake mode on the static worker id ${snowflake.workerId}, since neither leaf.snowflake.worker-id.source, leaf.snowflake.zk.address nor leaf.snowflake.worker.id is set: ` +
-    'every instance started so issues the same IDs; a fleet needs a worker-id source (leaf.snowflake.worker-id.source=zookeeper, zookeeper-lease, db-lease or statefulset), ' +
-    'or a leaf.snowflake.worker.id of its own for each instance']
-}
-
 // Two refresh intervals (every peer reads the store's identity that often), plus one refresh's
 // worst case per host: a connection, its first round trip, the statement, a kill.
 function defaultFailoverHoldMs (refreshIntervalMs: number, store: StoreConfig, connectTimeoutMs: number, queryTimeoutMs: number): number {
@@ -232,7 +228,7 @@ function landKeys (parsed: ParsedConfig): LandedConfig {
 }
 
 /** The landed keys with the resolved fields; throws every broken rule between keys at once. */
-function toConfig (parsed: ParsedConfig, bases: PathBases, fromFile: Map<ConfigKey, ConfigKey>): Config {
+function toConfig (parsed: ParsedConfig, bases: PathBases, fromFile: Map<ConfigKey, ConfigKey>, given: (key: ConfigKey) => boolean): Config {
   const errors: ConfigError[] = []
   const landed = landKeys(parsed)
   const store = collect(errors, () => resolveStore(parsed, bases))
@@ -242,6 +238,7 @@ function toConfig (parsed: ParsedConfig, bases: PathBases, fromFile: Map<ConfigK
     ...landed.snowflake,
     port: parsed['leaf.snowflake.port'] ?? parsed['server.port'],
     workerIdSource: parsed['leaf.snowflake.worker-id.source'] || (parsed['leaf.snowflake.zk.address'] === '' ? 'static' : 'zookeeper'),
+    workerIdSourceNamed: parsed['leaf.snowflake.zk.address'] !== '' || given('leaf.snowflake.worker-id.source') || given('leaf.snowflake.worker.id'),
   } satisfies SnowflakeConfig
   if (store !== undefined) collect(errors, () => checkUrlPassword(store, parsed, fromFile.has('leaf.jdbc.password')))
   checkWorkerIdSource(snowflake, errors)

@@ -23,6 +23,14 @@ export function resolveSnowflakeSettings (snowflake: SnowflakeConfig, now = Date
   const layout = resolveLayout(snowflake, now)
   const settings: SnowflakeSettings = { ...snowflake, layout, workerIdMax: snowflake.workerIdMax ?? layout.maxWorkerId }
   const errors: ConfigError[] = []
+  // Java Leaf refuses to start snowflake mode without ZooKeeper. Leaf-TS has other sources,
+  // and the static one on worker id 0 by default would give a fleet the same IDs everywhere:
+  // one must be named. The key named is the one of Java Leaf's refusal.
+  if (snowflake.enabled && !snowflake.workerIdSourceNamed) {
+    errors.push(new ConfigError('leaf.snowflake.zk.address', 'is not set and snowflake mode is on (leaf.snowflake.enable; unset, it is on, as in Java Leaf): ' +
+      'set it, or choose leaf.snowflake.worker-id.source (zookeeper-lease, db-lease, statefulset, ...) or leaf.snowflake.worker.id (static, one per instance), ' +
+      'or set leaf.snowflake.enable=false', { code: 'CONFIG_CONFLICT' }))
+  }
   checkWorkerIds(settings, errors)
   refuseIfAny(errors)
   return settings

@@ -3,13 +3,12 @@ import { LeafError } from '../errors.js'
 import { MAX_ID } from '../id-range.js'
 import type { Logger } from '../logger.js'
 import type { SegmentMode } from '../modes/segment-mode.js'
-import type { SegmentBufferView, ViewQuery } from '../segment/segment-views.js'
+import { viewJson, type ViewQuery } from '../segment/segment-views.js'
 import type { LeafAllocRow, TagChanges } from '../segment/store.js'
 import { MAX_STEP } from '../segment/segment-loader.js'
 import { requireToken, type AdminTokens } from './auth.js'
 import { MAX_KEY_LENGTH } from './id-routes.js'
 import { CACHE_PAGE_SIZE, renderCachePage, renderDbPage } from './pages.js'
-import { horizonSeconds } from '../segment/rate-meter.js'
 import { checkReadiness } from '../modes/readiness.js'
 import { storeTls } from '../modes/segment-mode.js'
 import { describeStore } from '../database/describe-store.js'
@@ -53,7 +52,8 @@ export const adminRoutes = fp<AdminRoutesOptions>(async (app, { tokens, logger }
       const next = new URLSearchParams({ ...(query.search === '' ? {} : { search: query.search }), limit: String(query.limit), cursor: String(end) })
       reply.header('link', `</api/cache?${next.toString()}>; rel="next"`)
     }
-    return Object.fromEntries(page.views.map((v) => [v.key, cacheJson(v)]))
+    // An array: an object keyed by tag would list integer-like tags ("42") first, whatever their rate.
+    return page.views.map(viewJson)
   })
   app.get('/api/db', guarded, async () => (await rows(enabled(segment))).map(rowJson))
   app.get('/api/snowflake/status', guarded, async () => {
@@ -184,38 +184,6 @@ async function storeCall<T> (fn: () => Promise<T>): Promise<T> {
 
 function rows (segment: SegmentMode): Promise<LeafAllocRow[]> {
   return storeCall(() => segment.store.getAllRows())
-}
-
-function cacheJson (v: SegmentBufferView) {
-  const seconds = horizonSeconds(v)
-  return {
-    key: v.key,
-    initOk: v.initOk,
-    nextReady: v.nextReady,
-    pos: v.pos,
-    value0: String(v.value0),
-    max0: String(v.max0),
-    step0: v.step0,
-    value1: String(v.value1),
-    max1: String(v.max1),
-    step1: v.step1,
-    step: v.step,
-    minStep: v.minStep,
-    updateTimestamp: v.updateTimestamp,
-    // Beyond Leaf's fields: the whole chain and the horizon.
-    segments: v.segments.map((s) => ({ value: String(s.value), max: String(s.max), step: s.step })),
-    buffered: v.buffered,
-    rate: round(v.rate),
-    ratePerMinute: round(v.ratePerMinute),
-    bufferSeconds: seconds === undefined ? null : round(seconds),
-    lastLoadSeconds: v.lastLoadSeconds,
-    failedLoads: v.failedLoads,
-    ended: v.ended,
-  }
-}
-
-function round (n: number): number {
-  return Math.round(n * 100) / 100
 }
 
 function rowJson (r: LeafAllocRow) {

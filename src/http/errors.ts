@@ -57,6 +57,7 @@ export function retryAfterSeconds ({ waitTimeoutMs, queryTimeoutMs, heartbeatInt
     SEQUENCE_EXHAUSTED: 1,
     WORKER_ID_UNAVAILABLE: lease,
     WORKER_LEASE_LOST: lease,
+    SNOWFLAKE_NOT_READY: lease,
   }
 }
 

@@ -1,12 +1,12 @@
 import fp from 'fastify-plugin'
-import { checkReadiness } from '../modes/readiness.js'
+import { checkReadiness, readinessAnswer } from '../modes/readiness.js'
 
-/** `/healthz` (the process runs) and `/readyz` (every enabled mode can serve now). */
+/** `/healthz` (the process runs) and `/readyz` (every enabled mode can serve now; `?mode=` one of them). */
 export const healthRoutes = fp(async (app) => {
   app.get('/healthz', async () => ({ status: 'ok' }))
 
-  app.get('/readyz', async (_request, reply) => {
-    const { ready, reason, modes } = await checkReadiness(app.leaf)
-    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', ...(reason === undefined ? {} : { reason }), modes })
+  app.get<{ Querystring: { mode?: string } }>('/readyz', async (request, reply) => {
+    const { status, body } = readinessAnswer(await checkReadiness(app.leaf), request.query.mode)
+    return reply.code(status).send(body)
   })
 }, { name: 'leaf-health', fastify: '5.x', dependencies: ['leaf-errors'] })

@@ -1,6 +1,6 @@
 import type { LeafAllocRow } from '../segment/store.js'
-import { neverLoaded, type SegmentBufferView, type ViewPage } from '../segment/segment-views.js'
-import { MIN_HORIZON_RATE, horizonSeconds } from '../segment/rate-meter.js'
+import { neverLoaded, type NextSegment, type SegmentBufferView, type ViewPage } from '../segment/segment-views.js'
+import { MIN_HORIZON_RATE } from '../segment/rate-meter.js'
 import type { HostFenceView } from '../segment/host-fence.js'
 import type { GuardView } from '../segment/max-id-guard.js'
 import type { LeaseStatus } from '../snowflake/worker-id/worker-id-source.js'
@@ -26,7 +26,7 @@ nav a{margin-right:1rem;color:#2457c5}
 .card{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:1rem}
 .head{display:flex;justify-content:space-between;align-items:center;gap:.5rem;margin-bottom:.6rem}
 .badge{font-size:.75rem;padding:.1rem .5rem;border-radius:999px;white-space:nowrap}
-.ok{background:#ddf4e4;color:#17683a}.warn{background:#fff0d4;color:#8a5a00}.bad{background:#fde2e1;color:#9b1c1c}
+.ok{background:#ddf4e4;color:#17683a}.warn{background:#fff0d4;color:#8a5a00}.bad{background:#fde2e1;color:#9b1c1c}.idle{background:#eceff3;color:#5a6372}
 .seg{margin:.4rem 0}.seg .label{font-size:.8rem;color:#5a6372;display:flex;justify-content:space-between}
 .bar{height:14px;background:#eceff3;border-radius:4px;overflow:hidden;border:1px solid #dde1e7}
 .fill{height:100%;background:#9aa7b8}.current .fill{background:#2f7de1}.current .bar{border-color:#2f7de1}
@@ -95,30 +95,47 @@ export function sparkline (values: readonly number[], width = 280, height = 36):
     `<title>IDs/s, 10 s per point, last 15 minutes; peak ${num(peak)}</title><line x1="0" y1="${height - 1}" x2="${width}" y2="${height - 1}"/><polyline points="${points}"/></svg>`
 }
 
+/** The card's one horizon: the buffered IDs over the rate the buffer horizon plans with (SegmentBufferView.bufferSeconds). */
+export function horizonText (v: Pick<SegmentBufferView, 'bufferSeconds'>): string {
+  return v.bufferSeconds === undefined ? `idle (under ${MIN_HORIZON_RATE} ID/s)` : duration(v.bufferSeconds)
+}
+
 function tagStats (v: SegmentBufferView): string {
-  const perMinute = v.ratePerMinute
-  const lasts = perMinute > 0 ? duration(v.buffered / perMinute) : 'idle'
+  const rate = (n: number) => num(n, n < 10 ? 1 : 0)
   return `<div class="stats">
-<span data-rate>rate <b>${num(perMinute, perMinute < 10 ? 1 : 0)}</b> IDs/s (last minute)</span>
-<span data-lasts>buffer lasts <b>${escapeHtml(lasts)}</b></span>
+<span data-rate>rate <b>${rate(v.idsPerSecond)}</b> IDs/s now, <b>${rate(v.idsPerSecondLastMinute)}</b> over the last minute</span>
+<span data-lasts>buffer lasts <b>${escapeHtml(horizonText(v))}</b>${v.bufferSeconds === undefined ? '' : ' at the rate now'}</span>
 <span data-load>last load <b>${v.lastLoadSeconds > 0 ? `${num(v.lastLoadSeconds * 1000, 1)} ms` : '—'}</b></span>
 <span data-failed>failed loads <b>${num(v.failedLoads)}</b></span></div>`
 }
 
+/** ok: nothing to do; warn (amber): a load is late; bad: callers wait or fail; idle: nothing asked yet. */
+const NEXT_BADGES: Record<NextSegment, [string, string]> = {
+  not_loaded: ['idle', 'not loaded yet'],
+  ready: ['ok', 'next ready'],
+  loading: ['ok', 'next loading'],
+  not_due: ['ok', 'next not needed yet'],
+  due: ['ok', 'next loads on the next request'],
+  late: ['warn', 'next load late: retrying'],
+  used_up: ['bad', 'used up: waiting for a load'],
+}
+
+/** The card's badge: how the segment after the current one stands (segment-views.ts, NextSegment). */
+export function tagBadge (v: Pick<SegmentBufferView, 'ended' | 'next' | 'failedLoads'>): string {
+  if (v.ended) return '<span class="badge bad" data-next="ended">ID space ended</span>'
+  const [kind, text] = v.next === 'not_loaded' && v.failedLoads > 0
+    ? ['warn', `not loaded: ${num(v.failedLoads)} failed load${v.failedLoads === 1 ? '' : 's'}`]
+    : NEXT_BADGES[v.next]
+  return `<span class="badge ${kind}" data-next="${v.next}">${escapeHtml(text)}</span>`
+}
+
 function tagCard (v: SegmentBufferView): string {
-  const badge = v.ended
-    ? '<span class="badge bad">ID space ended</span>'
-    : !v.initOk
-        ? '<span class="badge warn">not loaded yet</span>'
-        : v.nextReady ? '<span class="badge ok">next ready</span>' : '<span class="badge warn">next not ready</span>'
   // Every segment held (the current one first); an empty slot for the next while none is loaded.
   const held = v.segments.map((s, i) => segmentBar(i, s.value, s.max, s.step, i === 0, true))
   if (held.length === 1) held.push(segmentBar(1, 0n, 0n, 0, false, false))
   const bars = v.initOk ? held.join('') : '<p>The first segment loads on the first request for this tag.</p>'
-  const seconds = horizonSeconds(v)
-  const horizon = seconds === undefined ? `idle (under ${MIN_HORIZON_RATE} ID/s)` : `${seconds.toFixed(1)} s at ${v.rate.toFixed(0)} IDs/s`
-  return `<section class="card tag" data-key="${escapeHtml(v.key)}"><div class="head"><h2>${escapeHtml(v.key)}</h2>${badge}</div>${tagStats(v)}${sparkline(v.history)}${bars}
-<div class="label" data-horizon>buffered ${v.buffered.toLocaleString('en-US')} IDs in ${v.segments.length} segment${v.segments.length === 1 ? '' : 's'} · ${horizon}</div>
+  return `<section class="card tag" data-key="${escapeHtml(v.key)}"><div class="head"><h2>${escapeHtml(v.key)}</h2>${tagBadge(v)}</div>${tagStats(v)}${sparkline(v.history)}${bars}
+<div class="label" data-buffered>buffered ${v.buffered.toLocaleString('en-US')} IDs in ${v.segments.length} segment${v.segments.length === 1 ? '' : 's'}</div>
 <div class="label">step ${v.step} · min step ${v.minStep} · last adapted load ${v.updateTimestamp ? new Date(v.updateTimestamp).toISOString() : '—'}</div></section>`
 }
 
@@ -254,7 +271,7 @@ function tagsSection (tags: TagsView | undefined): string {
   const cards = loaded.length === 0 ? '' : `<div class="grid">${loaded.map(tagCard).join('')}</div>`
   const lines = idle.length === 0
     ? ''
-    : `<p class="idle-head">Never asked for since the start (the first segment loads on the first request):</p><ul class="idle-tags">${idle.map((v) => `<li data-key="${escapeHtml(v.key)}">${escapeHtml(v.key)}</li>`).join('')}</ul>`
+    : `<p class="idle-head">Not loaded yet, never asked for since the start (the first segment loads on the first request):</p><ul class="idle-tags">${idle.map((v) => `<li data-key="${escapeHtml(v.key)}">${escapeHtml(v.key)}</li>`).join('')}</ul>`
   return `${head}${cards}${lines}`
 }
 

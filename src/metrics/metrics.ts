@@ -7,7 +7,6 @@ import type { SnowflakeMode } from '../modes/snowflake-mode.js'
 import type { Regression } from '../segment/max-id-guard.js'
 import { SegmentBuffer } from '../segment/segment-buffer.js'
 import { toView, type SegmentBufferView } from '../segment/segment-views.js'
-import { horizonSeconds } from '../segment/rate-meter.js'
 import { createSnowflakeGauges } from './snowflake-gauges.js'
 import { valuesMetric } from './values-metric.js'
 import { createSegmentTagGauges } from './segment-tag-gauges.js'
@@ -23,7 +22,13 @@ const BUFFER_LOW_SECONDS = 60
  */
 const ALERTED_ERRORS = { segment: ['SEGMENTS_NOT_READY', 'STORE_UNCONFIRMED'], snowflake: ['CLOCK_BACKWARDS'] } as const
 const NEVER_LOADED = toView(new SegmentBuffer(OTHER_KEY), 0, { history: false })
-const REGRESSION_CAUSES: readonly Regression['cause'][] = ['store changed', 'max_id went back']
+/** The core's causes (segment/max-id-guard.ts) as label values: snake_case, as every label value the service chooses. */
+export const REGRESSION_CAUSE_LABELS: Readonly<Record<Regression['cause'], string>> = { 'store changed': 'store_changed', 'max_id went back': 'max_id_went_back' }
+/**
+ * prom-client's default gauges named `_total`, which promtool refuses ("non-counter metrics should
+ * not have _total suffix"): each is the sum of its family by type (nodejs_active_handles ...).
+ */
+export const DROPPED_DEFAULT_METRICS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']
 
 export interface Metrics {
   registry: Registry
@@ -34,7 +39,7 @@ export interface Metrics {
   segmentGiveBack (key: string, ids: bigint, to: 'table' | 'successor'): void
   /** An allocation repeated after a conflict (Galera's certification, a lock wait). */
   segmentRetry (key: string, reason: string): void
-  segmentRegression (r: { cause: string }): void
+  segmentRegression (r: { cause: Regression['cause'] }): void
   clockBackwards (): void
   leaseClaim (result: string): void
   /** The worker-id lease was lost: issuing stopped. */
@@ -54,14 +59,14 @@ export interface MetricsOptions {
 
 /** Buffer under a minute while serving, or the current segment used up with none after it. */
 function alerting (v: SegmentBufferView): boolean {
-  const seconds = horizonSeconds(v)
-  return (seconds !== undefined && seconds < BUFFER_LOW_SECONDS) || (v.initOk && !v.nextReady && v.value0 >= v.max0)
+  return (v.bufferSeconds !== undefined && v.bufferSeconds < BUFFER_LOW_SECONDS) || v.next === 'used_up'
 }
 
 /** Gauges are computed when scraped, never on the ID path. */
 export function createMetrics ({ maxTagSeries, now = () => performance.now() }: MetricsOptions): Metrics {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
+  for (const name of DROPPED_DEFAULT_METRICS) registry.removeSingleMetric(name)
   let modes: Parameters<Metrics['watch']>[0] = { segment: undefined, snowflake: undefined }
   const plan = new TagPlan(maxTagSeries, now)
   /** The segment generator's views as of the last scrape, split by the plan: every per-tag gauge reads these. */
@@ -94,7 +99,7 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
   })
   const regressions = new Counter({
     name: 'leaf_segment_store_regressions_total',
-    help: 'Store failovers that may have lost allocations: cause="store changed" (another server or cluster answers) or "max_id went back" (a range came back below one served). Each raises every tag and holds allocations.',
+    help: 'Store failovers that may have lost allocations: cause="store_changed" (another server or cluster answers) or "max_id_went_back" (a range came back below one served). Each raises every tag and holds allocations.',
     labelNames: ['cause'],
     registers: [registry],
   })
@@ -249,7 +254,7 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
       retries.labels({ reason }).inc()
     },
     segmentRegression (r) {
-      regressions.labels({ cause: r.cause }).inc()
+      regressions.labels({ cause: REGRESSION_CAUSE_LABELS[r.cause] }).inc()
     },
     clockBackwards () {
       backwards.inc()
@@ -263,7 +268,7 @@ export function createMetrics ({ maxTagSeries, now = () => performance.now() }: 
     watch (m) {
       modes = m
       // 0 from the start: LeafSegmentStoreFailover reads increase() of it (see ALERTED_ERRORS).
-      if (m.segment !== undefined) for (const cause of REGRESSION_CAUSES) regressions.labels({ cause }).inc(0)
+      if (m.segment !== undefined) for (const cause of Object.values(REGRESSION_CAUSE_LABELS)) regressions.labels({ cause }).inc(0)
       for (const mode of ['segment', 'snowflake'] as const) {
         if (m[mode] !== undefined) for (const code of ALERTED_ERRORS[mode]) errorChild(mode, code)
       }

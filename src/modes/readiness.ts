@@ -1,4 +1,5 @@
 import { describeCause } from '../database/driver-errors.js'
+import { LeafError } from '../errors.js'
 import { withTimeout } from '../timers.js'
 import type { GuardView } from '../segment/max-id-guard.js'
 import type { SegmentMode } from './segment-mode.js'
@@ -29,6 +30,24 @@ export async function checkReadiness ({ segment, snowflake }: { segment: Segment
   if (segment !== undefined) modes.segment = await segmentReadiness(segment)
   if (snowflake !== undefined) modes.snowflake = snowflakeReadiness(snowflake)
   return { ready: Object.values(modes).every((m) => m.ready), modes }
+}
+
+export interface ReadinessAnswer {
+  status: 200 | 503
+  body: { status: 'ready' | 'not ready', reason?: string, modes: Record<string, ModeReadiness> }
+}
+
+/**
+ * `/readyz`'s answer: 200 when every enabled mode can serve. With `mode` (`/readyz?mode=segment`),
+ * that mode's alone, for a balancer that routes one mode's traffic: a segment route may stay
+ * in while snowflake waits for ZooKeeper. A mode that is not enabled is not ready.
+ */
+export function readinessAnswer ({ ready, reason, modes }: Readiness, mode?: string): ReadinessAnswer {
+  if (mode === undefined) return { status: ready ? 200 : 503, body: { status: ready ? 'ready' : 'not ready', ...(reason === undefined ? {} : { reason }), modes } }
+  if (mode !== 'segment' && mode !== 'snowflake') throw new LeafError('BAD_REQUEST', `mode must be segment or snowflake, not "${mode}".`)
+  const one = modes[mode]
+  if (one === undefined) return { status: 503, body: { status: 'not ready', reason: `${mode} mode is disabled on this instance`, modes } }
+  return { status: one.ready ? 200 : 503, body: { status: one.ready ? 'ready' : 'not ready', ...(one.reason === undefined ? {} : { reason: one.reason }), modes } }
 }
 
 async function segmentReadiness ({ store, generator, guard, hosts }: SegmentMode): Promise<ModeReadiness> {
@@ -87,6 +106,8 @@ function unconfirmedNote (v: GuardView): string | undefined {
 }
 
 function snowflakeReadiness (snowflake: SnowflakeMode): ModeReadiness {
+  const starting = snowflake.notReady()
+  if (starting !== undefined) return { ready: false, reason: `SNOWFLAKE_NOT_READY: ${starting}` }
   const { unavailable, issuedUntil } = snowflake.lease.status()
   if (unavailable !== undefined) {
     return {

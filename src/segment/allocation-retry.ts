@@ -9,7 +9,7 @@ import type { LogThrottle } from '../log-throttle.js'
 import type { SegmentBuffer } from './segment-buffer.js'
 import { IdSpaceEnded } from './store.js'
 import { settlesWithin, sleep } from '../timers.js'
-import { shuttingDown, spaceEnded } from './segment-errors.js'
+import { missingKey, shuttingDown, spaceEnded } from './segment-errors.js'
 
 export interface AllocationRetryOptions {
   loadSegment: (buf: SegmentBuffer) => Promise<void>
@@ -59,7 +59,7 @@ export function createAllocationRetry (options: AllocationRetryOptions): Allocat
         startLoad(buf)
       }
       if (!await settlesWithin(buf.loading as Promise<void>, remaining)) break
-      if (buf.missing) throw new LeafError('KEY_NOT_FOUND', `Tag "${buf.key}" is not in the leaf_alloc table.`)
+      if (buf.missing) throw missingKey(buf.key, true)
       if (buf.ended) throw spaceEnded(buf.key)
       if (buf.backoffMs === 0) return // the load brought a segment
     }

@@ -15,9 +15,9 @@ const MIN_SAMPLE_MS = 100
  */
 export const MIN_HORIZON_RATE = 1
 
-/** How long the tag's buffered IDs last at its rate, in seconds; undefined while it is idle (under MIN_HORIZON_RATE). */
-export function horizonSeconds (v: { rate: number, bufferSeconds: number }): number | undefined {
-  return v.rate >= MIN_HORIZON_RATE && Number.isFinite(v.bufferSeconds) ? v.bufferSeconds : undefined
+/** How long `bufferedIds` last at `idsPerSecond`, in seconds; undefined while the tag is idle (under MIN_HORIZON_RATE). */
+export function horizonSeconds (bufferedIds: number, idsPerSecond: number): number | undefined {
+  return idsPerSecond >= MIN_HORIZON_RATE ? bufferedIds / idsPerSecond : undefined
 }
 
 export class RateMeter {

@@ -2,11 +2,26 @@
 
 import { LeafError } from '../errors.js'
 import type { GuardView } from './max-id-guard.js'
+import { TAG_LOOKUPS_PER_SECOND } from './tag-lookup.js'
 
-export function missingKey (key: string, initialized: boolean): LeafError {
-  return initialized
-    ? new LeafError('KEY_NOT_FOUND', `Tag "${key}" is not in the leaf_alloc table.`)
-    : new LeafError('NOT_READY', 'The segment generator has not loaded its tags yet.')
+/** What to do about a missing tag, in every KEY_NOT_FOUND. */
+const ADD_TAG = 'insert a row into leaf_alloc (biz_tag, max_id, step) or POST /api/segment/tags'
+
+/**
+ * A tag not in the tag list. `skipped`: it was not looked up now (segment/tag-lookup.ts), so
+ * the message says when a row inserted meanwhile serves.
+ */
+export function missingKey (key: string, initialized: boolean, skipped?: 'recent' | 'rate'): LeafError {
+  if (!initialized) return new LeafError('NOT_READY', 'The segment generator has not loaded its tags yet.')
+  if (skipped === 'recent') return new LeafError('KEY_NOT_FOUND', `Tag "${key}" was not in the leaf_alloc table when looked up less than a second ago: ${ADD_TAG}; a request a second later serves it.`)
+  if (skipped === 'rate') {
+    return new LeafError('KEY_NOT_FOUND', `Tag "${key}" is not in this instance's tag list, and it was not looked up now (unknown tags are looked up at most ${TAG_LOOKUPS_PER_SECOND} a second): ${ADD_TAG}; a later request, or the next tag refresh, serves it.`)
+  }
+  return new LeafError('KEY_NOT_FOUND', `Tag "${key}" is not in the leaf_alloc table: ${ADD_TAG}; the next request serves it.`)
+}
+
+export function lookupFailed (key: string, cause: unknown): LeafError {
+  return new LeafError('STORE_UNAVAILABLE', `Tag "${key}" is not in this instance's tag list, and its lookup in the database failed or was not answered in time.`, { cause })
 }
 
 export function spaceEnded (key: string): LeafError {

@@ -7,10 +7,14 @@ import type { MaxIdGuard } from './max-id-guard.js'
 import { createBufferHorizon } from './buffer-horizon.js'
 import { createAllocationRetry } from './allocation-retry.js'
 import { giveBackAll, type GiveBack } from './give-back.js'
-import { holdCause, missingKey, shuttingDown, spaceEnded, storeUnconfirmed } from './segment-errors.js'
+import { channels } from '../channels.js'
+import { isLeafError } from '../errors.js'
+import { withTimeout } from '../timers.js'
+import { holdCause, lookupFailed, missingKey, shuttingDown, spaceEnded, storeUnconfirmed } from './segment-errors.js'
 import { DEFAULT_LOAD_TIMEOUT_MS, createSegmentLoader } from './segment-loader.js'
 import { tagViews, type TagViews } from './segment-views.js'
 import { createTagList } from './tag-list.js'
+import { createTagLookup, type TagLookupOptions } from './tag-lookup.js'
 import { WARM_WINDOW_MS } from './warm-state.js'
 
 export type { Id } from './segment-buffer.js'
@@ -37,6 +41,8 @@ export interface SegmentGeneratorOptions {
   rateSampleMs?: number
   /** Refuses ranges from a store that went back (a failover); undefined: every range is served. */
   guard?: MaxIdGuard
+  /** The bounds on looking up unknown tags; TAG_LOOKUPS_PER_SECOND and TAG_LOOKUP_INTERVAL_MS by default. */
+  tagLookup?: Pick<TagLookupOptions, 'perSecond' | 'intervalMs'>
 }
 
 export interface ShutdownResult {
@@ -84,6 +90,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     rateSampleMs = RATE_SAMPLE_MS,
     handover,
     guard,
+    tagLookup: lookupBounds,
   } = options
   const buffers = new Map<string, SegmentBuffer>()
   // A database that stays down would log a failed load per tag per backoff.
@@ -105,6 +112,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     }
     return dropped
   })
+  const tagLookup = createTagLookup({ ...lookupBounds, monotonic, find: findTag })
   let sampledAt = monotonic()
   const rateTimer = setInterval(sampleRates, rateSampleMs)
   rateTimer.unref()
@@ -120,7 +128,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
 
   function next (key: string): Id | Promise<Id> {
     const buf = buffers.get(key)
-    if (buf === undefined) throw missingKey(key, tagList.initialized)
+    if (buf === undefined) return unknownTag(key, 1).then(firstId)
     checkServing()
     if (buf.serving) {
       const seg = buf.currentSegment
@@ -140,7 +148,7 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
 
   function nextRanges (key: string, count: number): IdRange[] | Promise<IdRange[]> {
     const buf = buffers.get(key)
-    if (buf === undefined) throw missingKey(key, tagList.initialized)
+    if (buf === undefined) return unknownTag(key, count)
     checkServing()
     if (buf.serving) {
       const seg = buf.currentSegment
@@ -153,11 +161,48 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     return take(buf, count)
   }
 
+  /**
+   * A tag not in the tag list: looked up in the store (within the bounds of tag-lookup.ts) and
+   * served at once when its row exists. Throws at once when the list is not loaded or no lookup
+   * is made now; the lookup and the first load share one wait timeout.
+   */
+  function unknownTag (key: string, count: number): Promise<IdRange[]> {
+    if (!tagList.initialized) throw missingKey(key, false)
+    const found = tagLookup.lookup(key)
+    if (typeof found === 'string') throw missingKey(key, true, found)
+    const deadline = monotonic() + waitTimeoutMs
+    return withTimeout(found, waitTimeoutMs, `no answer within ${waitTimeoutMs} ms`).then((exists) => {
+      if (!exists) throw missingKey(key, true)
+      let buf = buffers.get(key)
+      if (buf === undefined) {
+        buf = newBuffer(key)
+        buffers.set(key, buf)
+        logger.info({ key }, 'segment tag added: looked up on its first request')
+      }
+      checkServing()
+      return take(buf, count, deadline)
+    }, (err: unknown) => {
+      throw isLeafError(err) ? err : lookupFailed(key, err)
+    })
+  }
+
+  /** Exactly the key: a case-insensitive collation (MySQL's default) would find "Orders" for "orders". */
+  async function findTag (key: string): Promise<boolean> {
+    let result: 'found' | 'missing' | 'failed' = 'failed'
+    try {
+      const row = await store.getTag(key)
+      result = row !== undefined && row.key === key ? 'found' : 'missing'
+      return result === 'found'
+    } finally {
+      if (channels.segmentTagLookup.hasSubscribers) channels.segmentTagLookup.publish({ key, result })
+    }
+  }
+
   /** A caller fails after a wait timeout with nothing; a batch that makes progress gets a new wait. */
-  async function take (buf: SegmentBuffer, count: number): Promise<IdRange[]> {
+  async function take (buf: SegmentBuffer, count: number, firstDeadline?: number): Promise<IdRange[]> {
     const ranges: IdRange[] = []
     let taken = 0
-    let deadline = monotonic() + waitTimeoutMs
+    let deadline = firstDeadline ?? monotonic() + waitTimeoutMs
     while (true) {
       if (stopping) throw shuttingDown()
       checkServing()

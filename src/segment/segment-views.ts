@@ -1,7 +1,42 @@
 // What /cache, /api/cache and the metrics see of a tag's buffer: Java Leaf's view, grown.
 
 import type { SegmentBuffer } from './segment-buffer.js'
+import { horizonSeconds } from './rate-meter.js'
 import { WARM_WINDOW_MS } from './warm-state.js'
+
+/**
+ * Where the segment after the current one stands, in the order it is checked:
+ * - `not_loaded`: the tag does not serve (never loaded, its first loads failed, or stopped);
+ * - `ready`: a segment after the current one is loaded;
+ * - `used_up`: the current segment has no ID left and none follows: callers wait for a load;
+ * - `loading`: a load is in flight;
+ * - `not_due`: the current segment is not past the load threshold (Leaf's 10%, or the buffer
+ *   horizon's point), or no further load is wanted (the segment cap, the tag gone or ended);
+ * - `due`: past the threshold, and the last load did not fail: the next ID taken starts the load,
+ *   as Leaf's does (the threshold can move past the position between two requests, as the rate rises);
+ * - `late`: past the threshold with no load in flight because the last load failed: the loads
+ *   back off and retry while the IDs held last.
+ */
+export type NextSegment = 'not_loaded' | 'ready' | 'used_up' | 'loading' | 'not_due' | 'due' | 'late'
+
+/** What nextSegment() reads of a SegmentBuffer (a fake in the unit tests). */
+export interface NextSegmentInput {
+  serving: boolean
+  nextReady: boolean
+  loading: unknown
+  backoffMs: number
+  currentSegment: { pos: number, idle: number, preloadAfter: number }
+}
+
+export function nextSegment (buf: NextSegmentInput): NextSegment {
+  if (!buf.serving) return 'not_loaded'
+  if (buf.nextReady) return 'ready'
+  const current = buf.currentSegment
+  if (current.idle === 0) return 'used_up'
+  if (buf.loading !== undefined) return 'loading'
+  if (!(current.pos > current.preloadAfter)) return 'not_due'
+  return buf.backoffMs > 0 ? 'late' : 'due'
+}
 
 /** Java Leaf's SegmentBufferView, with its 64-bit values as bigint. */
 export interface SegmentBufferView {
@@ -18,15 +53,19 @@ export interface SegmentBufferView {
   step: number
   minStep: number
   updateTimestamp: number
-  /** Beyond Leaf: every segment held, IDs buffered in them, the rate and what it makes of them. */
+  /** Beyond Leaf: every segment held, IDs buffered in them, the rates and the horizon they make. */
   segments: { value: bigint, max: bigint, step: number }[]
   buffered: number
-  /** IDs/s the horizon plans with (a burst at once, decaying over a minute). */
-  rate: number
-  /** IDs/s over the last minute. */
-  ratePerMinute: number
-  /** How long the buffered IDs last at `rate`; Infinity while the tag is idle. */
-  bufferSeconds: number
+  /** The rate the buffer horizon plans with (a burst at once, decaying over a minute). */
+  idsPerSecond: number
+  /** The average over the last minute. */
+  idsPerSecondLastMinute: number
+  /**
+   * How long the buffered IDs last at `idsPerSecond`: the one horizon /cache, /api/cache and
+   * leaf_segment_buffer_seconds show. Undefined while the tag is idle (horizonSeconds()).
+   */
+  bufferSeconds: number | undefined
+  next: NextSegment
   /** IDs/s per 10 s over the last 15 minutes, oldest first. */
   history: number[]
   lastLoadSeconds: number
@@ -36,7 +75,7 @@ export interface SegmentBufferView {
 }
 
 /** `history: false`: the view without its 90 points of history (an empty list), for readers that draw none (the metrics). */
-export function toView (buf: SegmentBuffer, rate: number, { history = true }: { history?: boolean } = {}): SegmentBufferView {
+export function toView (buf: SegmentBuffer, idsPerSecond: number, { history = true }: { history?: boolean } = {}): SegmentBufferView {
   const [s0, s1] = buf.segments
   const buffered = buf.buffered
   return {
@@ -55,14 +94,48 @@ export function toView (buf: SegmentBuffer, rate: number, { history = true }: { 
     updateTimestamp: buf.updateTimestamp,
     segments: buf.segments.map((s) => ({ value: s.value, max: s.max, step: s.step })),
     buffered,
-    rate,
-    ratePerMinute: buf.rate.average(WARM_WINDOW_MS),
-    bufferSeconds: rate > 0 ? buffered / rate : Infinity,
+    idsPerSecond,
+    idsPerSecondLastMinute: buf.rate.average(WARM_WINDOW_MS),
+    bufferSeconds: horizonSeconds(buffered, idsPerSecond),
+    next: nextSegment(buf),
     history: history ? buf.rate.history() : [],
     lastLoadSeconds: buf.lastLoadSeconds,
     failedLoads: buf.failedLoads,
     ended: buf.ended,
   }
+}
+
+/** A view as /api/cache gives it: 64-bit values as strings, rates to 0.01, an idle horizon as null. */
+export function viewJson (v: SegmentBufferView) {
+  return {
+    key: v.key,
+    initOk: v.initOk,
+    nextReady: v.nextReady,
+    pos: v.pos,
+    value0: String(v.value0),
+    max0: String(v.max0),
+    step0: v.step0,
+    value1: String(v.value1),
+    max1: String(v.max1),
+    step1: v.step1,
+    step: v.step,
+    minStep: v.minStep,
+    updateTimestamp: v.updateTimestamp,
+    // Beyond Leaf's fields: the whole chain, the rates, the horizon and the next segment's state.
+    segments: v.segments.map((s) => ({ value: String(s.value), max: String(s.max), step: s.step })),
+    bufferedIds: v.buffered,
+    idsPerSecond: round(v.idsPerSecond),
+    idsPerSecondLastMinute: round(v.idsPerSecondLastMinute),
+    bufferSeconds: v.bufferSeconds === undefined ? null : round(v.bufferSeconds),
+    nextSegment: v.next,
+    lastLoadSeconds: v.lastLoadSeconds,
+    failedLoads: v.failedLoads,
+    ended: v.ended,
+  }
+}
+
+function round (n: number): number {
+  return Math.round(n * 100) / 100
 }
 
 /** Which tags a view shows: those whose name contains `search` (any case), `limit` of them from `offset`. */
@@ -72,7 +145,7 @@ export interface ViewQuery {
   limit: number
 }
 
-/** One page of the tags in memory: the busiest first (by `rate`, then name), tags never loaded last (by name). */
+/** One page of the tags in memory: the busiest first (by `idsPerSecond`, then name), tags never loaded last (by name). */
 export interface ViewPage {
   /** Tags in memory, and those of them the search matched. */
   total: number

@@ -34,7 +34,7 @@ t.test('with server.tls.cert and server.tls.key (relative to the config file), t
   writeFileSync(join(tls.dir, 'leaf.properties'), 'server.tls.cert=cert.pem\nserver.tls.key=key.pem\n')
   const server = await startServer({
     cwd: tempDir(),
-    args: ['--config', join(tls.dir, 'leaf.properties'), '--server.port=0', '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${tempDir()}`,
+    args: ['--config', join(tls.dir, 'leaf.properties'), '--server.port=0', '--leaf.segment.enable=false', '--leaf.snowflake.enable=true', '--leaf.snowflake.worker.id=0', `--leaf.snowflake.cache.dir=${tempDir()}`,
       `--server.headers-timeout-ms=${HEADERS_TIMEOUT_MS}`],
   })
   t.teardown(() => server.stop())

@@ -165,11 +165,11 @@ for (const c of CASES) {
       t.equal(res.statusCode, 200)
       ids.push(res.body)
     }
-    ids.push((await server.inject({ url: '/api/snowflake/get/k', headers: { accept: 'application/json' } })).json().id)
+    ids.push((await server.inject({ url: '/api/snowflake/get/k', headers: { accept: 'application/vnd.leaf-ts+json' } })).json().id)
     const batch = await server.inject('/api/snowflake/get/k?count=40')
     t.equal(batch.statusCode, 200)
     ids.push(...batchLines(batch.body))
-    ids.push(...(await server.inject({ url: '/api/snowflake/get/k?count=5', headers: { accept: 'application/json' } })).json().ids)
+    ids.push(...(await server.inject({ url: '/api/snowflake/get/k?count=5', headers: { accept: 'application/vnd.leaf-ts+json' } })).json().ids)
     const after = Date.now()
     t.equal(ids.length, 49)
     t.ok(ids.every((id) => /^-?\d{1,19}$/.test(id)), 'decimal IDs')

@@ -173,7 +173,7 @@ t.test('tag changes reach a running instance: a PATCHed step at the next load, a
     env: { LEAF_JDBC_URL: db.jdbc.url, LEAF_JDBC_USERNAME: db.jdbc.username, LEAF_JDBC_PASSWORD: db.jdbc.password, LEAF_ADMIN_TOKEN: token },
   })
   t.teardown(() => server.stop())
-  const cache = async () => JSON.parse((await get(`${server.url}/api/cache`, auth)).body).patched as Record<string, string | number | boolean>
+  const cache = async () => (JSON.parse((await get(`${server.url}/api/cache`, auth)).body) as Record<string, string | number | boolean>[]).find((v) => v.key === 'patched') ?? {}
   const maxId = async () => BigInt((await db.query<{ max_id: string }[]>("SELECT max_id FROM leaf_alloc WHERE biz_tag = 'patched'"))[0]?.max_id ?? 0)
   /** Polls until `check` holds, for at most `ms`; the caller asserts what it returns. */
   const until = async <T>(read: () => Promise<T>, check: (v: T) => boolean, ms = 5000): Promise<T> => {

@@ -92,7 +92,7 @@ t.test('SIGTERM removes the ephemeral node at once and exits 0', async (t) => {
   t.same(await zkc.children(`/snowflake/${name}/temporary`), [], 'gone before the process exited')
 })
 
-t.test('ZooKeeper down at start: the cached worker id is used; no cache refuses the start', async (t) => {
+t.test('ZooKeeper down at start: the cached worker id is used; without a cache, 503 SNOWFLAKE_NOT_READY', async (t) => {
   const name = uniqueName()
   const cacheDir = tempDir()
   const up = await startServer({ args: snowflakeArgs(name, 9300, [`--leaf.snowflake.cache.dir=${cacheDir}`]) })
@@ -105,8 +105,12 @@ t.test('ZooKeeper down at start: the cached worker id is used; no cache refuses 
   t.equal(decodeSnowflakeId(id).workerId, 0)
   t.ok(fromCache.output.some((l) => l.includes('using the cached worker id')))
 
-  const refused = await startServer({ args: [...snowflakeArgs(name, 9301, [`--leaf.snowflake.cache.dir=${tempDir()}`]), ...down] }).then(() => undefined, (e: Error) => e)
-  t.match(refused?.message, /exited with 1 before listening[\s\S]*start refused: ZooKeeper unreachable .* no cached worker id/)
+  const waiting = await startServer({ args: [...snowflakeArgs(name, 9301, [`--leaf.snowflake.cache.dir=${tempDir()}`]), ...down] })
+  t.teardown(() => waiting.stop())
+  const answer = await get(`${waiting.url}/api/snowflake/get/k`)
+  t.equal(answer.status, 503)
+  t.match(JSON.parse(answer.body), { error: 'SNOWFLAKE_NOT_READY', message: /ZooKeeper could not be reached and the worker-id cache cannot stand in/ })
+  t.ok(waiting.output.some((l) => /ZooKeeper unreachable \(.*\) and no cached worker id/.test(l)), 'the log names the cause')
 })
 
 t.test('two live processes registering as one ip:port: the second waits for the first\'s session, then refuses naming both', async (t) => {
@@ -182,12 +186,14 @@ t.test('a start from the cache that ZooKeeper contradicts: 503 WORKER_ID_UNAVAIL
   t.ok(server.output.some((l) => l.includes('snowflake issuing stopped')), 'logged')
 })
 
-t.test('a Java Leaf cache file (no lastTimestamp) with ZooKeeper down: the start refuses', async (t) => {
+t.test('a Java Leaf cache file (no lastTimestamp) with ZooKeeper down: not used, snowflake waits for ZooKeeper', async (t) => {
   const cacheDir = tempDir()
   writeFileSync(join(cacheDir, 'workerID.properties'), '#Leaf\nworkerID=3\n')
   const down = ['--leaf.snowflake.zk.address=127.0.0.1:1', '--leaf.snowflake.zk.connect-timeout-ms=500']
-  const refused = await startServer({ args: [...snowflakeArgs(uniqueName(), 9700, [`--leaf.snowflake.cache.dir=${cacheDir}`]), ...down] }).then(() => undefined, (e: Error) => e)
-  t.match(refused?.message, /exited with 1 before listening[\s\S]*start refused: ZooKeeper unreachable .* holds no lastTimestamp/)
+  const waiting = await startServer({ args: [...snowflakeArgs(uniqueName(), 9700, [`--leaf.snowflake.cache.dir=${cacheDir}`]), ...down] })
+  t.teardown(() => waiting.stop())
+  t.match(JSON.parse((await get(`${waiting.url}/api/snowflake/get/k`)).body), { error: 'SNOWFLAKE_NOT_READY' })
+  t.ok(waiting.output.some((l) => /ZooKeeper unreachable .* holds no lastTimestamp/.test(l)), 'the log names the cause')
 })
 
 t.test('db-lease on SQLite: the status shows the lease, /metrics its three metrics, and SIGTERM releases the row', async (t) => {

@@ -25,8 +25,7 @@ t.test('started from another folder, the server finds the shipped config/leaf.pr
   t.match(logLines(server.output).find((l) => typeof l.msg === 'string' && l.msg.startsWith('new embedded store')), { file: store, tags: ['order', 'leaf-segment-test'] })
   t.match(await get(`${server.url}/api/segment/get/order`), { status: 200, body: '1' }, 'segment mode on, as the shipped file says')
   t.equal((await get(`${server.url}/api/snowflake/get/x`)).status, 200, 'snowflake mode on, as the shipped file says')
-  t.ok(logLines(server.output).some((l) => l.level === 40 && /static worker id 0.*a fleet needs a worker-id source/.test(l.msg as string)),
-    'the shipped file sets no worker-id source nor worker id: a warning that a fleet needs one')
+  t.notOk(logLines(server.output).some((l) => (l.level as number) >= 50), 'the shipped file names worker id 0: snowflake starts, no error')
   t.equal(await server.stop(), 0)
 
   // Another working folder: the same store, not a new one at 1.
@@ -62,6 +61,18 @@ function refusesInOneLine (t: Test, args: string[], expected: RegExp): void {
 
 const mysqlUrl = (user: string, password: string, database: string) =>
   `mysql://${encodeURIComponent(user)}:${encodeURIComponent(password)}@${mysqlServer.host}/${database}`
+
+t.test('snowflake on (its enable key unset, as Java Leaf reads it) with no worker-id source: exit 1 with one line naming leaf.snowflake.zk.address', async (t) => {
+  const dir = tempDir()
+  writeFileSync(join(dir, 'java.properties'), 'leaf.name=com.sankuai.leaf.opensource.test\nleaf.segment.enable=false\n')
+  const run = spawnSync(process.execPath, [SERVER_JS, '--server.host=127.0.0.1', '--server.port=0', '--config', join(dir, 'java.properties')], {
+    cwd: dir, env: { PATH: process.env.PATH, LOG_LEVEL: 'info' }, encoding: 'utf8', timeout: 30_000,
+  })
+  t.equal(run.status, 1)
+  const lines = `${run.stdout}${run.stderr}`.split('\n').filter((l) => l !== '')
+  t.equal(lines.length, 1, `one line (${lines.join(' | ')})`)
+  t.match(lines[0], /^leaf-ts: configuration error: leaf\.snowflake\.zk\.address: is not set and snowflake mode is on .*or set leaf\.snowflake\.enable=false$/)
+})
 
 t.test('MySQL with a wrong password: exit 1 with one line', async (t) => {
   const db = await createTestDatabase()
@@ -151,7 +162,7 @@ t.test('SQLite: a path in a folder that does not exist, or another program\'s fi
 t.test('SQLite: a relative path is read from the configuration file\'s folder, not the working folder', async (t) => {
   const dir = tempDir()
   withSqlite(seedSqlite(join(dir, 'ids.db')), (db) => db.exec("UPDATE leaf_alloc SET max_id = 37001 WHERE biz_tag = 'order'"))
-  writeFileSync(join(dir, 'leaf.properties'), 'leaf.segment.enable=true\nleaf.jdbc.url=sqlite:ids.db\n')
+  writeFileSync(join(dir, 'leaf.properties'), 'leaf.segment.enable=true\nleaf.snowflake.enable=false\nleaf.jdbc.url=sqlite:ids.db\n')
   const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--config', join(dir, 'leaf.properties')] })
   t.teardown(() => server.stop())
   t.match(logLines(server.output).find((l) => l.msg === 'segment mode enabled'), { store: `sqlite:${join(dir, 'ids.db')}` })
@@ -239,7 +250,7 @@ t.test('a bad layout, or a worker id past its bits, refuses the start in one con
   ]
   for (const [args, expected] of cases) {
     for (const enable of ['false', 'true']) {
-      const { status, lines } = runToExit([`--leaf.snowflake.enable=${enable}`, ...args])
+      const { status, lines } = runToExit([`--leaf.snowflake.enable=${enable}`, '--leaf.snowflake.worker.id=0', ...args])
       t.equal(status, 1, `${args.join(' ')}, snowflake ${enable}: exit 1`)
       t.equal(lines.length, 1, `${args.join(' ')}, snowflake ${enable}: one line, no log before it (${lines.join(' | ')})`)
       t.match(lines[0], expected)

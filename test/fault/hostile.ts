@@ -140,7 +140,7 @@ export function hostileRequest (r: Random, port: number, tag: string, token: str
   const headers: string[] = []
   if (r.chance(0.97)) headers.push(`Host: 127.0.0.1:${port}`)
   if (r.chance(0.2)) {
-    const accept = r.pick(['application/json', '*/*', 'text/plain', 'application/json;q=0', hostileKey(r).slice(0, 80)])
+    const accept = r.pick(['application/json', '*/*', 'text/plain', 'application/json;q=0', 'application/vnd.leaf-ts+json', hostileKey(r).slice(0, 80)])
     headers.push(`Accept: ${accept}`)
     oddHeaders ||= !PRINTABLE.test(accept)
   }
@@ -312,12 +312,13 @@ function routeAnswers (f: RequestFacts, target: string): { allowed: Set<string>,
     // HEAD issues no ID: refused before the key or count is read.
     if (param(`/api/${idMode}/get/`) === '') add('404 NOT_FOUND')
     add('405 METHOD_NOT_ALLOWED')
-  } else if (idMode !== undefined && get) {
+  } else if (idMode !== undefined && (get || f.method === 'POST')) {
+    // POST is served as GET is (leaf-server's mapping takes any method), its body unread.
     const raw = param(`/api/${idMode}/get/`) as string
     const key = decode(raw) ?? raw
     const counts = query.getAll('count')
     const count = counts.length === 0 ? 1 : counts.length === 1 ? validCount(counts[0] as string) : undefined
-    const keyOk = key.length > 0 && Array.from(key).length <= MAX_KEY_LENGTH
+    const keyOk = key.length > 0 && Array.from(key).length <= MAX_KEY_LENGTH && !key.includes('\u0000')
     if (key === '') add('404 NOT_FOUND')
     if (!keyOk) add('400 INVALID_KEY')
     if (count === undefined) add('400 INVALID_COUNT')

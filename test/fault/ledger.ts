@@ -87,9 +87,13 @@ export function parseIds (body: string, batch?: boolean): bigint[] | undefined {
   return (lines ? body.slice(0, -1) : body).split('\n').map(BigInt)
 }
 
-/** The IDs of an ID route's answer, text (`parseIds`) or JSON (`{"id"}`, `{"ids"}`), or undefined. */
+/**
+ * The IDs of an ID route's answer, or undefined: the bare digits or lines (`parseIds`) in
+ * whatever content type Accept chose, or Leaf-TS's JSON (`{"id"}`, `{"ids"}`) under its own
+ * media type.
+ */
 export function parseAnswerIds (body: string, contentType: string | undefined): bigint[] | undefined {
-  if (contentType?.startsWith('application/json') !== true) return parseIds(body)
+  if (contentType?.startsWith('application/vnd.leaf-ts+json') !== true) return parseIds(body)
   let json: { id?: unknown, ids?: unknown }
   try {
     json = JSON.parse(body) as typeof json

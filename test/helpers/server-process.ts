@@ -35,7 +35,7 @@ export interface StartOptions {
   /**
    * Let a server started in a folder without config/leaf.properties fall back to the shipped
    * file, as the server does. Off by default: such a test runs on the built-in defaults and
-   * its arguments alone (LEAF_CONFIG names an empty file), whatever the shipped file enables.
+   * its arguments alone (LEAF_CONFIG names emptyConfigFile()), whatever the shipped file enables.
    */
   shippedConfig?: boolean
 }
@@ -44,11 +44,14 @@ export interface StartOptions {
 const OUTPUT_GRACE_MS = 2000
 
 let emptyConfig: string | undefined
-/** An empty properties file: the built-in defaults. */
+/**
+ * A properties file of the built-in defaults with both modes off: a test turns on what it
+ * tests (unset, both enable keys are on, as in Java Leaf).
+ */
 export function emptyConfigFile (): string {
   if (emptyConfig === undefined) {
     emptyConfig = join(mkdtempSync(join(tmpdir(), 'leaf-empty-config-')), 'leaf.properties')
-    writeFileSync(emptyConfig, '')
+    writeFileSync(emptyConfig, 'leaf.segment.enable=false\nleaf.snowflake.enable=false\n')
   }
   return emptyConfig
 }

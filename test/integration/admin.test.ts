@@ -5,12 +5,14 @@ import pino from 'pino'
 import t from 'tap'
 import { buildApp } from '../../src/app.js'
 import type { SegmentGenerator } from '../../src/segment/segment-generator.js'
+import { horizonSeconds } from '../../src/segment/rate-meter.js'
 import { tempDir, testConfig } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'
 import { parseSamples, valueOf, type Sample } from '../helpers/prometheus.js'
 import { batchLines } from '../helpers/ids.js'
 import { seedSqlite, withSqlite } from '../helpers/sqlite.js'
 import { TEST_ZK, uniqueName, zookeeperProxy } from '../helpers/zookeeper.js'
+import { until } from '../helpers/time.js'
 
 const TOKEN = 'test-token-0123'
 const AUTH = { authorization: `Bearer ${TOKEN}` }
@@ -151,7 +153,9 @@ t.test('/api/cache and /api/db match the generator and the table after known cal
   const server = await app()
   await server.inject('/api/segment/get/order?count=250') // 1..250, past 10%: preload of [2001, 4001)
   await server.inject('/api/segment/get/order')
-  const cache = (await server.inject('/api/cache')).json()
+  const list = (await server.inject('/api/cache')).json() as ({ key: string } & Record<string, number>)[]
+  t.same(list.map((v) => v.key), ['order', 'leaf-segment-test'], 'an array, the busiest first')
+  const cache = Object.fromEntries(list.map((v) => [v.key, v])) as Record<string, Record<string, number>>
   t.same(cache.order, {
     key: 'order',
     initOk: true,
@@ -165,19 +169,21 @@ t.test('/api/cache and /api/db match the generator and the table after known cal
     step1: 2000,
     step: 2000,
     minStep: 2000,
-    updateTimestamp: cache.order.updateTimestamp,
+    updateTimestamp: cache.order?.updateTimestamp,
     segments: [{ value: '252', max: '2001', step: 2000 }, { value: '2001', max: '4001', step: 2000 }],
-    buffered: 1749 + 2000,
-    rate: cache.order.rate,
-    ratePerMinute: cache.order.ratePerMinute,
-    bufferSeconds: cache.order.bufferSeconds,
-    lastLoadSeconds: cache.order.lastLoadSeconds,
+    bufferedIds: 1749 + 2000,
+    idsPerSecond: cache.order?.idsPerSecond,
+    idsPerSecondLastMinute: cache.order?.idsPerSecondLastMinute,
+    bufferSeconds: cache.order?.bufferSeconds,
+    nextSegment: 'ready',
+    lastLoadSeconds: cache.order?.lastLoadSeconds,
     failedLoads: 0,
     ended: false,
   })
-  t.ok(cache.order.lastLoadSeconds > 0 && cache.order.lastLoadSeconds < 1, `the last load's time: ${cache.order.lastLoadSeconds} s`)
-  t.ok(cache.order.updateTimestamp > Date.now() - 60_000, 'the second load started the step clock')
-  t.match(cache['leaf-segment-test'], { initOk: false, nextReady: false })
+  const lastLoad = cache.order?.lastLoadSeconds ?? 0
+  t.ok(lastLoad > 0 && lastLoad < 1, `the last load's time: ${lastLoad} s`)
+  t.ok((cache.order?.updateTimestamp ?? 0) > Date.now() - 60_000, 'the second load started the step clock')
+  t.match(cache['leaf-segment-test'], { initOk: false, nextReady: false, nextSegment: 'not_loaded', bufferSeconds: null })
   const db = (await server.inject('/api/db')).json()
   t.match(db, [{ key: 'order', maxId: '4001', step: 2000, description: 'Orders' }, { key: 'leaf-segment-test', maxId: '1', step: 1000 }])
   t.match(db[0].updateTime, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
@@ -191,18 +197,70 @@ t.test('/api/cache gives no bufferSeconds for a tag under 1 ID/s, and leaf_segme
   const generator = server.leaf.segment?.generator as SegmentGenerator
   const views = generator.views.bind(generator)
   const viewPage = generator.viewPage.bind(generator)
-  // The rates a quiet tag reaches, which a test cannot wait for: what is left of a burst, and a busy tag.
+  // The rates a quiet tag reaches, which a test cannot wait for: what is left of a burst, and a
+  // busy tag; the horizon computed from them as toView() computes it.
   let rate = 61_597 / 2160684850.9
-  const at = (v: ReturnType<typeof views>[number]) => ({ ...v, rate, bufferSeconds: v.buffered / rate })
+  const at = (v: ReturnType<typeof views>[number]) => ({ ...v, idsPerSecond: rate, bufferSeconds: horizonSeconds(v.buffered, rate) })
   generator.views = () => views().map(at)
   generator.viewPage = (query) => { const page = viewPage(query); return { ...page, views: page.views.map(at) } }
-  const quiet = (await server.inject('/api/cache')).json().order
-  t.match(quiet, { rate: 0, bufferSeconds: null })
+  const order = async () => ((await server.inject('/api/cache')).json() as { key: string, bufferedIds: number }[]).find((v) => v.key === 'order')
+  t.match(await order(), { idsPerSecond: 0, bufferSeconds: null })
   t.equal(valueOf((await scrape(server)).samples, 'leaf_segment_buffer_seconds', { key: 'order' }), Infinity, 'the gauge: +Inf, as while idle')
   rate = 40
-  const busy = (await server.inject('/api/cache')).json().order
-  t.match(busy, { rate: 40, bufferSeconds: Math.round(busy.buffered / 40 * 100) / 100 })
-  t.equal(valueOf((await scrape(server)).samples, 'leaf_segment_buffer_seconds', { key: 'order' }), busy.buffered / 40, 'the gauge: the buffered IDs over the rate')
+  const busy = await order()
+  t.match(busy, { idsPerSecond: 40, bufferSeconds: Math.round((busy?.bufferedIds ?? 0) / 40 * 100) / 100 })
+  t.equal(valueOf((await scrape(server)).samples, 'leaf_segment_buffer_seconds', { key: 'order' }), (busy?.bufferedIds ?? 0) / 40, 'the gauge: the buffered IDs over the rate')
+})
+
+t.test('a tag never loaded: "not loaded yet", and no step or horizon sample (not 0 and +Inf)', async (t) => {
+  const server = await app()
+  await server.inject('/api/segment/get/order')
+  const { samples } = await scrape(server)
+  for (const name of ['leaf_segment_step', 'leaf_segment_buffer_seconds']) {
+    t.equal(valueOf(samples, name, { key: 'leaf-segment-test' }), undefined, `${name}: no sample for a tag never loaded`)
+    t.ok(valueOf(samples, name, { key: 'order' }) !== undefined, `${name}: a sample for the tag that loaded`)
+  }
+  t.equal(valueOf(samples, 'leaf_segment_step', { key: 'order' }), 2000)
+  t.equal(valueOf(samples, 'leaf_segment_buffered_ids', { key: 'leaf-segment-test' }), 0, 'it holds no ID: that is a count, and 0')
+  const html = (await server.inject('/cache')).body
+  t.match(html, /Not loaded yet, never asked for since the start[^<]*<\/p><ul class="idle-tags"><li data-key="leaf-segment-test">/)
+  t.match(html, /<section class="card tag" data-key="order"><div class="head"><h2>order<\/h2><span class="badge ok" data-next="not_due">next not needed yet<\/span>/, 'one ID of 2,000 used: nothing late, nothing amber')
+  t.notMatch(html, /badge warn" data-next/)
+})
+
+t.test('/api/cache is an array, the busiest first: a tag named 42 comes after busier tags, and pages by the Link header', async (t) => {
+  const server = await app({ 'leaf.admin.token': TOKEN })
+  for (const key of ['42', '7', 'busy']) {
+    t.equal((await server.inject({ method: 'POST', url: '/api/segment/tags', headers: AUTH, payload: { key, step: 1000 } })).statusCode, 201)
+  }
+  const get = async (url: string) => {
+    const res = await server.inject({ url, headers: AUTH })
+    t.equal(res.statusCode, 200, url)
+    return { body: res.json() as { key: string, idsPerSecond: number, initOk: boolean }[], link: res.headers.link }
+  }
+  const take = async (key: string, count: number) =>
+    t.equal((await server.inject({ url: `/api/segment/get/${key}?count=${count}`, headers: AUTH })).statusCode, 200)
+  const sampled = (key: string) => async () => ((await get('/api/cache')).body.find((v) => v.key === key)?.idsPerSecond ?? 0) > 0
+  // A first ID each, for the generator's rate sample (once a second) to count from; then the
+  // busiest the most: 'busy' 600 IDs, 'order' 300, '42' 5; '7' never asked for.
+  for (const key of ['busy', 'order', '42']) await take(key, 1)
+  t.ok(await until(async () => { await take('42', 1); return await sampled('42')() }, 5000, 100), 'a rate sample counted the first IDs')
+  for (const [key, count] of [['busy', 600], ['order', 300], ['42', 5]] as const) await take(key, count)
+  const generator = server.leaf.segment?.generator as SegmentGenerator
+  const bulkAt = performance.now()
+  t.ok(await until(() => generator.ratesAgeMs() < performance.now() - bulkAt, 5000, 50), 'a rate sample since')
+  const all = (await get('/api/cache')).body
+  t.ok(Array.isArray(all), 'an array')
+  t.same(all.map((v) => v.key), ['busy', 'order', '42', '7', 'leaf-segment-test'], `busiest first, then those never loaded by name: ${all.map((v) => `${v.key} ${v.idsPerSecond}`).join(', ')}`)
+  for (let i = 1; i < 3; i++) t.ok((all[i - 1]?.idsPerSecond ?? 0) >= (all[i]?.idsPerSecond ?? 0), `${all[i - 1]?.key} at least as busy as ${all[i]?.key}`)
+  const walked: string[] = []
+  let url: string | undefined = '/api/cache?limit=2'
+  while (url !== undefined) {
+    const page = await get(url)
+    walked.push(...page.body.map((v) => v.key))
+    url = /^<([^>]+)>; rel="next"$/.exec(String(page.link ?? ''))?.[1]
+  }
+  t.same(walked, all.map((v) => v.key), 'pages of 2 by the Link header give the same order, each tag once')
 })
 
 t.test('/api/cache and /cache show a page of the tags, the busiest first: ?limit=, ?cursor= from the Link header, ?search=; a tag never asked for is a line', async (t) => {
@@ -219,9 +277,9 @@ t.test('/api/cache and /cache show a page of the tags, the busiest first: ?limit
   const first = await get('/api/cache?limit=4')
   t.equal(first.statusCode, 200)
   t.equal(first.headers['x-total-count'], '122', '120 tags made, and the two of the test table')
-  const top = Object.values(first.json() as Record<string, { key: string, rate: number, initOk: boolean }>)
+  const top = first.json() as { key: string, idsPerSecond: number, initOk: boolean }[]
   t.same(top.slice(0, 3).map((v) => v.key).sort(), ['t007', 't050', 't099'], 'the tags asked for first')
-  t.same(top.slice(0, 3).map((v) => v.rate), top.slice(0, 3).map((v) => v.rate).sort((a, b) => b - a), `by their rates: ${top.map((v) => `${v.key} ${v.rate}`).join(', ')}`)
+  t.same(top.slice(0, 3).map((v) => v.idsPerSecond), top.slice(0, 3).map((v) => v.idsPerSecond).sort((a, b) => b - a), `by their rates: ${top.map((v) => `${v.key} ${v.idsPerSecond}`).join(', ')}`)
   t.match(top[3], { key: 'leaf-segment-test', initOk: false }, 'then the never-loaded, by name')
   t.equal(first.headers.link, '</api/cache?limit=4&cursor=4>; rel="next"')
   const seen = new Set<string>()
@@ -229,7 +287,7 @@ t.test('/api/cache and /cache show a page of the tags, the busiest first: ?limit
   let pages = 0
   while (url !== undefined) {
     const res = await get(url)
-    for (const key of Object.keys(res.json())) {
+    for (const { key } of res.json() as { key: string }[]) {
       t.notOk(seen.has(key), `${key} once`)
       seen.add(key)
     }
@@ -238,9 +296,9 @@ t.test('/api/cache and /cache show a page of the tags, the busiest first: ?limit
   }
   t.equal(pages, 3, '122 tags in pages of 50')
   t.equal(seen.size, 122, 'the walk by Link headers meets every tag once')
-  t.equal(Object.keys((await get('/api/cache')).json()).length, 100, 'a hundred by default')
+  t.equal(((await get('/api/cache')).json() as unknown[]).length, 100, 'a hundred by default')
   const found = await get('/api/cache?search=T09')
-  t.same(Object.keys(found.json()), ['t099', 't090', 't091', 't092', 't093', 't094', 't095', 't096', 't097', 't098'], 'any case; the one loaded first')
+  t.same((found.json() as { key: string }[]).map((v) => v.key), ['t099', 't090', 't091', 't092', 't093', 't094', 't095', 't096', 't097', 't098'], 'any case; the one loaded first')
   t.equal(found.headers['x-total-count'], '10')
   t.equal(found.headers.link, undefined, 'no next page')
   for (const bad of ['limit=0', 'limit=1001', 'limit=x', 'cursor=-1', 'cursor=1e3', 'limit=5&limit=6', `search=${'a'.repeat(129)}`]) {

@@ -1,7 +1,10 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
-import t from 'tap'
+import { createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net'
+import t, { type Test } from 'tap'
+import { createLeafClient } from '../../client/src/client.js'
+import type { LeafClientError } from '../../client/src/errors.js'
 import { createUndiciTransport } from '../../client/src/transport.js'
+import { freePort } from '../helpers/ports.js'
 
 // The undici transport against a local HTTP server that answers as a broken server or proxy
 // would: each failure becomes the LeafClientError the failover acts on.
@@ -42,4 +45,70 @@ t.test('each kind of answer becomes its error code', async (t) => {
   await t.rejects(transport.fetchIds('http://other:1', 'segment', 'ok', 3, 1000), { code: 'NETWORK' }, 'a server the transport was not made for')
   t.equal(await transport.fetchIds(url, 'segment', 'a/b c', 1, 1000).catch((e: { code: string }) => e.code), 'SEGMENTS_NOT_READY')
   t.equal(paths.at(-1), '/api/segment/get/a%2Fb%20c?count=1', 'the key is percent-encoded')
+})
+
+/** A port bound and closed again: connections to it are refused. */
+async function closedServer (): Promise<string> {
+  return `http://127.0.0.1:${await freePort()}`
+}
+
+/** A server answering `count` consecutive IDs, as Leaf's batch route does. */
+async function idServer (t: Test): Promise<string> {
+  let next = 1
+  const server = createServer((req, res) => {
+    const count = Number(new URL(req.url ?? '', 'http://x').searchParams.get('count'))
+    res.setHeader('content-type', 'text/plain')
+    res.end(Array.from({ length: count }, () => next++).join('\n'))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+}
+
+/** Generous: the refusals take a few ms and the pause 100 ms; the budget is 10 s. */
+const FAIL_FAST_BOUND_MS = 2000
+
+t.test('every server refuses the connection: UNREACHABLE with the counts, long before timeoutMs', async (t) => {
+  const servers = [await closedServer(), await closedServer(), await closedServer()]
+  for (const prefetch of [true, false]) {
+    const leaf = createLeafClient({ servers, prefetch, timeoutMs: 10_000 })
+    t.teardown(() => leaf.close())
+    const started = performance.now()
+    const err = await leaf.nextId('segment', 'k').catch((e: unknown) => e) as LeafClientError
+    const elapsed = performance.now() - started
+    t.match(err, { name: 'LeafClientError', code: 'UNREACHABLE', status: 0, attempts: 6, retryable: true }, `prefetch ${prefetch}`)
+    t.match(err.message, new RegExp(`^3 servers refused the connection \\(6 attempts in \\d+ ms\\): ${servers.join(', ')}; `), `prefetch ${prefetch}: names the servers and the counts`)
+    t.ok(elapsed < FAIL_FAST_BOUND_MS, `prefetch ${prefetch}: answered in ${elapsed.toFixed(0)} ms of a 10,000 ms budget`)
+    t.equal(leaf.stats().requests, 6, `prefetch ${prefetch}: two rounds of three`)
+  }
+})
+
+t.test('one server refuses, the other answers: the call is served', async (t) => {
+  const servers = [await closedServer(), await idServer(t)]
+  for (const prefetch of [true, false]) {
+    const leaf = createLeafClient({ servers, prefetch, timeoutMs: 10_000 })
+    t.teardown(() => leaf.close())
+    const ids = [await leaf.nextId('segment', 'k'), await leaf.nextId('segment', 'k')]
+    t.ok(ids.every((id) => id >= 1n), `prefetch ${prefetch}: IDs (${ids.join(', ')})`)
+    const [closed, live] = leaf.stats().servers
+    t.ok((closed?.failures ?? 0) >= 1 && closed?.ids === 0, `prefetch ${prefetch}: the closed port was asked and refused (${closed?.failures} failures)`)
+    t.ok((live?.ids ?? 0) >= 2, `prefetch ${prefetch}: the live one answered`)
+  }
+})
+
+t.test('one server refuses, the other accepts and never answers: no fail fast, the usual failover within timeoutMs', async (t) => {
+  const sockets = new Set<Socket>()
+  const silent = createTcpServer((socket) => { sockets.add(socket) })
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { for (const s of sockets) s.destroy(); silent.close() })
+  const servers = [await closedServer(), `http://127.0.0.1:${(silent.address() as AddressInfo).port}`]
+  const leaf = createLeafClient({ servers, prefetch: false, timeoutMs: 600, requestTimeoutMs: 200 })
+  t.teardown(() => leaf.close())
+  const started = performance.now()
+  const err = await leaf.nextId('segment', 'k').catch((e: unknown) => e) as LeafClientError
+  const elapsed = performance.now() - started
+  t.not(err.code, 'UNREACHABLE', `a slow server is not a refusal (${err.code}: ${err.message})`)
+  const silentFailures = leaf.stats().servers[1]?.failures ?? 0
+  t.ok(silentFailures >= 2, `the silent server was given its requestTimeoutMs again (${silentFailures} times)`)
+  t.ok(elapsed >= 200 * silentFailures, `the call went on within its budget, past any fail fast (${elapsed.toFixed(0)} ms of 600)`)
 })

@@ -40,16 +40,40 @@ t.test('a text batch ends with a newline, so every line is an ID; a single ID is
   t.equal(snowflake.match(/\n/g)?.length, 7, 'as wc -l counts: 7 lines for 7 IDs')
   t.match(snowflake, /^([0-9]+\n){7}$/)
   t.notMatch((await server.inject('/api/snowflake/get/k')).body, /\n/, 'single snowflake ID: no newline')
-  t.same((await server.inject({ url: '/api/segment/get/order?count=2', headers: { accept: 'application/json' } })).json(), { ids: ['6', '7'] }, 'JSON unchanged')
+  t.same((await server.inject({ url: '/api/segment/get/order?count=2', headers: { accept: 'application/vnd.leaf-ts+json' } })).json(), { ids: ['6', '7'] }, 'JSON with the opt-in')
+  const json = await server.inject({ url: '/api/segment/get/order?count=2', headers: { accept: 'application/json' } })
+  t.equal(json.body, '8\n9\n', 'a batch is lines whatever Accept names, but the opt-in')
+  t.equal(json.headers['content-type'], 'text/plain; charset=utf-8')
 })
 
-t.test('Accept: application/json answers {"id"} or {"ids"} with string IDs', async (t) => {
+t.test('Accept: application/json answers the bare digits, as leaf-server; application/vnd.leaf-ts+json answers {"id"} or {"ids"} with string IDs', async (t) => {
   const server = await app()
-  const one = await server.inject({ url: '/api/segment/get/order', headers: { accept: 'application/json' } })
-  t.match(one.headers['content-type'], /^application\/json/)
-  t.same(one.json(), { id: '1' })
-  const many = await server.inject({ url: '/api/segment/get/order?count=3', headers: { accept: 'application/json' } })
-  t.same(many.json(), { ids: ['2', '3', '4'] })
+  const bare = await server.inject({ url: '/api/segment/get/order', headers: { accept: 'application/json' } })
+  t.equal(bare.headers['content-type'], 'application/json; charset=utf-8')
+  t.equal(bare.body, '1')
+  const one = await server.inject({ url: '/api/segment/get/order', headers: { accept: 'application/vnd.leaf-ts+json' } })
+  t.equal(one.headers['content-type'], 'application/vnd.leaf-ts+json; charset=utf-8')
+  t.same(one.json(), { id: '2' })
+  const many = await server.inject({ url: '/api/segment/get/order?count=3', headers: { accept: 'application/vnd.leaf-ts+json' } })
+  t.same(many.json(), { ids: ['3', '4', '5'] })
+})
+
+t.test('a key with a NUL character: 400 INVALID_KEY, on the ID routes and in tag creation', async (t) => {
+  const server = await app({ 'leaf.segment.enable': true, 'leaf.admin.token': 'a-token-long-enough-0123456789' })
+  const id = await server.inject('/api/segment/get/a%00b')
+  t.equal(id.statusCode, 400)
+  t.equal(id.json().error, 'INVALID_KEY')
+  t.match(id.json().message, /NUL character \(U\+0000\)/)
+  const created = await server.inject({ method: 'POST', url: '/api/segment/tags', headers: { authorization: 'Bearer a-token-long-enough-0123456789' }, payload: { key: 'a\u0000b', step: 10 } })
+  t.equal(created.statusCode, 400)
+  t.equal(created.json().error, 'INVALID_KEY')
+})
+
+t.test('count that is not an integer is echoed in the message', async (t) => {
+  const server = await app()
+  const res = await server.inject('/api/segment/get/order?count=abc')
+  t.same(res.json(), { error: 'INVALID_COUNT', message: 'count "abc" is not an integer from 1 to 10000.' })
+  t.match((await server.inject('/api/segment/get/order?count=1&count=2')).json(), { error: 'INVALID_COUNT', message: /given 2 times/ })
 })
 
 t.test('a disabled mode answers 503 MODE_DISABLED, never ID 0', async (t) => {
@@ -72,7 +96,7 @@ t.test('bad input gets its documented status and JSON body, and the server stays
     [`/api/segment/get/${encodeURIComponent('😀'.repeat(129))}`, 400, 'INVALID_KEY'],
     ['/api/segment/get/a/b', 404, 'NOT_FOUND'],
     ['/api/segment/get/a%2Fb', 404, 'KEY_NOT_FOUND'],
-    ['/api/segment/get/%00', 404, 'KEY_NOT_FOUND'],
+    ['/api/segment/get/%00', 400, 'INVALID_KEY'], // PostgreSQL cannot store U+0000: no store takes it
     ['/api/segment/get/%zz', 400, 'BAD_REQUEST'],
     ['/api/segment/get/..', 404, 'NOT_FOUND'], // URL parsing resolves it to /api/segment/
     [`/api/segment/get/${encodeURIComponent("o' OR '1'='1")}`, 404, 'KEY_NOT_FOUND'],
@@ -96,9 +120,9 @@ t.test('bad input gets its documented status and JSON body, and the server stays
     t.type(body.message, 'string')
     t.notMatch(res.body, /at .*\.(js|ts):\d+/, 'no stack trace')
   }
-  const post = await server.inject({ method: 'POST', url: '/api/segment/get/order' })
-  t.equal(post.statusCode, 404)
-  t.equal(post.json().error, 'NOT_FOUND')
+  const put = await server.inject({ method: 'PUT', url: '/api/segment/get/order' })
+  t.equal(put.statusCode, 404, 'PUT: no route (POST is served, as leaf-server serves it)')
+  t.equal(put.json().error, 'NOT_FOUND')
   t.equal(batchLines((await server.inject('/api/segment/get/order?count=10000')).body).length, 10000, 'count at the maximum is fine')
   t.equal((await server.inject('/api/segment/get/order')).statusCode, 200, 'still serving')
 })
@@ -109,7 +133,7 @@ t.test('snowflake: the same contract as segment; any valid key', async (t) => {
   t.equal(res.statusCode, 200)
   t.match(res.headers['content-type'], /^text\/plain/)
   t.match(res.body, /^\d{18,19}$/)
-  const json = await server.inject({ url: '/api/snowflake/get/x?count=3', headers: { accept: 'application/json' } })
+  const json = await server.inject({ url: '/api/snowflake/get/x?count=3', headers: { accept: 'application/vnd.leaf-ts+json' } })
   t.equal(json.json().ids.length, 3)
   t.equal((await server.inject(`/api/snowflake/get/${'k'.repeat(129)}`)).json().error, 'INVALID_KEY')
   t.equal((await server.inject('/api/snowflake/get/x?count=0')).json().error, 'INVALID_COUNT')
@@ -214,12 +238,12 @@ t.test('5xx answers are logged at error once per code per 30 s; MODE_DISABLED, t
   t.equal(lines.filter((l) => l.error === 'MODE_DISABLED' && l.level === 20).length, 50, 'one debug line each, for who looks')
 })
 
-t.test('HEAD on an ID route: 405 with Allow: GET, and no ID is used up', async (t) => {
+t.test('HEAD on an ID route: 405 with Allow: GET, POST, and no ID is used up', async (t) => {
   const server = await app({ 'leaf.segment.enable': true, 'leaf.snowflake.enable': true, 'leaf.snowflake.cache.dir': tempDir() })
   for (const url of ['/api/segment/get/order', '/api/segment/get/order?count=5', '/api/snowflake/get/k', '/api/snowflake/get/k?count=5', '/api/segment/get/nope']) {
     const head = await server.inject({ method: 'HEAD', url })
     t.equal(head.statusCode, 405, `HEAD ${url}`)
-    t.equal(head.headers.allow, 'GET')
+    t.equal(head.headers.allow, 'GET, POST')
     t.match(head.headers['content-type'], /^application\/json/)
     t.equal(head.body, '', 'no body, as HEAD has none')
   }
@@ -227,7 +251,7 @@ t.test('HEAD on an ID route: 405 with Allow: GET, and no ID is used up', async (
   const metrics = (await server.inject('/metrics')).body
   t.notMatch(metrics, /leaf_ids_issued_total\{mode="snowflake"/, 'no snowflake ID was issued')
   t.match(metrics, /http_request_duration_seconds_count\{method="HEAD",route="\/api\/segment\/get\/:key",status_code="405"\} 3/, 'counted under the route pattern')
-  const get = await server.inject({ method: 'GET', url: '/api/segment/get/order', headers: { accept: 'application/json' } })
+  const get = await server.inject({ method: 'GET', url: '/api/segment/get/order', headers: { accept: 'application/vnd.leaf-ts+json' } })
   t.same(get.json(), { id: '2' }, 'GET unchanged')
   t.equal((await server.inject({ method: 'HEAD', url: '/healthz' })).statusCode, 200, 'HEAD elsewhere still answers as GET would')
 })

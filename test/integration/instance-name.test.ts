@@ -17,7 +17,7 @@ async function app (values: Record<string, string | number | boolean>) {
 
 t.test('every answer of the ID routes carries Leaf-Instance: IDs of both modes, single and batch, text and JSON, and errors', async (t) => {
   const server = await app({ 'leaf.segment.enable': true, 'leaf.snowflake.enable': true, 'leaf.snowflake.cache.dir': tempDir(), 'leaf.instance.name': 'leaf-a.example:8080' })
-  const json = { accept: 'application/json' }
+  const json = { accept: 'application/vnd.leaf-ts+json' }
   const answers = [
     ['/api/segment/get/order', {}, 200], ['/api/segment/get/order?count=3', {}, 200],
     ['/api/segment/get/order', json, 200], ['/api/segment/get/order?count=3', json, 200],

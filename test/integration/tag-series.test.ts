@@ -8,6 +8,7 @@ import { createMetrics, type Metrics } from '../../src/metrics/metrics.js'
 import { ACTIVE_MS, OTHER_KEY } from '../../src/metrics/tag-series.js'
 import type { SegmentMode } from '../../src/modes/segment-mode.js'
 import { neverLoaded, type SegmentBufferView } from '../../src/segment/segment-views.js'
+import { horizonSeconds } from '../../src/segment/rate-meter.js'
 import { tempDir, testConfig } from '../helpers/config.js'
 import { silentLogger } from '../helpers/logger.js'
 import { parseSamples, valueOf, type Sample } from '../helpers/prometheus.js'
@@ -53,11 +54,12 @@ interface FakeTag { buffered: number, rate: number, step: number, initOk: boolea
 function view (key: string, tag: FakeTag): SegmentBufferView {
   const segments = tag.initOk ? [{ value: 10n, max: 20n, step: tag.step }] : []
   const max0 = BigInt(10 + Math.min(tag.buffered, tag.step))
-  const bufferSeconds = tag.rate > 0 ? tag.buffered / tag.rate : Infinity
+  const bufferSeconds = horizonSeconds(tag.buffered, tag.rate)
   if (tag.neverLoaded === true) {
-    return { key, initOk: false, nextReady: false, buffered: 0, rate: 0, step: 0, value0: 0n, max0: 0n, segments: [], bufferSeconds: Infinity, failedLoads: 0 } as unknown as SegmentBufferView
+    return { key, initOk: false, nextReady: false, buffered: 0, idsPerSecond: 0, step: 0, value0: 0n, max0: 0n, segments: [], bufferSeconds: undefined, next: 'not_loaded', failedLoads: 0 } as unknown as SegmentBufferView
   }
-  return { ...tag, key, value0: 10n, max0, segments, bufferSeconds, failedLoads: tag.initOk ? 0 : 1 } as unknown as SegmentBufferView
+  const next = !tag.initOk ? 'not_loaded' : tag.nextReady ? 'ready' : tag.buffered === 0 ? 'used_up' : 'not_due'
+  return { ...tag, key, idsPerSecond: tag.rate, value0: 10n, max0, segments, bufferSeconds, next, failedLoads: tag.initOk ? 0 : 1 } as unknown as SegmentBufferView
 }
 
 /**
@@ -218,7 +220,9 @@ t.test('past the cap, tags never loaded fold without a view each, and /metrics i
   const small = setup(CAP, few)
   samples = leaf(await small.metrics.scrape())
   t.equal(valueOf(samples, 'leaf_segment_db_load_failures_total', { key: tagName(1) }), 0, 'a tag never loaded has its failure counter at 0')
-  t.equal(valueOf(samples, 'leaf_segment_step', { key: tagName(1) }), 0)
+  t.equal(valueOf(samples, 'leaf_segment_step', { key: tagName(1) }), undefined, 'and no step until its first load sets one')
+  t.equal(valueOf(samples, 'leaf_segment_buffer_seconds', { key: tagName(1) }), undefined, 'nor a horizon')
+  t.equal(valueOf(samples, 'leaf_segment_step', { key: tagName(0) }), 1000, 'a loaded tag has both')
   t.equal(valueOf(samples, 'leaf_segment_folded_tags'), 0)
 })
 

@@ -141,7 +141,7 @@ t.test('the max_id guard across lives: a table restored below what was served is
   // The same file, another database file: its marks are dropped, nothing is held.
   const other = await buildApp(testConfig({ ...values, 'leaf.jdbc.url': `sqlite:${seedSqlite(join(dir, 'other.db'))}` }), { logger: silentLogger })
   t.equal((await other.inject('/api/segment/get/order')).body, '1', 'the other table serves from its own max_id')
-  t.equal(valueOf(parseSamples((await other.inject('/metrics')).body), 'leaf_segment_store_regressions_total', { cause: 'max_id went back' }), 0)
+  t.equal(valueOf(parseSamples((await other.inject('/metrics')).body), 'leaf_segment_store_regressions_total', { cause: 'max_id_went_back' }), 0)
   await other.close()
 
   // The table put back below what the first life served (a restored backup): caught.
@@ -150,6 +150,6 @@ t.test('the max_id guard across lives: a table restored below what was served is
   const restored = await buildApp(testConfig({ ...values, 'leaf.segment.failover-hold-ms': 0 }), { logger: silentLogger })
   const id = BigInt((await restored.inject('/api/segment/get/order')).body)
   t.ok(id >= 4n, `no ID at or below what the first life served (${id})`)
-  t.equal(valueOf(parseSamples((await restored.inject('/metrics')).body), 'leaf_segment_store_regressions_total', { cause: 'max_id went back' }), 1, 'counted')
+  t.equal(valueOf(parseSamples((await restored.inject('/metrics')).body), 'leaf_segment_store_regressions_total', { cause: 'max_id_went_back' }), 1, 'counted')
   await restored.close()
 })

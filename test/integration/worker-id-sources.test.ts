@@ -550,7 +550,7 @@ t.test('zookeeper: a sequence number outside [min, max] refuses the start and le
 t.test('rules between the worker-id keys stop the start, naming the key', async (t) => {
   const cwd = tempDir()
   // As server.ts: loaded (the source's own rules), then resolved against the layout (the range's).
-  const load = (argv: string[]) => resolveSnowflakeSettings(loadConfig({ cwd, argv }).config.snowflake)
+  const load = (argv: string[]) => resolveSnowflakeSettings(loadConfig({ cwd, argv: ['--leaf.snowflake.worker.id=0', ...argv] }).config.snowflake)
   const cases: [string[], string, RegExp][] = [
     [['--leaf.snowflake.worker-id.min=10', '--leaf.snowflake.worker-id.max=5'], 'leaf.snowflake.worker-id.min', /^leaf\.snowflake\.worker-id\.min: 10 is above leaf\.snowflake\.worker-id\.max \(5\)/],
     [['--leaf.snowflake.worker-id.source=zookeeper-lease'], 'leaf.snowflake.worker-id.source', /zookeeper-lease needs leaf\.snowflake\.zk\.address/],

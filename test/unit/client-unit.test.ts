@@ -380,6 +380,62 @@ t.test('every server down: the call fails once each has failed, with the last er
   t.equal(await leaf.nextId('segment', 'k'), 1n, 'a new call tries the servers in their backoff rather than failing unasked')
 })
 
+/** The transport's error for a connection the server refused: NETWORK, the socket's error as its cause. */
+function refusal (server: string, code = 'ECONNREFUSED'): LeafClientError {
+  return new LeafClientError('NETWORK', `${server}: ${code}`, { server, cause: Object.assign(new Error(`connect ${code}`), { code }) })
+}
+
+t.test('every server refuses the connection: UNREACHABLE after refusedRounds rounds, long before timeoutMs', async (t) => {
+  for (const prefetch of [false, true]) {
+    for (const rounds of [2, 3]) {
+      const what = `prefetch ${prefetch}, ${rounds} rounds`
+      const { transport, clock, leaf } = setup({ servers: ['http://a:1', 'http://b:2', 'http://c:3'], prefetch, timeoutMs: 10_000, backoffMs: 100, refusedRounds: rounds })
+      transport.answer = (call) => { throw refusal(call.server) }
+      const err = await leaf.nextId('segment', 'k').catch((e: unknown) => e) as LeafClientError
+      const pauses = rounds === 2 ? 100 : 300
+      t.match(err, { code: 'UNREACHABLE', status: 0, attempts: 3 * rounds, retryable: true }, what)
+      t.equal(err.message, `3 servers refused the connection (${3 * rounds} attempts in ${pauses} ms): http://a:1, http://b:2, http://c:3; check that Leaf-TS runs there and that these are its address and port`, `${what}: the servers, the attempts and how long`)
+      t.match(err.cause, { code: 'NETWORK', message: /ECONNREFUSED/ }, `${what}: the last refusal as its cause`)
+      t.equal(clock.t, pauses, `${what}: the rounds' pauses (100 ms, doubling) and no more`)
+      const servers = transport.calls.map((c) => c.server)
+      t.same([...servers].sort(), Array.from({ length: rounds }, () => ['http://a:1', 'http://b:2', 'http://c:3']).flat().sort(), `${what}: each server ${rounds} times`)
+      t.equal(leaf.stats().requests, 3 * rounds)
+      clock.advance(20_000)
+      await tick()
+      t.equal(transport.calls.length, 3 * rounds, `${what}: nothing asked after the error`)
+    }
+  }
+})
+
+t.test('a refusal with a pause past the budget ends the call then, with UNREACHABLE', async (t) => {
+  const { transport, clock, leaf } = setup({ prefetch: false, timeoutMs: 50, backoffMs: 100 })
+  transport.answer = (call) => { throw refusal(call.server, call.server === 'http://a:1' ? 'ENOTFOUND' : 'ECONNREFUSED') }
+  const err = await leaf.nextId('segment', 'k').catch((e: unknown) => e) as LeafClientError
+  t.match(err, { code: 'UNREACHABLE', attempts: 2 })
+  t.match(err.message, /^2 servers could not be connected to \(2 attempts in 0 ms\): http:\/\/a:1 \(ENOTFOUND\), http:\/\/b:2 \(ECONNREFUSED\);/, 'a name that does not resolve is named')
+  t.equal(clock.t, 0)
+})
+
+t.test('a refusal beside another failure is no fail fast: the call retries until timeoutMs', async (t) => {
+  for (const other of [
+    (server: string) => errorFromAnswer(503, '{"error":"SEGMENTS_NOT_READY","message":"not ready"}', server),
+    (server: string) => new LeafClientError('TIMEOUT', `${server}: no answer within 200 ms`, { server }),
+    // A reset is not a refusal: the request may have reached the server.
+    (server: string) => new LeafClientError('NETWORK', `${server}: ECONNRESET`, { server, cause: Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' }) }),
+  ]) {
+    const { transport, clock, leaf } = setup({ prefetch: false, timeoutMs: 1000, requestTimeoutMs: 200, backoffMs: 50, maxBackoffMs: 100 })
+    transport.answer = (call) => {
+      clock.advance(10)
+      throw call.server === 'http://a:1' ? refusal(call.server) : other(call.server)
+    }
+    const err = await leaf.nextId('segment', 'k').catch((e: unknown) => e) as LeafClientError
+    const code = other('http://b:2').code
+    t.not(err.code, 'UNREACHABLE', `${code}: not UNREACHABLE`)
+    t.ok(clock.t >= 700, `${code}: retried until the budget was nearly spent (${clock.t} ms)`)
+    t.ok(transport.calls.length > 4, `${code}: past two rounds (${transport.calls.length} requests)`)
+  }
+})
+
 t.test('round-robin alternates servers per fetch; sticky keeps a key on its server until it fails', async (t) => {
   const rr = setup({ prefetch: false })
   for (let i = 0; i < 4; i++) await rr.leaf.nextId('segment', 'k')
@@ -439,6 +495,7 @@ t.test('options are checked at creation', async (t) => {
   t.throws(() => createLeafClient({ servers: ['http://a', 'http://a'], transport }), TypeError)
   t.throws(() => createLeafClient({ servers: ['http://a'], transport, minBatch: 20, maxBatch: 10 }), RangeError)
   t.throws(() => createLeafClient({ servers: ['http://a'], transport, timeoutMs: 0 }), RangeError)
+  t.throws(() => createLeafClient({ servers: ['http://a'], transport, refusedRounds: 0 }), { name: 'RangeError', message: /refusedRounds/ })
   const leaf = createLeafClient({ servers: ['http://a'], transport })
   await t.rejects(leaf.nextId('other' as Mode, 'k'), TypeError)
 })

@@ -24,8 +24,9 @@ t.test('built-in defaults when there is no file', async (t) => {
   t.match(config, {
     server: { host: '0.0.0.0', port: 8080 },
     batchMax: 10000,
-    segment: { enabled: false, waitTimeoutMs: 3000, refreshIntervalMs: 60000, store: { kind: 'sqlite', path: '/opt/leaf/data/leaf.db', embeddedDefault: true } },
-    snowflake: { enabled: false, zkAddress: '', port: 8080, twepoch: 1288834974657 },
+    // Both on, as Java Leaf reads a missing enable key; snowflake with no worker-id source named.
+    segment: { enabled: true, waitTimeoutMs: 3000, refreshIntervalMs: 60000, store: { kind: 'sqlite', path: '/opt/leaf/data/leaf.db', embeddedDefault: true } },
+    snowflake: { enabled: true, zkAddress: '', port: 8080, twepoch: 1288834974657, workerIdSourceNamed: false },
   })
 })
 
@@ -129,7 +130,7 @@ const LANDINGS: Record<Exclude<ConfigKey, FileKey>, Landing> = {
   'server.tls.key': { read: (c) => c.server.tls?.key, a: [tlsFiles[0].key, FIXED_PAIRS[0].key], b: [tlsFiles[1].key, FIXED_PAIRS[1].key] },
   'leaf.instance.name': { read: (c) => c.instanceName, a: ['leaf-a:8080', 'leaf-a:8080'], b: ['leaf-b', 'leaf-b'] },
   'log.level': { read: (c) => c.logLevel, a: ['debug', 'debug'], b: ['warn', 'warn'] },
-  'leaf.segment.enable': { read: (c) => c.segment.enabled, a: ['true', true], b: ['false', false] },
+  'leaf.segment.enable': { read: (c) => c.segment.enabled, a: ['false', false], b: ['true', true] },
   'leaf.jdbc.url': {
     read: (c) => [mysql(c)?.hosts[0]?.host, mysql(c)?.hosts[0]?.port, mysql(c)?.database],
     a: ['jdbc:mysql://db-a:3307/leaf_a?useUnicode=true', ['db-a', 3307, 'leaf_a']],
@@ -152,7 +153,7 @@ const LANDINGS: Record<Exclude<ConfigKey, FileKey>, Landing> = {
   'leaf.segment.trusted-stores': { read: (c) => c.segment.trustedStores, a: ['server_id 1', ['server_id 1']], b: ['server_id  2, galera cluster 0f3c-77ab', ['server_id 2', 'galera cluster 0f3c-77ab']] },
   'leaf.segment.state-file': { read: (c) => c.segment.stateFile, a: ['/var/lib/leaf/state.json', '/var/lib/leaf/state.json'], b: ['off', undefined] },
   'leaf.batch.max': { read: (c) => c.batchMax, a: ['500', 500], b: ['600', 600] },
-  'leaf.snowflake.enable': { read: (c) => c.snowflake.enabled, a: ['true', true], b: ['false', false] },
+  'leaf.snowflake.enable': { read: (c) => c.snowflake.enabled, a: ['false', false], b: ['true', true] },
   'leaf.snowflake.zk.address': { read: (c) => c.snowflake.zkAddress, a: ['zk-a:2181', 'zk-a:2181'], b: ['zk-b:2181,zk-c:2181', 'zk-b:2181,zk-c:2181'] },
   'leaf.snowflake.port': { read: (c) => c.snowflake.port, a: ['9091', 9091], b: ['9092', 9092] },
   'leaf.snowflake.ip': { read: (c) => c.snowflake.ip, a: ['10.0.0.1', '10.0.0.1'], b: ['10.0.0.2', '10.0.0.2'] },
@@ -621,18 +622,31 @@ t.test('Java Leaf\'s and Spring Boot\'s keys whose meaning Leaf-TS would lose ar
   t.match(refusal(t, { cwd: dirWith(), argv: ['--leaf.snowflake.mode=local'] }, '--leaf.snowflake.mode=local'), { code: 'UNSUPPORTED_KEY', where: 'command line' })
 })
 
-t.test('snowflake on the static worker id with neither a source nor a worker id given: a warning that a fleet needs a source', async (t) => {
-  const warned = (options: Parameters<typeof loadConfig>[0]) => loadConfig({ cwd: dirWith(), ...options }).warnings.filter((w) => /a fleet needs a worker-id source/.test(w))
-  const fleet = warned({ argv: ['--leaf.snowflake.enable=true'] })
-  t.equal(fleet.length, 1)
-  t.match(fleet[0], /static worker id 0, since neither leaf\.snowflake\.worker-id\.source, leaf\.snowflake\.zk\.address nor leaf\.snowflake\.worker\.id is set: every instance started so issues the same IDs/)
-  t.same(warned({ argv: ['--leaf.snowflake.enable=true', '--leaf.snowflake.worker-id.source=static'] }), [], 'the static source chosen')
-  t.equal(warned({ argv: ['--leaf.snowflake.enable=true'], env: { LEAF_SNOWFLAKE_WORKER_ID_SOURCE: '' } }).length, 1, 'an empty source is the default, not a choice')
-  t.same(warned({ argv: ['--leaf.snowflake.enable=true'], env: { LEAF_SNOWFLAKE_WORKER_ID: '0' } }), [], 'a worker id given, 0 included')
-  t.same(warned({ argv: ['--config=leaf.properties'], cwd: dirWith('leaf.snowflake.enable=true\nleaf.snowflake.worker.id=4\n') }), [], 'a worker id given in the file')
-  t.same(warned({ argv: ['--leaf.snowflake.enable=true', '--leaf.snowflake.zk.address=127.0.0.1:2181'] }), [], 'ZooKeeper')
-  t.same(warned({ argv: ['--leaf.snowflake.enable=true', '--leaf.snowflake.worker-id.source=statefulset'] }), [], 'another source')
-  t.same(warned({}), [], 'snowflake mode off')
+t.test('a Java leaf.properties without the enable keys: both modes on, as leaf-server reads it', async (t) => {
+  const java = (extra: string) => dirWith(`leaf.name=com.sankuai.leaf.opensource.test\nleaf.jdbc.url=jdbc:mysql://db.local:3306/leaf\nleaf.jdbc.username=root\n${extra}`)
+  const { config } = loadConfig({ argv: ['--config', join(java('leaf.snowflake.zk.address=zk.local:2181\nleaf.snowflake.port=9090\n'), 'leaf.properties')] })
+  t.equal(config.segment.enabled, true, 'leaf.segment.enable missing: on')
+  t.equal(config.snowflake.enabled, true, 'leaf.snowflake.enable missing: on')
+  t.equal(config.snowflake.workerIdSource, 'zookeeper')
+  t.doesNotThrow(() => resolveSnowflakeSettings(config.snowflake), 'ZooKeeper named: it starts')
+  const off = loadConfig({ argv: ['--config', join(java(''), 'leaf.properties')], env: { LEAF_SNOWFLAKE_ENABLE: 'false' } }).config
+  t.equal(off.snowflake.enabled, false, 'the environment still turns it off')
+  t.doesNotThrow(() => resolveSnowflakeSettings(off.snowflake))
+})
+
+t.test('snowflake on with no worker-id source named: refused, naming leaf.snowflake.zk.address, as leaf-server refuses', async (t) => {
+  const refused = (options: Parameters<typeof loadConfig>[0]) => t.throws(() => resolveSnowflakeSettings(loadConfig({ cwd: dirWith(), ...options }).config.snowflake),
+    { code: 'CONFIG_CONFLICT', key: 'leaf.snowflake.zk.address', message: /^leaf\.snowflake\.zk\.address: is not set and snowflake mode is on .*or set leaf\.snowflake\.enable=false$/ })
+  refused({})
+  refused({ argv: ['--config=leaf.properties'], cwd: dirWith('leaf.segment.enable=true\n') })
+  refused({ argv: ['--leaf.snowflake.enable=true'], env: { LEAF_SNOWFLAKE_WORKER_ID_SOURCE: '' } })
+  const starts = (options: Parameters<typeof loadConfig>[0], why: string) => t.doesNotThrow(() => resolveSnowflakeSettings(loadConfig({ cwd: dirWith(), ...options }).config.snowflake), why)
+  starts({ argv: ['--leaf.snowflake.worker-id.source=static'] }, 'the static source chosen')
+  starts({ env: { LEAF_SNOWFLAKE_WORKER_ID: '0' } }, 'a worker id given, 0 included')
+  starts({ argv: ['--config=leaf.properties'], cwd: dirWith('leaf.snowflake.worker.id=4\n') }, 'a worker id given in the file')
+  starts({ argv: ['--leaf.snowflake.zk.address=127.0.0.1:2181'] }, 'ZooKeeper')
+  starts({ argv: ['--leaf.snowflake.worker-id.source=statefulset'] }, 'another source')
+  starts({ argv: ['--leaf.snowflake.enable=false'] }, 'snowflake mode off')
 })
 
 t.test('edit distance: insertions, deletions, substitutions and swaps of neighbours count 1', async (t) => {
@@ -740,7 +754,7 @@ t.test('layout: a preset or a spec, one clear error naming the key when bad; the
   const raw = loadConfig({ cwd: dirWith(), argv: ['--leaf.snowflake.layout= js-safe'] }).config.snowflake
   t.same([raw.layoutSpec, raw.workerIdMax], ['js-safe', undefined], 'the loader keeps the spec and the max as given')
   // As server.ts: loaded, then the snowflake section resolved (config/resolve-config.ts).
-  const load = (...argv: string[]) => resolveSnowflakeSettings(loadConfig({ cwd: dirWith(), argv }).config.snowflake)
+  const load = (...argv: string[]) => resolveSnowflakeSettings(loadConfig({ cwd: dirWith(), argv: ['--leaf.snowflake.worker-id.source=static', ...argv] }).config.snowflake)
   const leaf = load()
   t.equal(leaf.layout.name, 'leaf')
   t.equal(leaf.workerIdMax, 1023, 'the leaf layout: worker ids up to 1023')

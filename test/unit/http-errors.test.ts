@@ -44,6 +44,7 @@ t.test('retryable 503s carry Retry-After from the setting that bounds their wait
     SEQUENCE_EXHAUSTED: '1',
     WORKER_ID_UNAVAILABLE: '1',
     WORKER_LEASE_LOST: '1',
+    SNOWFLAKE_NOT_READY: '1',
   }
   for (const [code, { status }] of Object.entries(ERRORS) as [ErrorCode, { status: number }][]) {
     const res = await app.inject(`/throw/${code}`)

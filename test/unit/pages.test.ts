@@ -1,7 +1,7 @@
 import t from 'tap'
-import { duration, renderCachePage, sparkline, timeLeftLine, type InstanceView } from '../../src/http/pages.js'
+import { duration, horizonText, renderCachePage, sparkline, tagBadge, timeLeftLine, type InstanceView } from '../../src/http/pages.js'
 import { horizonSeconds } from '../../src/segment/rate-meter.js'
-import type { SegmentBufferView } from '../../src/segment/segment-views.js'
+import type { NextSegment, SegmentBufferView } from '../../src/segment/segment-views.js'
 import type { LeaseStatus } from '../../src/snowflake/worker-id/worker-id-source.js'
 
 // The /cache page's snowflake panel for each kind of source and state, rendered directly
@@ -88,9 +88,10 @@ const view: SegmentBufferView = {
   updateTimestamp: 0,
   segments: [{ value: 1200n, max: 2001n, step: 2000 }, { value: 2001n, max: 4001n, step: 2000 }],
   buffered: 2801,
-  rate: 55,
-  ratePerMinute: 40,
-  bufferSeconds: 50.9,
+  idsPerSecond: 55,
+  idsPerSecondLastMinute: 40,
+  bufferSeconds: 2801 / 55,
+  next: 'ready',
   history: Array.from({ length: 90 }, (_, i) => i < 60 ? 0 : i - 59),
   lastLoadSeconds: 0.0042,
   failedLoads: 3,
@@ -115,30 +116,76 @@ t.test('the dashboard: the instance panel, each tag\'s rate, buffer, loads and s
   t.match(html, /segment<\/dt><dd><span class="badge bad">not ready<\/span> database unreachable: ECONNREFUSED \(connection refused\), and 1 tag\(s\) &lt;x&gt;/, 'reasons escaped')
   t.match(html, /<span data-error="SEGMENTS_NOT_READY">segment SEGMENTS_NOT_READY <b>7<\/b><\/span>/)
   t.notMatch(html, /CLOCK_BACKWARDS/, 'codes never answered are left out')
-  t.match(html, /<span data-rate>rate <b>40<\/b> IDs\/s \(last minute\)/)
-  t.match(html, /<span data-lasts>buffer lasts <b>70 s<\/b>/, '2,801 IDs at 40 IDs/s')
+  t.match(html, /<span data-rate>rate <b>55<\/b> IDs\/s now, <b>40<\/b> over the last minute<\/span>/)
+  t.match(html, /<span data-lasts>buffer lasts <b>51 s<\/b> at the rate now<\/span>/, '2,801 IDs at 55 IDs/s')
   t.match(html, /<span data-load>last load <b>4\.2 ms<\/b>/)
   t.match(html, /<span data-failed>failed loads <b>3<\/b>/)
   t.match(html, /<svg class="spark"[^>]* data-points="90" aria-label="IDs per second over the last 15 minutes, peak 30"/)
-  t.match(html, /buffered 2,801 IDs in 2 segments · 50\.9 s at 55 IDs\/s/)
+  t.match(html, /<div class="label" data-buffered>buffered 2,801 IDs in 2 segments<\/div>/)
   t.equal((html.match(/<script/g) ?? []).length, 0, 'no script')
-  const idle = renderCachePage(instance, tagsOf([{ ...view, ratePerMinute: 0, rate: 0, bufferSeconds: Infinity, lastLoadSeconds: 0 }]), undefined, TWEPOCH)
-  t.match(idle, /buffer lasts <b>idle<\/b>/)
+  const idle = renderCachePage(instance, tagsOf([{ ...view, idsPerSecondLastMinute: 0, idsPerSecond: 0, bufferSeconds: undefined, lastLoadSeconds: 0 }]), undefined, TWEPOCH)
+  t.match(idle, /buffer lasts <b>idle \(under 1 ID\/s\)<\/b><\/span>/)
   t.match(idle, /last load <b>—<\/b>/)
   t.match(idle, /ZooKeeper<\/dt><dd>snowflake mode off/)
-  t.match(renderCachePage(instance, tagsOf([{ ...view, ended: true }]), undefined, TWEPOCH), /badge bad">ID space ended/)
+  t.match(renderCachePage(instance, tagsOf([{ ...view, ended: true }]), undefined, TWEPOCH), /badge bad" data-next="ended">ID space ended/)
 })
 
 t.test('the horizon in seconds only at 1 ID/s or more: under it, the remnant of a burst, the tag is idle', async (t) => {
-  const horizon = (rate: number, bufferSeconds: number) =>
-    /data-horizon>([^<]*)</.exec(renderCachePage(instance, tagsOf([{ ...view, buffered: 61_597, rate, bufferSeconds }]), undefined, TWEPOCH))?.[1]
   // What a tag showed once it went quiet: the rate decays towards 0 and never reaches it.
-  t.equal(horizon(61_597 / 2160684850.9, 2160684850.9), 'buffered 61,597 IDs in 2 segments · idle (under 1 ID/s)')
-  t.equal(horizon(0.99, 61_597 / 0.99), 'buffered 61,597 IDs in 2 segments · idle (under 1 ID/s)')
-  t.equal(horizon(0, Infinity), 'buffered 61,597 IDs in 2 segments · idle (under 1 ID/s)')
-  t.equal(horizon(1, 61_597), 'buffered 61,597 IDs in 2 segments · 61597.0 s at 1 IDs/s', 'at 1 ID/s the figure is shown')
-  t.equal(horizonSeconds({ rate: 0.5, bufferSeconds: 120 }), undefined)
-  t.equal(horizonSeconds({ rate: 40, bufferSeconds: 0 }), 0, 'an empty buffer under load is 0 s, not idle')
+  t.equal(horizonSeconds(61_597, 61_597 / 2160684850.9), undefined)
+  t.equal(horizonSeconds(61_597, 0.99), undefined)
+  t.equal(horizonSeconds(61_597, 0), undefined)
+  t.equal(horizonSeconds(61_597, 1), 61_597, 'at 1 ID/s the figure is shown')
+  t.equal(horizonSeconds(0, 40), 0, 'an empty buffer under load is 0 s, not idle')
+  t.equal(horizonText({ bufferSeconds: undefined }), 'idle (under 1 ID/s)')
+  t.equal(horizonText({ bufferSeconds: 61_597 }), '17.1 h')
+  t.equal(horizonText({ bufferSeconds: 17.4 }), '17 s')
+})
+
+t.test('one horizon per card, whatever the two rates: the buffered IDs over the rate the horizon plans with', async (t) => {
+  // The issue's cards: a minute's average far below the rate now (a burst), and far above it (a tag going quiet).
+  for (const [idsPerSecond, idsPerSecondLastMinute] of [[82, 6], [0.5, 300]] as const) {
+    const v = { ...view, buffered: 1427, idsPerSecond, idsPerSecondLastMinute, bufferSeconds: horizonSeconds(1427, idsPerSecond) }
+    const html = renderCachePage(instance, tagsOf([v]), undefined, TWEPOCH)
+    const card = /<section class="card tag"[\s\S]*?<\/section>/.exec(html)?.[0] ?? ''
+    const horizons = [...card.matchAll(/lasts <b>([^<]+)<\/b>/g)].map((m) => m[1])
+    t.same(horizons, [idsPerSecond >= 1 ? '17 s' : 'idle (under 1 ID/s)'], `${idsPerSecond} IDs/s now, ${idsPerSecondLastMinute} over the minute`)
+    t.notMatch(card, /\d s at \d|\d min\b|\d h\b/, 'no second figure')
+  }
+})
+
+t.test('the badge: amber only for a late load, never for a tag that does not need its next segment yet', async (t) => {
+  const badge = (next: NextSegment, more: Partial<SegmentBufferView> = {}) => tagBadge({ ended: false, failedLoads: 0, next, ...more })
+  t.equal(badge('ready'), '<span class="badge ok" data-next="ready">next ready</span>')
+  t.equal(badge('not_due'), '<span class="badge ok" data-next="not_due">next not needed yet</span>', '5 IDs of 1,000 used: nothing to load yet')
+  t.equal(badge('due'), '<span class="badge ok" data-next="due">next loads on the next request</span>')
+  t.equal(badge('loading'), '<span class="badge ok" data-next="loading">next loading</span>')
+  t.equal(badge('late', { failedLoads: 2 }), '<span class="badge warn" data-next="late">next load late: retrying</span>')
+  t.equal(badge('used_up'), '<span class="badge bad" data-next="used_up">used up: waiting for a load</span>')
+  t.equal(badge('not_loaded'), '<span class="badge idle" data-next="not_loaded">not loaded yet</span>')
+  t.equal(badge('not_loaded', { failedLoads: 3 }), '<span class="badge warn" data-next="not_loaded">not loaded: 3 failed loads</span>', 'its first loads failed')
+  t.equal(badge('ready', { ended: true }), '<span class="badge bad" data-next="ended">ID space ended</span>')
+  const amber = (['not_loaded', 'ready', 'used_up', 'loading', 'not_due', 'due', 'late'] as const).filter((n) => badge(n).includes('warn'))
+  t.same(amber, ['late'], 'amber: a late load alone')
+})
+
+t.test('a tag never loaded is a line under "not loaded yet", not a card', async (t) => {
+  const never: SegmentBufferView = {
+    ...view,
+    key: 'fresh',
+    initOk: false,
+    nextReady: false,
+    segments: [],
+    buffered: 0,
+    idsPerSecond: 0,
+    idsPerSecondLastMinute: 0,
+    bufferSeconds: undefined,
+    next: 'not_loaded',
+    failedLoads: 0,
+  }
+  const html = renderCachePage(instance, tagsOf([view, never]), undefined, TWEPOCH)
+  t.match(html, /Not loaded yet, never asked for since the start[^<]*<\/p><ul class="idle-tags"><li data-key="fresh">fresh<\/li><\/ul>/)
+  t.notMatch(html, /<section class="card tag" data-key="fresh"/)
 })
 
 t.test('durations and sparklines for a person', async (t) => {

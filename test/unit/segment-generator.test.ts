@@ -2,6 +2,7 @@ import t from 'tap'
 import { LeafError } from '../../src/errors.js'
 import { createSegmentGenerator, type Id, type SegmentGeneratorOptions } from '../../src/segment/segment-generator.js'
 import { MAX_STEP, adaptStep } from '../../src/segment/segment-loader.js'
+import { TAG_LOOKUPS_PER_SECOND } from '../../src/segment/tag-lookup.js'
 import { FakeStore } from '../helpers/fake-store.js'
 import { silentLogger } from '../helpers/logger.js'
 import { type FakeClock, fakeTime, outcome, settled } from '../helpers/time.js'
@@ -129,7 +130,8 @@ t.test('a batch the current segment holds is answered at once, and preloads like
   t.same((generator.nextBatch('order', 10) as Id[]).map(Number), [91, 92, 93, 94, 95, 96, 97, 98, 99, 100], 'to the segment\'s last ID')
   await settle()
   t.same((await generator.nextBatch('order', 2)).map(Number), [101, 102], 'then the preloaded segment')
-  t.throws(() => generator.nextBatch('missing', 5), { code: 'KEY_NOT_FOUND' })
+  await t.rejects(Promise.resolve().then(() => generator.nextBatch('missing', 5)), { code: 'KEY_NOT_FOUND' }, 'looked up, and not there')
+  t.throws(() => generator.nextBatch('missing', 5), { code: 'KEY_NOT_FOUND' }, 'within a second of its lookup: at once')
 })
 
 t.test('nextRanges: one range per segment the batch comes from', async (t) => {
@@ -207,8 +209,102 @@ t.test('unknown keys: NOT_READY before the tags are loaded, KEY_NOT_FOUND after'
   store.failing = false
   await time.tickAsync(100) // the background retry loads them
   t.equal(generator.initialized, true)
-  t.throws(() => generator.next('nope'), new LeafError('KEY_NOT_FOUND', 'Tag "nope" is not in the leaf_alloc table.'))
+  await t.rejects(Promise.resolve().then(() => generator.next('nope')), new LeafError('KEY_NOT_FOUND',
+    'Tag "nope" is not in the leaf_alloc table: insert a row into leaf_alloc (biz_tag, max_id, step) or POST /api/segment/tags; the next request serves it.'))
   t.equal(BigInt(await generator.next('order')), 1n)
+})
+
+/** The error `fn` throws or rejects with; undefined when it answers. */
+async function errorOf (fn: () => unknown): Promise<{ code?: string, message: string } | undefined> {
+  try {
+    await fn()
+    return undefined
+  } catch (err) {
+    return err as { code?: string, message: string }
+  }
+}
+
+/** The store's getTag calls, counted. */
+function countLookups (store: FakeStore): { keys: string[] } {
+  const seen = { keys: [] as string[] }
+  const getTag = store.getTag.bind(store)
+  store.getTag = (key) => {
+    seen.keys.push(key)
+    return getTag(key)
+  }
+  return seen
+}
+
+t.test('a tag inserted after the last refresh is looked up and served on its first request', async (t) => {
+  const store = new FakeStore({ a: { step: 5 } })
+  const lookups = countLookups(store)
+  const { generator } = setup(store)
+  await generator.init()
+  store.add('fresh', 10, 500n)
+  const ids = await Promise.all([generator.next('fresh'), generator.next('fresh'), generator.nextBatch('fresh', 3)])
+  t.same(ids.flat().map(Number), [500, 501, 502, 503, 504], 'served at once, in order')
+  t.same(lookups.keys, ['fresh'], 'concurrent requests shared one lookup')
+  t.equal(generator.has('fresh'), true)
+  t.equal(BigInt(await generator.next('fresh')), 505n, 'and then from its buffer, with no lookup')
+  t.equal(lookups.keys.length, 1)
+})
+
+t.test('an unknown tag is looked up at most once a second', async (t) => {
+  const store = new FakeStore({ a: { step: 5 } })
+  const lookups = countLookups(store)
+  const { generator } = setup(store)
+  await generator.init()
+  await t.rejects(Promise.resolve().then(() => generator.next('later')), { code: 'KEY_NOT_FOUND' })
+  store.add('later', 5, 70n)
+  t.throws(() => generator.next('later'), { code: 'KEY_NOT_FOUND', message: /looked up less than a second ago: insert a row into leaf_alloc/ }, 'at once, with no query')
+  t.equal(lookups.keys.length, 1)
+  await time.tickAsync(999)
+  t.throws(() => generator.next('later'), { code: 'KEY_NOT_FOUND' }, 'still within the second')
+  await time.tickAsync(1)
+  t.equal(BigInt(await generator.next('later')), 70n, 'a second later: looked up again, and served')
+  t.same(lookups.keys, ['later', 'later'])
+})
+
+t.test('unknown tags: at most TAG_LOOKUPS_PER_SECOND lookups a second across tags, and a bounded memory', async (t) => {
+  const store = new FakeStore({ a: { step: 5 } })
+  const lookups = countLookups(store)
+  const { generator } = setup(store)
+  await generator.init()
+  const answers = []
+  for (let i = 0; i < 1000; i++) answers.push(await errorOf(() => generator.next(`unknown-${i}`)))
+  t.equal(lookups.keys.length, TAG_LOOKUPS_PER_SECOND, 'the burst, then none')
+  t.ok(answers.every((a) => a?.code === 'KEY_NOT_FOUND'), 'every one KEY_NOT_FOUND')
+  t.match(answers[999]?.message, /not looked up now \(unknown tags are looked up at most 20 a second\)/)
+  await time.tickAsync(500)
+  for (let i = 1000; i < 2000; i++) await errorOf(() => generator.next(`unknown-${i}`))
+  t.equal(lookups.keys.length, TAG_LOOKUPS_PER_SECOND * 1.5, 'half a second refills half the rate')
+  await time.tickAsync(10_000)
+  store.add('unknown-5', 5, 9n)
+  t.equal(BigInt(await generator.next('unknown-5')), 9n, 'a key refused before serves once its row is there')
+})
+
+t.test('an unknown tag is found by its exact key only', async (t) => {
+  const store = new FakeStore({ a: { step: 5 } })
+  // As MySQL's case-insensitive collation answers.
+  store.getTag = async (key) => key.toLowerCase() === 'orders' ? { key: 'orders', maxId: 1n, step: 5, description: null, updateTime: new Date() } : undefined
+  const { generator } = setup(store)
+  await generator.init()
+  await t.rejects(Promise.resolve().then(() => generator.next('Orders')), { code: 'KEY_NOT_FOUND' })
+  t.equal(generator.has('Orders'), false)
+})
+
+t.test('a lookup the store does not answer: STORE_UNAVAILABLE within the wait timeout', async (t) => {
+  const store = new FakeStore({ a: { step: 5 } })
+  const { generator } = setup(store, { waitTimeoutMs: 1000 })
+  await generator.init()
+  store.delayMs = 5000
+  store.add('slow', 5)
+  const answer = await outcome(time, Promise.resolve().then(() => generator.next('slow')), 1500)
+  t.match(answer, { state: 'rejected', afterMs: 1000, reason: { code: 'STORE_UNAVAILABLE', message: /its lookup in the database failed or was not answered in time/ } })
+  store.delayMs = 0
+  store.failing = true
+  await time.tickAsync(5000)
+  await t.rejects(Promise.resolve().then(() => generator.next('slow')), { code: 'STORE_UNAVAILABLE' })
 })
 
 t.test('tags added and removed in the store are picked up by a refresh', async (t) => {
@@ -219,7 +315,7 @@ t.test('tags added and removed in the store are picked up by a refresh', async (
   store.rows.delete('a')
   await generator.refreshTags()
   t.equal(BigInt(await generator.next('b')), 100n)
-  t.throws(() => generator.next('a'), { code: 'KEY_NOT_FOUND' })
+  await t.rejects(Promise.resolve().then(() => generator.next('a')), { code: 'KEY_NOT_FOUND' })
 })
 
 t.test('a tag deleted between refreshes answers KEY_NOT_FOUND on its next load', async (t) => {

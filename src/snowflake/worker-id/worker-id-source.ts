@@ -52,4 +52,6 @@ export interface WorkerLease extends IssueGuard {
 export interface WorkerIdSource {
   readonly kind: SourceName
   acquire (): Promise<WorkerLease>
+  /** Ends what a failed acquire kept for the next one (the zookeeper source's unconnected client). */
+  release? (): Promise<void>
 }

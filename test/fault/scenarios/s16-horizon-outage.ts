@@ -45,7 +45,7 @@ export async function horizonOutage (suite: Suite, report: Report): Promise<void
 
   const cache = async () => {
     const a = await probe.get(`${leaf.url}/api/cache`)
-    return a.status === 200 ? (JSON.parse(a.body) as Record<string, { bufferSeconds: number | null, buffered: number, segments: unknown[], rate: number }>)[tag] : undefined
+    return a.status === 200 ? (JSON.parse(a.body) as { key: string, bufferSeconds: number | null, bufferedIds: number, segments: unknown[], idsPerSecond: number }[]).find((v) => v.key === tag) : undefined
   }
   const built = await waitUntil(async () => ((await cache())?.bufferSeconds ?? 0) >= BUFFER_SECONDS, 30_000, 200)
   const before = await cache()
@@ -68,8 +68,8 @@ export async function horizonOutage (suite: Suite, report: Report): Promise<void
   report.check(back, `no ID within 15 s of MariaDB's restart (${fmtMs(backMs)})`)
   // A request waits for a load at most the wait timeout, then answers SEGMENTS_NOT_READY.
   checkSlowest(report, WAIT_TIMEOUT_MS, 'leaf.segment.wait-timeout-ms')
-  report.note(`${IDS_PER_SECOND} IDs/s (${RATE} requests/s) on a table step of ${TABLE_STEP}; at the kill the instance held ${before?.buffered} IDs in ${before?.segments.length} segments, ` +
-    `${before?.bufferSeconds} s at ${before?.rate} IDs/s; it served ${fmtMs(lastedMs)} without a failed request ${at.firstFailure === undefined ? `(the outage was ended at ${fmtMs(MAX_OUTAGE_MS)})` : 'until its first 503'}; ` +
+  report.note(`${IDS_PER_SECOND} IDs/s (${RATE} requests/s) on a table step of ${TABLE_STEP}; at the kill the instance held ${before?.bufferedIds} IDs in ${before?.segments.length} segments, ` +
+    `${before?.bufferSeconds} s at ${before?.idsPerSecond} IDs/s; it served ${fmtMs(lastedMs)} without a failed request ${at.firstFailure === undefined ? `(the outage was ended at ${fmtMs(MAX_OUTAGE_MS)})` : 'until its first 503'}; ` +
     `IDs again ${fmtMs(backMs)} after MariaDB was up; ${result.requests} requests, slowest ${fmtMs(timeline.slowest.ms)}`)
   report.recover = `lasted ${fmtMs(lastedMs)} with MariaDB down; back ${fmtMs(backMs)} after it`
 }

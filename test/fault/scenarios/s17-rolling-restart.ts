@@ -15,7 +15,7 @@ const SETTLE_MS = 1500
 /** The bound on the IDs lost to restarts, as a share of the range the run consumed. */
 const MAX_LOST_SHARE = 0.01
 
-interface CacheView { segments?: { value: string, max: string }[], value0?: string, max0?: string, value1?: string, max1?: string, nextReady?: boolean }
+interface CacheView { key: string, segments?: { value: string, max: string }[], value0?: string, max0?: string, value1?: string, max1?: string, nextReady?: boolean }
 
 /**
  * 17. Rolling restart: three instances serve one tag under a paced load; ten times, each in
@@ -74,7 +74,7 @@ export async function rollingRestart (suite: Suite, report: Report): Promise<voi
   const last = sorted[sorted.length - 1] ?? 0n
   for (const leaf of leaves) {
     const a = await probe.get(`${(leaf as Leaf).url}/api/cache`)
-    const view = (JSON.parse(a.body) as Record<string, CacheView>)[tag]
+    const view = (JSON.parse(a.body) as CacheView[]).find((v) => v.key === tag)
     const ranges = view?.segments ?? [{ value: view?.value0 ?? '0', max: view?.max0 ?? '0' }, ...(view?.nextReady === true ? [{ value: view.value1 ?? '0', max: view.max1 ?? '0' }] : [])]
     for (const r of ranges) {
       const lo = BigInt(r.value)

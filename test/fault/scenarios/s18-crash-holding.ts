@@ -40,7 +40,7 @@ export async function crashHolding (suite: Suite, report: Report): Promise<void>
 
   const cache = async () => {
     const a = await probe.get(`${state.leaf.url}/api/cache`)
-    return (JSON.parse(a.body) as Record<string, { bufferSeconds: number | null, segments: unknown[], buffered: number }>)[tag]
+    return (JSON.parse(a.body) as { key: string, bufferSeconds: number | null, segments: unknown[], bufferedIds: number }[]).find((v) => v.key === tag)
   }
   await waitUntil(async () => ((await cache())?.segments.length ?? 0) >= 3, 20_000, 100)
   const held = await cache()
@@ -72,7 +72,7 @@ export async function crashHolding (suite: Suite, report: Report): Promise<void>
   report.check(returnedBefore === 0, `leaf_segment_ids_returned_total ${returnedBefore} before any graceful stop`)
   report.check(code === 0, `SIGTERM of the second life exited ${code}`)
   report.check(maxAfterTerm < maxBeforeTerm, `the second life's SIGTERM gave nothing back (max_id ${maxBeforeTerm} -> ${maxAfterTerm}) though it reserved last`)
-  report.note(`the first life held ${held?.buffered} IDs in ${held?.segments.length} segments (${held?.bufferSeconds} s) at the SIGKILL; max_id ${maxAtKill} at the kill and ${maxAfter} after; ` +
+  report.note(`the first life held ${held?.bufferedIds} IDs in ${held?.segments.length} segments (${held?.bufferSeconds} s) at the SIGKILL; max_id ${maxAtKill} at the kill and ${maxAfter} after; ` +
     `life 1 issued ${one.n} IDs up to ${one.max}, life 2 ${two.n} from ${two.min}, listening ${fmtMs(restartMs)} after the kill; ` +
     `its SIGTERM returned max_id ${maxBeforeTerm} -> ${maxAfterTerm}`)
   report.recover = `lost ${maxAtKill - one.max - 1n} IDs at the kill; next IDs from ${two.min - one.max} above`

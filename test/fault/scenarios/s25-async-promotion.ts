@@ -105,7 +105,7 @@ export async function asyncPromotion (suite: Suite, report: Report): Promise<voi
       let at = Infinity
       await waitUntil(async () => {
         const m = await metrics(probe, leaf.url).catch(() => new Map<string, number>())
-        const n = (m.get('leaf_segment_store_regressions_total{cause="store changed"}') ?? 0) + (m.get('leaf_segment_store_regressions_total{cause="max_id went back"}') ?? 0)
+        const n = (m.get('leaf_segment_store_regressions_total{cause="store_changed"}') ?? 0) + (m.get('leaf_segment_store_regressions_total{cause="max_id_went_back"}') ?? 0)
         if (n > 0) at = performance.now() - killedAt
         return n > 0
       }, EXPECTED_WINDOW_MS + 5000, 50)

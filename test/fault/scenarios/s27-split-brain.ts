@@ -121,7 +121,7 @@ export function splitBrain (trigger: SplitTrigger): (suite: Suite, report: Repor
       const counted = await waitUntil(async () => {
         const seen = await Promise.all([slots[0], slots[1]].map(async (leaf) => {
           const m = await metrics(probe, (leaf as Leaf).url).catch(() => new Map<string, number>())
-          return (m.get('leaf_segment_store_regressions_total{cause="store changed"}') ?? 0) + (m.get('leaf_segment_store_regressions_total{cause="max_id went back"}') ?? 0)
+          return (m.get('leaf_segment_store_regressions_total{cause="store_changed"}') ?? 0) + (m.get('leaf_segment_store_regressions_total{cause="max_id_went_back"}') ?? 0)
         }))
         return seen.every((n) => n > 0)
       }, 20_000, 100)

@@ -83,10 +83,10 @@ export async function handEditTwoMarks (suite: Suite, report: Report): Promise<v
     const rowAfter = await suite.db.maxId(tag)
     const sorted = report.ledger.sorted(`segment:${tag}`)
     const highest = sorted.length === 0 ? 0n : sorted[sorted.length - 1] as bigint
-    const counted = await Promise.all(leaves.map(async (leaf) => (await metrics(probe, leaf.url)).get('leaf_segment_store_regressions_total{cause="max_id went back"}') ?? 0))
+    const counted = await Promise.all(leaves.map(async (leaf) => (await metrics(probe, leaf.url)).get('leaf_segment_store_regressions_total{cause="max_id_went_back"}') ?? 0))
     const ready = await Promise.all(leaves.map((leaf) => readyz(probe, leaf.url)))
     report.check(lowered < atEdit.A && lowered < atEdit.B, `the edit (${lowered}) is not below what both served (A ${atEdit.A}, B ${atEdit.B}): the scenario tests nothing`)
-    for (const [i, n] of counted.entries()) report.check(n > 0, `instance ${i === 0 ? 'A' : 'B'} never counted the regression (leaf_segment_store_regressions_total{cause="max_id went back"} ${n})`)
+    for (const [i, n] of counted.entries()) report.check(n > 0, `instance ${i === 0 ? 'A' : 'B'} never counted the regression (leaf_segment_store_regressions_total{cause="max_id_went_back"} ${n})`)
     report.check(rowAfter > highest, `the row's max_id ${rowAfter} is not above every ID served (${highest})`)
     for (const [i, r] of ready.entries()) report.check(r.status === 200, `instance ${i === 0 ? 'A' : 'B'} not ready at the end: ${r.raw}`)
     report.note(`max_id ${before} at the edit, set to ${lowered} (${before - lowered} IDs back), A had served up to ${atEdit.A}, B up to ${atEdit.B}; ` +

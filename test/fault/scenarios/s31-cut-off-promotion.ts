@@ -130,11 +130,11 @@ export async function cutOffPromotion (suite: Suite, report: Report): Promise<vo
     // range reserved after Q's last, which the promoted store lost and nobody's mark covers.
     const chain = async (leaf: Leaf) => {
       const a = await probe.get(`${leaf.url}/api/cache`)
-      return a.status === 200 ? (JSON.parse(a.body) as Record<string, Chain | undefined>)[tag]?.segments.map((x) => ({ value: BigInt(x.value), max: BigInt(x.max) })) : undefined
+      return a.status === 200 ? (JSON.parse(a.body) as (Chain & { key: string })[]).find((v) => v.key === tag)?.segments.map((x) => ({ value: BigInt(x.value), max: BigInt(x.max) })) : undefined
     }
     const chainSteps = async (leaf: Leaf) => {
       const a = await probe.get(`${leaf.url}/api/cache`)
-      return a.status === 200 ? (JSON.parse(a.body) as Record<string, { segments: { step: number }[] } | undefined>)[tag]?.segments.map((x) => x.step) : undefined
+      return a.status === 200 ? (JSON.parse(a.body) as { key: string, segments: { step: number }[] }[]).find((v) => v.key === tag)?.segments.map((x) => x.step) : undefined
     }
     let atCut = ''
     const ends = (chainOf: { max: bigint }[]) => chainOf.reduce((m, x) => x.max > m ? x.max : m, 0n)
@@ -182,7 +182,7 @@ export async function cutOffPromotion (suite: Suite, report: Report): Promise<vo
     const highest = sorted.length === 0 ? 0n : sorted[sorted.length - 1] as bigint
     const failovers = await Promise.all(leaves.map(async (leaf) => {
       const m = await metrics(probe, leaf.url)
-      return (m.get('leaf_segment_store_regressions_total{cause="store changed"}') ?? 0) + (m.get('leaf_segment_store_regressions_total{cause="max_id went back"}') ?? 0)
+      return (m.get('leaf_segment_store_regressions_total{cause="store_changed"}') ?? 0) + (m.get('leaf_segment_store_regressions_total{cause="max_id_went_back"}') ?? 0)
     }))
     const ready = await Promise.all(leaves.map((leaf) => readyz(probe, leaf.url)))
     report.check(replicaMax < primaryMax, `the promoted replica's max_id ${replicaMax} is not behind the primary's ${primaryMax}: nothing was lost, the scenario tests nothing`)

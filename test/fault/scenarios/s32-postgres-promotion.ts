@@ -121,7 +121,7 @@ export async function postgresPromotion (suite: Suite, report: Report): Promise<
     const checkpoint = await pair.replica.timelines()
     const seen = await Promise.all(leaves.map(async (leaf) => {
       const m = await metrics(probe, leaf.url).catch(() => new Map<string, number>())
-      return (m.get('leaf_segment_store_regressions_total{cause="store changed"}') ?? 0) + (m.get('leaf_segment_store_regressions_total{cause="max_id went back"}') ?? 0)
+      return (m.get('leaf_segment_store_regressions_total{cause="store_changed"}') ?? 0) + (m.get('leaf_segment_store_regressions_total{cause="max_id_went_back"}') ?? 0)
     }))
     state.stop = true
     await Promise.all(loops)

@@ -16,10 +16,11 @@ const PACE_IDS = 5
 /** A caller that got an error waits this long before its next call, as a real one would. */
 const ERROR_PAUSE_MS = 20
 /**
- * Errors a caller may get: no answer while the server is down (NETWORK, TIMEOUT), and, from
- * the restarted server, ID_REGRESSION. Any other is a failure.
+ * Errors a caller may get: no answer while the server is down (UNREACHABLE while its port
+ * refuses connections, NETWORK, TIMEOUT), and, from the restarted server, ID_REGRESSION. Any
+ * other is a failure.
  */
-const EXPECTED = new Set(['NETWORK', 'TIMEOUT', 'ID_REGRESSION'])
+const EXPECTED = new Set(['UNREACHABLE', 'NETWORK', 'TIMEOUT', 'ID_REGRESSION'])
 
 /**
  * An embedded store of its own: a SQLite file with Leaf's table and the scenario's tag, made
@@ -59,7 +60,7 @@ export async function clientFreshStore (suite: Suite, report: Report): Promise<v
   const ids: bigint[][] = Array.from({ length: CALLERS }, () => [])
   const errors = new Map<string, number>()
   const marks = { killedAt: 0, restartedAt: 0, beforeKill: 0, afterRestart: 0, firstAfterRestart: 0, maxBeforeKill: 0n }
-  report.expectedWhat = 'caller errors: NETWORK/TIMEOUT while down, ID_REGRESSION from the fresh store'
+  report.expectedWhat = 'caller errors: UNREACHABLE/NETWORK/TIMEOUT while down, ID_REGRESSION from the fresh store'
   try {
     const callers = Array.from({ length: CALLERS }, async (_, c) => {
       const mine = ids[c] as bigint[]

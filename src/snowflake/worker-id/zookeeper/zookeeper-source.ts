@@ -16,10 +16,11 @@ import { EXPIRY_MARGIN_MS, authRefusal, closeZookeeper, createZookeeper, session
 
 /** leaf.snowflake.worker-id.source=zookeeper. */
 export function zookeeperSource (config: ResolvedConfig, logger: Logger, clock: () => number): WorkerIdSource {
+  const kept: KeptClient = {}
   return {
     kind: 'zookeeper',
     async acquire () {
-      const lease = await acquireWorkerLease({ ...leaseOptions(config, logger, clock), zkAddress: config.snowflake.zkAddress, staticWorkerId: config.snowflake.workerId, staticSource: 'static' })
+      const lease = await acquireWorkerLease({ ...leaseOptions(config, logger, clock), zkAddress: config.snowflake.zkAddress, staticWorkerId: config.snowflake.workerId, staticSource: 'static' }, kept)
       try {
         refuseOutOfRange(lease.workerId, config, 'zookeeper')
       } catch (err) {
@@ -28,11 +29,23 @@ export function zookeeperSource (config: ResolvedConfig, logger: Logger, clock: 
       }
       return lease
     },
+    async release () {
+      const client = kept.client
+      kept.client = undefined
+      if (client !== undefined) await closeZookeeper(client)
+    },
   }
 }
 
+/**
+ * The client of an acquire that could not connect, for the next acquire to wait on: a client
+ * is closed only once it has connected (zookeeper-client.ts), so one new client per attempt
+ * would leave every earlier one trying to connect for as long as ZooKeeper stays away.
+ */
+export interface KeptClient { client?: Client }
+
 /** Refuses (LeaseRefused) whenever the clock or another live holder says IDs could repeat. */
-export async function acquireWorkerLease (options: WorkerLeaseOptions): Promise<WorkerLease> {
+export async function acquireWorkerLease (options: WorkerLeaseOptions, kept?: KeptClient): Promise<WorkerLease> {
   if (options.zkAddress === '') return acquireStaticLease(options)
   const cacheDir = workerCacheDir(options)
   const cacheFile = join(cacheDir, CACHE_FILE)
@@ -48,12 +61,14 @@ export async function acquireWorkerLease (options: WorkerLeaseOptions): Promise<
 
   // One client for the lease's life: it retries by itself, and is never closed before it has
   // connected (zookeeper-client.ts says why).
-  const client = createZookeeper(options.zkAddress, options.zkSessionTimeoutMs, options.zkAuth ?? '')
+  const client = kept?.client ?? createZookeeper(options.zkAddress, options.zkSessionTimeoutMs, options.zkAuth ?? '')
+  if (kept !== undefined) kept.client = undefined
   if (!await waitConnected(client, options.zkConnectTimeoutMs)) {
     try {
       return fromCache(options, cacheDir, cached, paths, now, `ZooKeeper at ${options.zkAddress} did not answer within ${options.zkConnectTimeoutMs} ms`, client)
     } catch (err) {
-      await closeZookeeper(client)
+      if (kept !== undefined) kept.client = client
+      else await closeZookeeper(client)
       throw err
     }
   }
