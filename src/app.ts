@@ -1,15 +1,14 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerFactoryHandler } from 'fastify'
-import fp from 'fastify-plugin'
 import { adminRoutes } from './http/admin-routes.js'
 import { describeGuards } from './http/auth.js'
 import { createServiceServer, type BoundServer } from './http/bound-server.js'
 import { decodeRoutes } from './http/decode-routes.js'
 import { answerConnect, clientErrorHandler, errorsPlugin, frameworkErrors, retryAfterSeconds, schemaErrorFormatter } from './http/errors.js'
 import { healthRoutes } from './http/health-routes.js'
-import { registerIdRoute, type IdRouteOptions } from './http/id-routes.js'
+import { idRoutes } from './http/id-routes.js'
 import { instanceNamer } from './http/instance-name.js'
 import { metricsRoutes } from './http/metrics-routes.js'
-import { createObserver, timeRoutes, type ObserveRequest } from './http/timing.js'
+import { createObserver, timeRoutes } from './http/timing.js'
 import { createLogThrottle } from './log-throttle.js'
 import type { Logger } from './logger.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
@@ -129,7 +128,7 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
   metrics.watch(leaf)
 
   const instance = instanceNamer(config.instanceName, config.server.port, () => app.server.address())
-  app.register(idRoutes, { segment: leaf.segment, snowflake: leaf.snowflake, batchMax: config.batchMax, instance, metrics, observe })
+  app.register(idRoutes, { segment: leaf.segment?.generator, snowflake: leaf.snowflake?.generator, batchMax: config.batchMax, instance, metrics, observe })
   app.register(decodeRoutes, { layout: config.snowflake.layout, context: { twepoch: config.snowflake.twepoch, vestaVersion: config.snowflake.vesta.version, vestaGenMethod: config.snowflake.vesta.genMethod }, clock })
   app.register(healthRoutes)
   app.register(metricsRoutes, { metrics })
@@ -145,15 +144,3 @@ export async function buildApp (config: ResolvedConfig, { logger, clock, server:
   started = true
   return app
 }
-
-interface IdRoutesOptions extends Pick<IdRouteOptions, 'batchMax' | 'instance' | 'metrics'> {
-  segment: SegmentMode | undefined
-  snowflake: SnowflakeMode | undefined
-  observe: ObserveRequest
-}
-
-/** The ID routes of both modes; a disabled one answers 503 MODE_DISABLED. */
-const idRoutes = fp<IdRoutesOptions>(async (app, { segment, snowflake, ...common }) => {
-  registerIdRoute(app, { mode: 'segment', source: segment?.generator, ...common })
-  registerIdRoute(app, { mode: 'snowflake', source: snowflake?.generator, ...common })
-}, { name: 'leaf-ids', fastify: '5.x', dependencies: ['leaf-errors'] })

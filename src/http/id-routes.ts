@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
 import { LeafError } from '../errors.js'
 import type { IdRange } from '../id-range.js'
 import type { Id } from '../segment/segment-buffer.js'
@@ -148,3 +149,14 @@ function invalidCount (raw: string, batchMax: number): LeafError {
 function codePoints (s: string): number {
   return Array.from(s).length
 }
+
+interface IdRoutesOptions extends Omit<IdRouteOptions, 'mode' | 'source'> {
+  segment: IdSource | undefined
+  snowflake: IdSource | undefined
+}
+
+/** The ID routes of both modes, as the `leaf-ids` plugin; a disabled mode answers 503 MODE_DISABLED. */
+export const idRoutes = fp<IdRoutesOptions>(async (app, { segment, snowflake, ...common }) => {
+  registerIdRoute(app, { mode: 'segment', source: segment, ...common })
+  registerIdRoute(app, { mode: 'snowflake', source: snowflake, ...common })
+}, { name: 'leaf-ids', fastify: '5.x', dependencies: ['leaf-errors'] })
