@@ -36,13 +36,13 @@ t.test('the shipped config serves segment IDs from the embedded store', async (t
   t.match(await get(`${server.url}/api/segment/get/order`), { status: 200, body: '1' })
 })
 
-t.test('HEAD on an ID route through the built server: 405, Allow: GET, no ID used up', async (t) => {
+t.test('HEAD on an ID route through the built server: 405, Allow: GET, POST, no ID used up', async (t) => {
   const server = await startServer({ cwd: tempDir(), args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(tempDir(), 'leaf.db'))}`] })
   t.teardown(() => server.stop())
   for (const url of ['/api/segment/get/order', '/api/segment/get/order?count=100']) {
     const head = await fetch(`${server.url}${url}`, { method: 'HEAD' })
     t.equal(head.status, 405, `HEAD ${url}`)
-    t.equal(head.headers.get('allow'), 'GET')
+    t.equal(head.headers.get('allow'), 'GET, POST')
     t.equal(await head.text(), '')
   }
   t.match(await get(`${server.url}/api/segment/get/order`), { status: 200, body: '1' }, 'the next GET gives the next ID')
