@@ -47,6 +47,7 @@ function exited (child: ChildProcess): Promise<void> {
 
 export class PrivateMariaDb {
   readonly dataDir: string
+  readonly tmpDir: string
   private child: ChildProcess | undefined
   private admin: Pool | undefined
   /** performance.now() of the last failed ping of the latest start: it came back after this. */
@@ -57,6 +58,7 @@ export class PrivateMariaDb {
   /** `env`: the server's environment beyond the suite's own (a preloaded libfaketime, say). */
   constructor (readonly dir: string, readonly port: number, private readonly env: Record<string, string> = {}) {
     this.dataDir = join(dir, 'data')
+    this.tmpDir = join(dir, 'tmp')
   }
 
   /** `mysql://` URL of the `leaf` database for the server's leaf.jdbc.url. */
@@ -70,9 +72,11 @@ export class PrivateMariaDb {
 
   /** mariadb-install-db, start, then the `leaf` database, user and table. */
   async init (): Promise<void> {
-    mkdirSync(this.dir, { recursive: true })
+    // A temporary folder of its own: in the shared /tmp, another test's cleanup can remove a
+    // bootstrap's temporary table under it ("Could not remove temporary table", then abort).
+    mkdirSync(this.tmpDir, { recursive: true })
     const install = spawnSync('mariadb-install-db', [
-      '--no-defaults', '--user=root', `--datadir=${this.dataDir}`,
+      '--no-defaults', '--user=root', `--datadir=${this.dataDir}`, `--tmpdir=${this.tmpDir}`,
       '--auth-root-authentication-method=normal', '--skip-test-db',
     ], { encoding: 'utf8' })
     if (install.status !== 0) throw new Error(`mariadb-install-db failed:\n${install.stdout}\n${install.stderr}`)
@@ -90,7 +94,7 @@ export class PrivateMariaDb {
   async start (): Promise<void> {
     if (this.child !== undefined) throw new Error('MariaDB already running')
     const child = track(spawn(MARIADBD, [
-      '--no-defaults', '--user=root', `--datadir=${this.dataDir}`, `--port=${this.port}`,
+      '--no-defaults', '--user=root', `--datadir=${this.dataDir}`, `--tmpdir=${this.tmpDir}`, `--port=${this.port}`,
       '--bind-address=127.0.0.1', `--socket=${join(this.dir, 'mysqld.sock')}`,
       `--pid-file=${join(this.dir, 'mysqld.pid')}`, `--log-error=${join(this.dir, 'error.log')}`,
       '--skip-name-resolve', '--innodb-buffer-pool-size=64M', '--max-connections=500',
