@@ -110,6 +110,10 @@ export function loadConfig ({ argv = [], env = {}, cwd = process.cwd(), shippedP
   // An empty value is the default, not a choice.
   const given = (k: ConfigKey) => [file?.values[k], env[envName(k)], cli.values[k]].some((v) => v !== undefined && v.trim() !== '')
   const config = toConfig(parsed, bases, fromFile, given)
+  // The shipped file names worker id 0 so that a first start serves; it is nobody's choice.
+  const shipped = file !== undefined && shippedPath !== undefined && resolve(file.path) === resolve(shippedPath)
+  const chosen = (k: ConfigKey) => (shipped ? [env[envName(k)], cli.values[k]] : [file?.values[k], env[envName(k)], cli.values[k]]).some((v) => v !== undefined && v.trim() !== '')
+  warnings.push(...staticWorkerIdWarning(config.snowflake, chosen))
   return { config, file: file?.path, fileFrom: file?.from, warnings, relativeTo: bases.relative }
 }
 
@@ -201,6 +205,16 @@ function checkWorkerIdSource (snowflake: SnowflakeConfig, errors: ConfigError[])
   if (workerIdSource.endsWith('-lease') && leaseTtlMs < 3 * heartbeatIntervalMs) {
     errors.push(new ConfigError('leaf.snowflake.lease.ttl-ms', `${leaseTtlMs} is less than 3 heartbeat intervals (leaf.snowflake.heartbeat-interval-ms is ${heartbeatIntervalMs}): one late renewal would stop issuing`, { code: 'CONFIG_CONFLICT' }))
   }
+}
+
+// A fleet started on the shipped file's static worker id issues the same IDs everywhere, silently.
+function staticWorkerIdWarning (snowflake: SnowflakeConfig, chosen: (key: ConfigKey) => boolean): string[] {
+  // Named nowhere: the start is refused instead (resolve-config.ts).
+  if (!snowflake.enabled || snowflake.workerIdSource !== 'static' || !snowflake.workerIdSourceNamed) return []
+  if (chosen('leaf.snowflake.worker-id.source') || chosen('leaf.snowflake.worker.id')) return []
+  return [`snowflake mode on the static worker id ${snowflake.workerId} of the shipped config file, since neither leaf.snowflake.worker-id.source, leaf.snowflake.zk.address nor leaf.snowflake.worker.id is set elsewhere: ` +
+    'every instance started so issues the same IDs; a fleet needs a worker-id source (leaf.snowflake.worker-id.source=zookeeper, zookeeper-lease, db-lease or statefulset), ' +
+    'or a leaf.snowflake.worker.id of its own for each instance']
 }
 
 // Two refresh intervals (every peer reads the store's identity that often), plus one refresh's

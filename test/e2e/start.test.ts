@@ -26,6 +26,8 @@ t.test('started from another folder, the server finds the shipped config/leaf.pr
   t.match(await get(`${server.url}/api/segment/get/order`), { status: 200, body: '1' }, 'segment mode on, as the shipped file says')
   t.equal((await get(`${server.url}/api/snowflake/get/x`)).status, 200, 'snowflake mode on, as the shipped file says')
   t.notOk(logLines(server.output).some((l) => (l.level as number) >= 50), 'the shipped file names worker id 0: snowflake starts, no error')
+  t.ok(logLines(server.output).some((l) => l.level === 40 && /static worker id 0 of the shipped config file.*a fleet needs a worker-id source/.test(l.msg as string)),
+    'the shipped file\'s worker id is nobody\'s choice: a warning that a fleet needs a source')
   t.equal(await server.stop(), 0)
 
   // Another working folder: the same store, not a new one at 1.

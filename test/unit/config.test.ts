@@ -649,6 +649,21 @@ t.test('snowflake on with no worker-id source named: refused, naming leaf.snowfl
   starts({ argv: ['--leaf.snowflake.enable=false'] }, 'snowflake mode off')
 })
 
+t.test('the shipped file\'s static worker id 0: it starts, with a warning that a fleet needs a source', async (t) => {
+  const shippedPath = join(import.meta.dirname, '../../config/leaf.properties')
+  const warned = (options: Parameters<typeof loadConfig>[0]) => loadConfig({ cwd: dirWith(), shippedPath, ...options }).warnings.filter((w) => /a fleet needs a worker-id source/.test(w))
+  const fleet = warned({})
+  t.equal(fleet.length, 1, 'the shipped file, found as the shipped one')
+  t.match(fleet[0], /static worker id 0 of the shipped config file, .*every instance started so issues the same IDs/)
+  const installDir = join(import.meta.dirname, '../..')
+  t.equal(warned({ cwd: installDir }).length, 1, 'the shipped file, found as ./config/leaf.properties of the install folder (npm start, the image)')
+  t.same(warned({ env: { LEAF_SNOWFLAKE_WORKER_ID: '0' } }), [], 'a worker id given, 0 included')
+  t.same(warned({ argv: ['--leaf.snowflake.worker-id.source=static'] }), [], 'the static source chosen')
+  t.same(warned({ argv: ['--leaf.snowflake.zk.address=127.0.0.1:2181'] }), [], 'ZooKeeper')
+  t.same(warned({ argv: ['--config=leaf.properties'], cwd: dirWith('leaf.snowflake.worker.id=0\n') }), [], 'a worker id in a file of the user\'s')
+  t.same(warned({ argv: ['--leaf.snowflake.enable=false'] }), [], 'snowflake mode off')
+})
+
 t.test('edit distance: insertions, deletions, substitutions and swaps of neighbours count 1', async (t) => {
   t.equal(editDistance('leaf.segement.enable', 'leaf.segment.enable'), 1)
   t.equal(editDistance('leaf.snowflake.zk.adress', 'leaf.snowflake.zk.address'), 1)
