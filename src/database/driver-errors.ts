@@ -32,11 +32,22 @@ export const MysqlError = {
   READ_ONLY: 'ER_OPTION_PREVENTS_STATEMENT',
   /** 1690: a value past its column's range (`max_id + step` past BIGINT's). */
   DATA_OUT_OF_RANGE: 'ER_DATA_OUT_OF_RANGE',
+  /** 1267, 1270, 1271: a value's characters cannot be compared in the column's charset (an emoji against utf8mb3). */
+  CANT_AGGREGATE_2COLLATIONS: 'ER_CANT_AGGREGATE_2COLLATIONS',
+  CANT_AGGREGATE_3COLLATIONS: 'ER_CANT_AGGREGATE_3COLLATIONS',
+  CANT_AGGREGATE_NCOLLATIONS: 'ER_CANT_AGGREGATE_NCOLLATIONS',
+  /** 1300 */
+  INVALID_CHARACTER_STRING: 'ER_INVALID_CHARACTER_STRING',
+  /** 1366: a string the column's charset cannot hold. */
+  TRUNCATED_WRONG_VALUE_FOR_FIELD: 'ER_TRUNCATED_WRONG_VALUE_FOR_FIELD',
 } as const
 
 /** PostgreSQL SQLSTATEs by their condition names. */
 export const SqlState = {
   NUMERIC_VALUE_OUT_OF_RANGE: '22003',
+  /** A character the database's encoding cannot hold (U+0000 included). */
+  CHARACTER_NOT_IN_REPERTOIRE: '22021',
+  UNTRANSLATABLE_CHARACTER: '22P05',
   UNIQUE_VIOLATION: '23505',
   /** A standby (or default_transaction_read_only) refused a write. */
   READ_ONLY_SQL_TRANSACTION: '25006',
@@ -47,6 +58,17 @@ export const SqlState = {
   UNDEFINED_TABLE: '42P01',
   UNDEFINED_COLUMN: '42703',
 } as const
+
+const UNSTORABLE = new Set<unknown>([
+  MysqlError.CANT_AGGREGATE_2COLLATIONS, MysqlError.CANT_AGGREGATE_3COLLATIONS, MysqlError.CANT_AGGREGATE_NCOLLATIONS,
+  MysqlError.INVALID_CHARACTER_STRING, MysqlError.TRUNCATED_WRONG_VALUE_FOR_FIELD,
+  SqlState.CHARACTER_NOT_IN_REPERTOIRE, SqlState.UNTRANSLATABLE_CHARACTER,
+])
+
+/** The store refused a value it cannot hold or compare in its charset: no row can have it, and asking again cannot help. */
+export function isUnstorableValue (err: unknown): boolean {
+  return UNSTORABLE.has(codeOf(err))
+}
 
 export function codeOf (err: unknown): unknown {
   return (err as { code?: unknown } | null | undefined)?.code

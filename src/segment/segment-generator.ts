@@ -10,6 +10,7 @@ import { giveBackAll, type GiveBack } from './give-back.js'
 import { channels } from '../channels.js'
 import { isLeafError } from '../errors.js'
 import { withTimeout } from '../timers.js'
+import { isUnstorableValue } from '../database/driver-errors.js'
 import { holdCause, lookupFailed, missingKey, shuttingDown, spaceEnded, storeUnconfirmed } from './segment-errors.js'
 import { DEFAULT_LOAD_TIMEOUT_MS, createSegmentLoader } from './segment-loader.js'
 import { tagViews, type TagViews } from './segment-views.js'
@@ -173,12 +174,9 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     const deadline = monotonic() + waitTimeoutMs
     return withTimeout(found, waitTimeoutMs, `no answer within ${waitTimeoutMs} ms`).then((exists) => {
       if (!exists) throw missingKey(key, true)
-      let buf = buffers.get(key)
-      if (buf === undefined) {
-        buf = newBuffer(key)
-        buffers.set(key, buf)
-        logger.info({ key }, 'segment tag added: looked up on its first request')
-      }
+      // Added by the lookup itself (findTag), which outlives a waiter that timed out.
+      const buf = buffers.get(key)
+      if (buf === undefined) throw missingKey(key, true)
       checkServing()
       return take(buf, count, deadline)
     }, (err: unknown) => {
@@ -186,12 +184,27 @@ export function createSegmentGenerator (options: SegmentGeneratorOptions): Segme
     })
   }
 
-  /** Exactly the key: a case-insensitive collation (MySQL's default) would find "Orders" for "orders". */
+  /**
+   * Exactly the key: a case-insensitive collation (MySQL's default) would find "Orders" for
+   * "orders". A found tag gets its buffer here, once per lookup, whether or not a waiter is
+   * left. A key the table's charset cannot hold (an emoji on Java Leaf's utf8mb3 table) is no
+   * row's: missing, not a store failure.
+   */
   async function findTag (key: string): Promise<boolean> {
     let result: 'found' | 'missing' | 'failed' = 'failed'
     try {
-      const row = await store.getTag(key)
+      let row: Awaited<ReturnType<typeof store.getTag>>
+      try {
+        row = await store.getTag(key)
+      } catch (err) {
+        if (!isUnstorableValue(err)) throw err
+        row = undefined
+      }
       result = row !== undefined && row.key === key ? 'found' : 'missing'
+      if (result === 'found' && !stopping && !buffers.has(key)) {
+        buffers.set(key, newBuffer(key))
+        logger.info({ key }, 'segment tag added: looked up on its first request')
+      }
       return result === 'found'
     } finally {
       if (channels.segmentTagLookup.hasSubscribers) channels.segmentTagLookup.publish({ key, result })

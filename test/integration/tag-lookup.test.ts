@@ -83,3 +83,19 @@ t.test('PostgreSQL', async (t) => {
     },
   })
 })
+
+t.test('MariaDB, Java Leaf\'s utf8mb3 table: a key its charset cannot hold is missing (404), not a store failure', async (t) => {
+  const db = await createTestDatabase()
+  t.teardown(() => db.drop())
+  await db.query('ALTER TABLE leaf_alloc CONVERT TO CHARACTER SET utf8mb3 COLLATE utf8mb3_general_ci')
+  const lookups: SegmentTagLookupMessage[] = []
+  listen(t, channels.segmentTagLookup, (m) => lookups.push(m))
+  const app = await buildApp(testConfig({ 'leaf.segment.enable': true, 'leaf.jdbc.url': db.url, 'leaf.segment.refresh-interval-ms': 600_000 }), { logger: silentLogger })
+  t.teardown(() => app.close())
+  const emoji = await app.inject(`/api/segment/get/${encodeURIComponent('order-\u{1F600}')}`)
+  t.equal(emoji.statusCode, 404, emoji.body)
+  t.equal(emoji.json().error, 'KEY_NOT_FOUND')
+  t.equal(emoji.headers['retry-after'], undefined, 'nothing to retry')
+  t.same(lookups.map((m) => m.result), ['missing'], 'looked up once, and missing')
+  t.equal((await app.inject('/api/segment/get/order')).statusCode, 200, 'the store still serves')
+})
