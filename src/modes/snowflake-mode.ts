@@ -1,5 +1,6 @@
 import { nextBackoffMs } from '../backoff.js'
 import { LeafError, StartRefused } from '../errors.js'
+import { settlesWithin } from '../timers.js'
 import { createLogThrottle } from '../log-throttle.js'
 import type { Logger } from '../logger.js'
 import { layoutEnd, type Layout } from '../layout/layout.js'
@@ -17,6 +18,8 @@ import type { LeaseStatus, WorkerIdSource, WorkerLease } from '../snowflake/work
  */
 export const START_RETRY_MIN_MS = 1000
 export const START_RETRY_MAX_MS = 10_000
+/** How long close() waits for a background attempt under way. */
+const ATTEMPT_CLOSE_WAIT_MS = 2000
 
 export interface SnowflakeMode {
   /** The worker-id lease; while none is held, a stand-in whose status says why (workerId -1). */
@@ -148,7 +151,11 @@ function startInBackground (config: ResolvedConfig, logger: Logger, source: Work
     try {
       acquired = await source.acquire()
     } catch (err) {
-      if (closed) return
+      // Closed meanwhile: the client this attempt kept is let go here, not by close().
+      if (closed) {
+        await source.release?.()
+        return
+      }
       if (retriedInBackground(source.kind, err)) {
         lastFailure = describeFailure(err)
         throttle.warn('snowflake-start', err, 'snowflake mode: still no worker id; retrying in the background', { attempts })
@@ -214,7 +221,10 @@ function startInBackground (config: ResolvedConfig, logger: Logger, source: Work
     async close () {
       closed = true
       clearTimeout(timer)
-      await attempt
+      // An attempt under way ends by itself (and closes a lease it gets after this); waiting
+      // for it whole (a registration can take connect + session timeout) could outlast the
+      // shutdown's grace.
+      if (attempt !== undefined) await settlesWithin(attempt, ATTEMPT_CLOSE_WAIT_MS)
       await source.release?.()
       await lease?.close()
     },

@@ -79,6 +79,11 @@ t.test('the ID routes answer the bare digits for every Accept header, in the con
     t.ok(answer.headers['leaf-instance'], `${name}: Leaf-Instance`)
   }
 
+  const large = await send(url, 'POST', { 'content-type': 'application/octet-stream' }, 'x'.repeat(16 * 1024 + 1))
+  t.equal(large.status, 413, 'a POST body past 16 KiB: 413, the body is never read anyway')
+  t.match(JSON.parse(large.body), { error: 'PAYLOAD_TOO_LARGE' })
+  t.equal((await send(url, 'GET', {})).body, String(expected++), 'the refused POST used up no ID')
+
   const head = await send(url, 'HEAD', {})
   t.equal(head.status, 405, 'HEAD: refused, a difference on purpose (docs/migrating.md)')
   t.equal(head.headers.allow, 'GET, POST')

@@ -118,6 +118,12 @@ export function isConnected (client: Client): boolean {
   return state === zookeeper.State.SYNC_CONNECTED || state === zookeeper.State.CONNECTED_READ_ONLY
 }
 
+/** An expired session or a refused login: the library has stopped trying, the client never connects again. */
+export function hasEnded (client: Client): boolean {
+  const state = client.getState()
+  return state === zookeeper.State.EXPIRED || state === zookeeper.State.AUTH_FAILED
+}
+
 /** Resolves true once `client` is connected, false after `timeoutMs` (the client keeps trying). */
 export function waitConnected (client: Client, timeoutMs: number): Promise<boolean> {
   if (isConnected(client)) return Promise.resolve(true)

@@ -9,7 +9,7 @@ import { leaseOptions, refuseIfAhead, refuseOutOfRange, restartWindow, type Work
 import { firstNonLoopbackIPv4 } from '../local-ip.js'
 import type { WorkerIdSource, WorkerLease } from '../worker-id-source.js'
 import { register, zkPaths, type ZkPaths } from './zookeeper-registration.js'
-import { EXPIRY_MARGIN_MS, authRefusal, closeZookeeper, createZookeeper, sessionIdOf, waitConnected, type Client } from '../zookeeper-client.js'
+import { EXPIRY_MARGIN_MS, authRefusal, closeZookeeper, createZookeeper, hasEnded, sessionIdOf, waitConnected, type Client } from '../zookeeper-client.js'
 
 // The zookeeper source: Java Leaf's registration (zookeeper-registration.ts), or its cache file
 // when ZooKeeper cannot be reached at start, kept by a HeartbeatLease.
@@ -61,7 +61,10 @@ export async function acquireWorkerLease (options: WorkerLeaseOptions, kept?: Ke
 
   // One client for the lease's life: it retries by itself, and is never closed before it has
   // connected (zookeeper-client.ts says why).
-  const client = kept?.client ?? createZookeeper(options.zkAddress, options.zkSessionTimeoutMs, options.zkAuth ?? '')
+  // A kept client whose session expired meanwhile (it connected, then ZooKeeper went away for
+  // longer than the session) never connects again: a new one replaces it.
+  const reusable = kept?.client !== undefined && !hasEnded(kept.client) ? kept.client : undefined
+  const client = reusable ?? createZookeeper(options.zkAddress, options.zkSessionTimeoutMs, options.zkAuth ?? '')
   if (kept !== undefined) kept.client = undefined
   if (!await waitConnected(client, options.zkConnectTimeoutMs)) {
     try {
