@@ -190,7 +190,8 @@ function rowJson (r: LeafAllocRow) {
   return { key: r.key, maxId: String(r.maxId), step: r.step, description: r.description, updateTime: r.updateTime.toISOString() }
 }
 
-const KEY = { type: 'string', minLength: 1, maxLength: MAX_KEY_LENGTH, errorCode: 'INVALID_KEY', description: `a tag name of 1 to ${MAX_KEY_LENGTH} characters` }
+// Without U+0000, as validKey (id-routes.ts) has it: PostgreSQL cannot store the byte.
+const KEY = { type: 'string', minLength: 1, maxLength: MAX_KEY_LENGTH, pattern: '^[^\\u0000]*$', errorCode: 'INVALID_KEY', description: `a tag name of 1 to ${MAX_KEY_LENGTH} characters, without U+0000 (no store can hold it)` }
 const STEP = { type: 'integer', minimum: 1, maximum: MAX_STEP, description: `an integer from 1 to ${MAX_STEP}` }
 const DESCRIPTION = { type: ['string', 'null'], maxLength: MAX_DESCRIPTION, description: `a string of at most ${MAX_DESCRIPTION} characters, or null` }
 
