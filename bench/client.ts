@@ -116,7 +116,7 @@ function memoryTransport (): Transport {
 /** The server on the embedded store in `data`, both modes on, on core 0 when pinned. */
 function startLeaf (pinned: boolean, data: string): Promise<ServerProcess> {
   return startServer({
-    args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(data, 'leaf.db'))}`, '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`],
+    args: ['--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(data, 'leaf.db'))}`, '--leaf.snowflake.enable=true', '--leaf.snowflake.worker.id=0', `--leaf.snowflake.cache.dir=${data}`],
     cwd: data,
     shippedConfig: true,
     wrapper: pinned ? ['taskset', '-c', '0'] : [],

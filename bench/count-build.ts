@@ -17,7 +17,7 @@ const pin = ['taskset', '-c', '0']
 for (let p = 0; p < Number(processes); p++) {
   const data = mkdtempSync(join(tmpdir(), 'leaf-count-'))
   const args = [server, '--server.host=127.0.0.1', '--server.port=0', '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(data, 'leaf.db'))}`,
-    '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`]
+    '--leaf.snowflake.enable=true', '--leaf.snowflake.worker.id=0', `--leaf.snowflake.cache.dir=${data}`]
   const started = Date.now()
   const rows = await countRoutes(args, [{ name: 'segment', path: '/api/segment/get/order' }, { name: 'snowflake', path: '/api/snowflake/get/order' }], Number(counts), ROOT, pin)
   const round = (values: number[]) => values.map((v) => Math.round(v * 10) / 10)

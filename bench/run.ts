@@ -83,7 +83,7 @@ function leafArgs (server = join(ROOT, 'dist/server.js')): string[] {
   dataDirs.push(data)
   return [server, '--server.host=127.0.0.1', '--server.port=0',
     '--leaf.segment.enable=true', `--leaf.jdbc.url=sqlite:${seedSqlite(join(data, 'leaf.db'))}`,
-    '--leaf.snowflake.enable=true', `--leaf.snowflake.cache.dir=${data}`]
+    '--leaf.snowflake.enable=true', '--leaf.snowflake.worker.id=0', `--leaf.snowflake.cache.dir=${data}`]
 }
 
 const SINGLE = [

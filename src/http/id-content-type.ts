@@ -1,6 +1,6 @@
 // Which answer an ID request gets, from its Accept header. leaf-server's controller returns a
 // String, so Spring MVC answers the bare digits for every Accept header and takes the content
-// type from it: the most preferred concrete type (by q, then specificity, then order), else
+// type from it: the most preferred concrete type (by q, then specificity, then order; application/*: application/json), else
 // text/plain. Leaf-TS answers the same bytes, and keeps its own JSON forms for the one media
 // type no Java client sends (docs/migrating.md, "What differs, on purpose").
 
@@ -8,6 +8,7 @@
 export const LEAF_TS_MEDIA_TYPE = 'application/vnd.leaf-ts+json'
 
 export const TEXT_TYPE = 'text/plain; charset=utf-8'
+const JSON_TYPE = 'application/json; charset=utf-8'
 /** The content type of Leaf-TS's own forms; compared by identity on the hot path. */
 export const LEAF_TS_TYPE = `${LEAF_TS_MEDIA_TYPE}; charset=utf-8`
 
@@ -47,7 +48,10 @@ export function chooseContentType (accept: string): string {
   // Quality first, then the more specific (concrete over type/*, over */*), then the header's order.
   candidates.sort((a, b) => b.q - a.q || wildcards(a) - wildcards(b) || a.order - b.order)
   const best = candidates[0]
-  if (best === undefined || best.subtype === '*') return TEXT_TYPE
+  if (best === undefined || best.type === '*') return TEXT_TYPE
+  // Spring's Jackson converter can write a String too, and application/json is the most
+  // specific type it offers inside application/*; text/* and */* get the String converter's.
+  if (best.subtype === '*') return best.type === 'application' ? JSON_TYPE : TEXT_TYPE
   const type = `${best.type}/${best.subtype}`
   return type === LEAF_TS_MEDIA_TYPE ? LEAF_TS_TYPE : `${type}; charset=utf-8`
 }

@@ -17,7 +17,7 @@ t.test('the content type of the bare digits follows Accept as Spring MVC picks i
     ['text/plain;q=0.5, application/json', 'application/json; charset=utf-8'],
     ['*/*, text/html', 'text/html; charset=utf-8'],
     ['text/*', TEXT_TYPE],
-    ['application/*', TEXT_TYPE],
+    ['application/*', 'application/json; charset=utf-8'], // Spring's Jackson converter's type
     ['APPLICATION/JSON', 'application/json; charset=utf-8'],
     ['application/json;q=0', TEXT_TYPE],
     ['application/json;q=0, text/html;q=0.1', 'text/html; charset=utf-8'],
