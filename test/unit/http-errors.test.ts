@@ -1,7 +1,8 @@
-import Fastify from 'fastify'
+import Fastify, { type FastifyError } from 'fastify'
 import t from 'tap'
 import { ERRORS, LeafError, type ErrorCode } from '../../src/errors.js'
-import { errorsPlugin, retryAfterSeconds, schemaErrorFormatter } from '../../src/http/errors.js'
+import { PassThrough } from 'node:stream'
+import { clientErrorHandler, errorsPlugin, frameworkErrors, retryAfterSeconds, schemaErrorFormatter } from '../../src/http/errors.js'
 import { silentLogger } from '../helpers/logger.js'
 
 // The one error handler and the one schemaErrorFormatter, on a bare Fastify app as app.ts sets
@@ -81,4 +82,52 @@ t.test('a body of another type is 415 naming application/json; invalid JSON is 4
   t.same(xml.json(), { error: 'UNSUPPORTED_MEDIA_TYPE', message: 'The request body is application/xml; it must be JSON: send Content-Type: application/json.' })
   const broken = await app.inject({ method: 'POST', url: '/body', headers: { 'content-type': 'application/json' }, payload: '{"n":' })
   t.same(broken.json(), { error: 'BAD_REQUEST', message: 'The request body is not valid JSON.' })
+})
+
+t.test('schemaErrorFormatter on Ajv errors without the words a schema may give: still the field, the value and a code', async (t) => {
+  const failure = (err: Error) => ({ code: (err as LeafError).code, message: err.message })
+  t.same(failure(schemaErrorFormatter([], 'querystring')), { code: 'BAD_REQUEST', message: ERRORS.BAD_REQUEST.message }, 'no error at all')
+  const bare = (e: Record<string, unknown>, part = 'querystring') => failure(schemaErrorFormatter([{ keyword: 'type', instancePath: '', schemaPath: '', params: {}, message: '', ...e }], part))
+  t.same(bare({ keyword: 'additionalProperties', params: { additionalProperty: 'x' } }), { code: 'BAD_REQUEST', message: 'Unknown field "x": the fields are .' })
+  t.same(bare({ keyword: 'required', params: { missingProperty: 'n' } }), { code: 'BAD_REQUEST', message: 'n is missing: give it.' })
+  t.same(bare({}), { code: 'BAD_REQUEST', message: 'The querystring must be valid.' })
+  t.same(bare({}, 'body'), { code: 'INVALID_BODY', message: 'The request body must be valid.' })
+  t.same(bare({ instancePath: '/a~1b~0c', data: ['1', '2'] }), { code: 'BAD_REQUEST', message: 'a/b~c is given more than once: give one.' })
+  t.same(bare({ instancePath: '/f', data: '' }), { code: 'BAD_REQUEST', message: 'f is empty: give a value.' })
+  t.same(bare({ instancePath: '/f', data: { deep: true } }), { code: 'BAD_REQUEST', message: 'f must be valid; got {"deep":true}.' })
+  t.same(bare({ instancePath: '/f', data: 'x'.repeat(41) }), { code: 'BAD_REQUEST', message: `f must be valid; got "${'x'.repeat(40)}"... (41 characters).` })
+  t.same(bare({ instancePath: '/f', data: 7, parentSchema: { errorCode: 'INVALID_FIELD', description: 'digits' } }), { code: 'INVALID_FIELD', message: 'f must be digits; got 7.' })
+  t.same((schemaErrorFormatter([{ keyword: 'type', instancePath: '/f', schemaPath: '', params: {}, message: '', data: 7, parentSchema: { errorCode: 'INVALID_FIELD' } } as never], 'querystring') as LeafError & { fields?: unknown }).fields,
+    { field: 'f' }, 'INVALID_FIELD names its field in the body')
+})
+
+t.test('requests that never reach a route: the parser\'s errors answered on the socket, any other error just closes it', async (t) => {
+  const answered = (code: string, writable = true) => {
+    const socket = new PassThrough()
+    let written = ''
+    socket.on('data', (chunk: Buffer) => { written += chunk.toString() })
+    if (!writable) socket.end()
+    clientErrorHandler(Object.assign(new Error('x'), { code }), socket)
+    return { written, destroyed: socket.destroyed }
+  }
+  t.match(answered('HPE_HEADER_OVERFLOW').written, /^HTTP\/1\.1 431 [^]*"error":"HEADERS_TOO_LARGE"/)
+  t.match(answered('HPE_INVALID_METHOD').written, /^HTTP\/1\.1 400 [^]*"error":"BAD_REQUEST"/)
+  t.match(answered('ERR_HTTP_REQUEST_TIMEOUT').written, /^HTTP\/1\.1 408 [^]*"error":"REQUEST_TIMEOUT"/)
+  t.same(answered('ECONNRESET'), { written: '', destroyed: true }, 'not the parser\'s (a TLS or socket error): closed, nothing written')
+  t.same(answered('HPE_INVALID_METHOD', false), { written: '', destroyed: true }, 'a socket no longer writable: closed')
+})
+
+t.test('frameworkErrors: a malformed URL is 400 in the documented shape; another status keeps its code', async (t) => {
+  const app = Fastify({ frameworkErrors })
+  t.teardown(() => app.close())
+  app.get('/x', async () => 'ok')
+  const bad = await app.inject('/x%')
+  t.equal(bad.statusCode, 400)
+  t.same(bad.json(), { error: 'BAD_REQUEST', message: 'The URL is malformed.' })
+  const sent: { code?: number, body?: unknown } = {}
+  const reply = { code (c: number) { sent.code = c; return reply }, type () { return reply }, header () { return reply }, send (b: unknown) { sent.body = b; return reply } }
+  frameworkErrors(Object.assign(new Error('too long'), { statusCode: 414 }) as FastifyError, {} as never, reply as never)
+  t.equal(sent.code, 400, 'a status without a code of its own: BAD_REQUEST')
+  frameworkErrors(Object.assign(new Error('big'), { statusCode: 413 }) as FastifyError, {} as never, reply as never)
+  t.equal(sent.code, 413, 'PAYLOAD_TOO_LARGE keeps its status')
 })

@@ -150,7 +150,7 @@ async function watchCommits (node: GaleraNode, tag: string): Promise<{ commits: 
  * the survivors may stall (EVICT_BOUND_MS, + BUFFER_MARGIN_MS), node 0, A's, is SIGKILLed: A moves to the next host
  * of its URL; the survivors' commits stall until they evict it (timed by a writer on node 1). A
  * tag created through node 1 after the kill must be served by A within NEW_TAG_BOUND_MS (404
- * KEY_NOT_FOUND before that is expected). Passes with 0 duplicates; no failed request:
+ * KEY_NOT_FOUND before that is expected, or STORE_UNAVAILABLE when its lookup met the dead node or the stall). Passes with 0 duplicates; no failed request:
  * SEGMENTS_NOT_READY only for a request sent within EXPECTED_WINDOW_MS of the kill to a tag
  * whose buffer at the kill has been served; every answer within LATENCY_BOUND_MS; both loading
  * and serving after the eviction; and no store failover counted (a Galera cluster is one store,
@@ -303,7 +303,8 @@ export async function galeraConflicts (suite: Suite, report: Report): Promise<vo
     newTagLoop = (async () => {
       while (!state.stop) {
         const { answer, ids } = await takeIds(report, newTagClient, a.url, 'segment', newTag, undefined, 'new-tag',
-          (x) => newTagMs === undefined && ['KEY_NOT_FOUND', 'SEGMENTS_NOT_READY'].includes(errorCode(x) ?? '') && x.sentAt + x.ms <= killedAt + NEW_TAG_BOUND_MS)
+          // STORE_UNAVAILABLE: its lookup in the store (segment/tag-lookup.ts) met node 0 dead or the stall.
+          (x) => newTagMs === undefined && ['KEY_NOT_FOUND', 'SEGMENTS_NOT_READY', 'STORE_UNAVAILABLE'].includes(errorCode(x) ?? '') && x.sentAt + x.ms <= killedAt + NEW_TAG_BOUND_MS)
         if (answer.ms > LATENCY_BOUND_MS) report.failure(`A ${newTag}: an answer took ${fmtMs(answer.ms)} (bound ${fmtMs(LATENCY_BOUND_MS)})`)
         if (ids !== undefined) {
           newTagMs ??= answer.sentAt + answer.ms - killedAt
@@ -357,7 +358,7 @@ export async function galeraConflicts (suite: Suite, report: Report): Promise<vo
     report.check(stall.end > 0 && commitsAfter > 0, `commits on node 1 did not go on after the kill (${commits.length} timed, the longest ${fmtMs(stall.end - stall.start)})`)
 
     const notReadyAll = (notReady[0] ?? 0) + (notReady[1] ?? 0)
-    report.expectedWhat = `KEY_NOT_FOUND on the new tag before A served it${notReadyAll === 0 ? '' : `, SEGMENTS_NOT_READY (${notReadyAll}) once a tag's buffer was served`}`
+    report.expectedWhat = `KEY_NOT_FOUND (or STORE_UNAVAILABLE, its lookup) on the new tag before A served it${notReadyAll === 0 ? '' : `, SEGMENTS_NOT_READY (${notReadyAll}) once a tag's buffer was served`}`
     report.note(`3 Galera nodes up in ${fmtMs(bootMs)}; ${TAGS} tags of steps ${TABLE_STEP} to ${stepOf(9)}, ${RATE} requests/s of ${COUNT} IDs to each instance for ${fmtMs(loadBeforeKillMs)} before the kill: ` +
       `${sumBefore} conflicting allocations repeated (A ${before[0]}, B ${before[1]}), ${(conflictsEnd[0] ?? 0) + (conflictsEnd[1] ?? 0)} by the end (A ${conflictsEnd[0]}, B ${conflictsEnd[1]}); ` +
       `loads failed before the kill A ${failedLoadsBefore[0]}, B ${failedLoadsBefore[1]}, from the kill A ${failedLoads[0]}, B ${failedLoads[1]}; loads after the eviction A ${loadsAfterEviction[0]}, B ${loadsAfterEviction[1]}; ` +
