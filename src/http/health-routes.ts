@@ -5,7 +5,8 @@ import { checkReadiness, readinessAnswer } from '../modes/readiness.js'
 export const healthRoutes = fp(async (app) => {
   app.get('/healthz', async () => ({ status: 'ok' }))
 
-  app.get<{ Querystring: { mode?: string } }>('/readyz', async (request, reply) => {
+  const schema = { querystring: { type: 'object', properties: { mode: { type: 'string', enum: ['segment', 'snowflake'], description: 'segment or snowflake' } } } }
+  app.get<{ Querystring: { mode?: 'segment' | 'snowflake' } }>('/readyz', { schema }, async (request, reply) => {
     const { status, body } = readinessAnswer(await checkReadiness(app.leaf), request.query.mode)
     return reply.code(status).send(body)
   })

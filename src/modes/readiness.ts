@@ -1,5 +1,4 @@
 import { describeCause } from '../database/driver-errors.js'
-import { LeafError } from '../errors.js'
 import { withTimeout } from '../timers.js'
 import type { GuardView } from '../segment/max-id-guard.js'
 import type { SegmentMode } from './segment-mode.js'
@@ -42,9 +41,8 @@ export interface ReadinessAnswer {
  * that mode's alone, for a balancer that routes one mode's traffic: a segment route may stay
  * in while snowflake waits for ZooKeeper. A mode that is not enabled is not ready.
  */
-export function readinessAnswer ({ ready, reason, modes }: Readiness, mode?: string): ReadinessAnswer {
+export function readinessAnswer ({ ready, reason, modes }: Readiness, mode?: 'segment' | 'snowflake'): ReadinessAnswer {
   if (mode === undefined) return { status: ready ? 200 : 503, body: { status: ready ? 'ready' : 'not ready', ...(reason === undefined ? {} : { reason }), modes } }
-  if (mode !== 'segment' && mode !== 'snowflake') throw new LeafError('BAD_REQUEST', `mode must be segment or snowflake, not "${mode}".`)
   const one = modes[mode]
   if (one === undefined) return { status: 503, body: { status: 'not ready', reason: `${mode} mode is disabled on this instance`, modes } }
   return { status: one.ready ? 200 : 503, body: { status: one.ready ? 'ready' : 'not ready', ...(one.reason === undefined ? {} : { reason: one.reason }), modes } }

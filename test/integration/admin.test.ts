@@ -332,6 +332,11 @@ t.test('/healthz and /readyz', async (t) => {
   t.equal(ready.statusCode, 200)
   t.same(ready.json(), { status: 'ready', modes: { segment: { ready: true }, snowflake: { ready: true } } })
   t.equal(valueOf((await scrape(server)).samples, 'leaf_ready'), 1, 'leaf_ready 1 while /readyz is 200')
+  t.equal((await server.inject('/readyz?mode=segment')).statusCode, 200)
+  const unknown = await server.inject('/readyz?mode=segmnt')
+  t.equal(unknown.statusCode, 400, 'a mode that is none: refused by the route\'s schema')
+  t.same(unknown.json(), { error: 'BAD_REQUEST', message: 'mode must be segment or snowflake; got "segmnt".' })
+  t.equal((await server.inject('/readyz?mode=segment&mode=snowflake')).json().message, 'mode is given more than once: give one.')
 })
 
 t.test('/readyz: a database down with nothing buffered is 503, saying which mode and why; leaf_ready 0', async (t) => {

@@ -16,5 +16,4 @@ t.test('?mode= answers for one mode, with every mode in the body', async (t) => 
   t.same(readinessAnswer(snowflakeWaits, 'segment'), { status: 200, body: { status: 'ready', modes: snowflakeWaits.modes } })
   t.same(readinessAnswer(snowflakeWaits, 'snowflake'), { status: 503, body: { status: 'not ready', reason: 'SNOWFLAKE_NOT_READY: snowflake mode holds no worker id yet', modes: snowflakeWaits.modes } })
   t.match(readinessAnswer({ ready: true, modes: { segment: { ready: true } } }, 'snowflake'), { status: 503, body: { reason: 'snowflake mode is disabled on this instance' } })
-  t.throws(() => readinessAnswer(snowflakeWaits, 'segmnt'), { code: 'BAD_REQUEST', statusCode: 400, message: 'mode must be segment or snowflake, not "segmnt".' })
 })
